@@ -1,0 +1,54 @@
+// cachegen: reading and writing NumPy .npy files (format versions 1.0-3.0, C order,
+// little-endian), the interchange format of the CLI and the test data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace cachegen {
+
+enum class NpyDType { u8, i16, i32, i64, f16, bf16, f32, f64 };
+
+// Bytes per element of a dtype.
+size_t npy_dtype_size(NpyDType t) noexcept;
+// The .npy descr string written for a dtype ("<f2", "|u1", ...; bf16 is written as "<V2"
+// with no standard numpy name, and read back from "<V2" or "bfloat16").
+const char* npy_descr(NpyDType t) noexcept;
+
+struct NpyArray {
+  NpyDType dtype = NpyDType::f32;
+  std::vector<size_t> shape;
+  std::vector<uint8_t> data;  // raw little-endian elements, C order
+
+  size_t size() const noexcept;  // number of elements (1 for a 0-d array)
+  // Typed view of the data; T must match dtype's size (checked).
+  template <typename T>
+  std::span<const T> as() const {
+    check_element_size(sizeof(T));
+    return {reinterpret_cast<const T*>(data.data()), data.size() / sizeof(T)};
+  }
+
+ private:
+  void check_element_size(size_t bytes) const;
+};
+
+// Parses a whole .npy file image. Throws Error(corrupt_input / truncated_input /
+// unsupported_version) naming the field; sizes are validated against the byte count
+// before anything is allocated.
+NpyArray parse_npy(std::span<const uint8_t> bytes);
+// Reads a file (Error(io_error) / not_found with the path on failure).
+NpyArray read_npy(const std::string& path);
+// Serialises to the .npy v1.0 format.
+std::vector<uint8_t> serialize_npy(const NpyArray& a);
+// Writes atomically (temp file + fsync + rename).
+void write_npy(const std::string& path, const NpyArray& a);
+
+// Whole-file helpers shared by the CLI and the stores.
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+// Atomic replace: write to a temp file beside `path`, fsync, rename over `path`.
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+
+}  // namespace cachegen

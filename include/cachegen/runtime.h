@@ -1,0 +1,26 @@
+// cachegen: process-wide run-time settings (threads, SIMD path).
+#pragma once
+
+#include <cstddef>
+
+namespace cachegen {
+
+// Worker threads used by batched functions: CACHEGEN_THREADS if set (>= 1), else the
+// hardware concurrency. set_thread_count(0) restores that default.
+size_t thread_count() noexcept;
+void set_thread_count(size_t n) noexcept;
+
+// SIMD kernel families. Every path gives byte-identical results; the scalar path is the
+// reference twin of every vector kernel.
+enum class SimdPath : int { scalar = 0, avx2 = 1, avx512 = 2 };
+
+// The path in use: the best the CPU supports, unless CACHEGEN_SIMD=scalar|avx2|avx512
+// forces one (a forced path the CPU lacks falls back to the best supported one below it).
+// Chosen once, at first use; set_simd_path overrides it (tests use this to run every path).
+SimdPath simd_path() noexcept;
+void set_simd_path(SimdPath path) noexcept;
+// The best path this CPU can run.
+SimdPath best_supported_simd_path() noexcept;
+const char* simd_path_name(SimdPath path) noexcept;
+
+}  // namespace cachegen

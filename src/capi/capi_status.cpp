@@ -1,0 +1,34 @@
+#include "capi/capi_status.h"
+
+#include "cachegen/cachegen_c.h"
+
+namespace cachegen::capi {
+namespace {
+thread_local std::string t_last_error;
+}
+void set_last_error(const std::string& message) {
+  t_last_error = message;
+}
+const char* last_error() {
+  return t_last_error.c_str();
+}
+}  // namespace cachegen::capi
+
+extern "C" {
+
+const char* cachegen_status_name(int status) {
+  if (status < 0 || status > static_cast<int>(cachegen::ErrorCode::unavailable)) {
+    return "unknown_status";
+  }
+  return cachegen::error_code_name(static_cast<cachegen::ErrorCode>(status));
+}
+
+const char* cachegen_last_error(void) {
+  return cachegen::capi::last_error();
+}
+
+const char* cachegen_version(void) {
+  return CACHEGEN_VERSION_STRING;
+}
+
+}  // extern "C"

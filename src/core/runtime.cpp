@@ -1,0 +1,89 @@
+#include "cachegen/runtime.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace cachegen {
+namespace {
+
+std::atomic<size_t> g_threads{0};  // 0 = not chosen yet
+std::atomic<int> g_simd{-1};       // -1 = not chosen yet
+
+size_t default_threads() noexcept {
+  if (const char* env = std::getenv("CACHEGEN_THREADS")) {
+    const long n = std::strtol(env, nullptr, 10);
+    if (n >= 1 && n <= 1024) return static_cast<size_t>(n);
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : hw;
+}
+
+}  // namespace
+
+size_t thread_count() noexcept {
+  size_t n = g_threads.load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = default_threads();
+    g_threads.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+void set_thread_count(size_t n) noexcept {
+  g_threads.store(n, std::memory_order_relaxed);
+}
+
+SimdPath best_supported_simd_path() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c")) {
+    return SimdPath::avx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return SimdPath::avx2;
+#endif
+  return SimdPath::scalar;
+}
+
+static SimdPath clamp_to_supported(SimdPath want) noexcept {
+  const SimdPath best = best_supported_simd_path();
+  return static_cast<int>(want) > static_cast<int>(best) ? best : want;
+}
+
+SimdPath simd_path() noexcept {
+  int p = g_simd.load(std::memory_order_relaxed);
+  if (p < 0) {
+    SimdPath chosen = best_supported_simd_path();
+    if (const char* env = std::getenv("CACHEGEN_SIMD")) {
+      if (std::strcmp(env, "scalar") == 0)
+        chosen = SimdPath::scalar;
+      else if (std::strcmp(env, "avx2") == 0)
+        chosen = clamp_to_supported(SimdPath::avx2);
+      else if (std::strcmp(env, "avx512") == 0)
+        chosen = clamp_to_supported(SimdPath::avx512);
+    }
+    p = static_cast<int>(chosen);
+    g_simd.store(p, std::memory_order_relaxed);
+  }
+  return static_cast<SimdPath>(p);
+}
+
+void set_simd_path(SimdPath path) noexcept {
+  g_simd.store(static_cast<int>(clamp_to_supported(path)), std::memory_order_relaxed);
+}
+
+const char* simd_path_name(SimdPath path) noexcept {
+  switch (path) {
+    case SimdPath::scalar:
+      return "scalar";
+    case SimdPath::avx2:
+      return "avx2";
+    case SimdPath::avx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+}  // namespace cachegen

@@ -1,0 +1,262 @@
+// .npy parsing and writing. The header is a Python dict literal; we accept exactly the
+// keys numpy writes ('descr', 'fortran_order', 'shape') and reject everything else.
+#include "cachegen/npy.h"
+
+#include <cctype>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "cachegen/error.h"
+#include "core/checks.h"
+
+namespace cachegen {
+namespace {
+
+constexpr size_t kMaxHeaderBytes = 1 << 16;
+constexpr size_t kMaxDims = 32;
+
+[[noreturn]] void corrupt(const std::string& m) {
+  throw Error(ErrorCode::corrupt_input, "npy: " + m);
+}
+
+struct DTypeName {
+  std::string_view descr;
+  NpyDType type;
+};
+constexpr DTypeName kDTypes[] = {{"|u1", NpyDType::u8},   {"<u1", NpyDType::u8},
+                                 {"<i2", NpyDType::i16},  {"<i4", NpyDType::i32},
+                                 {"<i8", NpyDType::i64},  {"<f2", NpyDType::f16},
+                                 {"<V2", NpyDType::bf16}, {"bfloat16", NpyDType::bf16},
+                                 {"<f4", NpyDType::f32},  {"<f8", NpyDType::f64}};
+
+// Minimal tokenizer over the header dict.
+struct Cursor {
+  std::string_view s;
+  size_t i = 0;
+  void skip_ws() {
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  }
+  bool eat(char c) {
+    skip_ws();
+    if (i < s.size() && s[i] == c) {
+      ++i;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!eat(c))
+      corrupt(std::string("header: expected '") + c + "' at offset " + std::to_string(i));
+  }
+  std::string_view quoted() {
+    skip_ws();
+    if (i >= s.size() || (s[i] != '\'' && s[i] != '"')) corrupt("header: expected a string");
+    const char q = s[i++];
+    const size_t start = i;
+    while (i < s.size() && s[i] != q) ++i;
+    if (i >= s.size()) corrupt("header: unterminated string");
+    return s.substr(start, i++ - start);
+  }
+  size_t integer() {
+    skip_ws();
+    size_t v = 0, digits = 0;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+      if (v > (SIZE_MAX - 9) / 10) corrupt("header: shape value too large");
+      v = v * 10 + static_cast<size_t>(s[i++] - '0');
+      ++digits;
+    }
+    if (digits == 0) corrupt("header: expected an integer at offset " + std::to_string(i));
+    if (i < s.size() && s[i] == 'L') ++i;
+    return v;
+  }
+};
+
+uint32_t read_le(const uint8_t* p, size_t n) {
+  uint32_t v = 0;
+  for (size_t k = 0; k < n; ++k) v |= static_cast<uint32_t>(p[k]) << (8 * k);
+  return v;
+}
+
+}  // namespace
+
+size_t npy_dtype_size(NpyDType t) noexcept {
+  switch (t) {
+    case NpyDType::u8:
+      return 1;
+    case NpyDType::i16:
+    case NpyDType::f16:
+    case NpyDType::bf16:
+      return 2;
+    case NpyDType::i32:
+    case NpyDType::f32:
+      return 4;
+    case NpyDType::i64:
+    case NpyDType::f64:
+      return 8;
+  }
+  return 1;
+}
+
+const char* npy_descr(NpyDType t) noexcept {
+  switch (t) {
+    case NpyDType::u8:
+      return "|u1";
+    case NpyDType::i16:
+      return "<i2";
+    case NpyDType::i32:
+      return "<i4";
+    case NpyDType::i64:
+      return "<i8";
+    case NpyDType::f16:
+      return "<f2";
+    case NpyDType::bf16:
+      return "<V2";
+    case NpyDType::f32:
+      return "<f4";
+    case NpyDType::f64:
+      return "<f8";
+  }
+  return "|u1";
+}
+
+size_t NpyArray::size() const noexcept {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  return n;
+}
+
+void NpyArray::check_element_size(size_t bytes) const {
+  if (bytes != npy_dtype_size(dtype)) {
+    throw Error(ErrorCode::invalid_argument, std::string("npy: array dtype ") + npy_descr(dtype) +
+                                                 " has " + std::to_string(npy_dtype_size(dtype)) +
+                                                 "-byte elements, not " + std::to_string(bytes));
+  }
+}
+
+NpyArray parse_npy(std::span<const uint8_t> b) {
+  if (b.size() < 10) throw Error(ErrorCode::truncated_input, "npy: file shorter than its preamble");
+  static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  if (!std::equal(magic, magic + 6, b.data())) corrupt("bad magic (not a .npy file)");
+  const uint8_t major = b[6];
+  if (major < 1 || major > 3) {
+    throw Error(ErrorCode::unsupported_version, "npy: format version " + std::to_string(major));
+  }
+  const size_t len_bytes = major == 1 ? 2 : 4;
+  const size_t header_len = read_le(b.data() + 8, len_bytes);
+  const size_t header_start = 8 + len_bytes;
+  if (header_len > kMaxHeaderBytes)
+    corrupt("header length " + std::to_string(header_len) + " exceeds limit");
+  if (b.size() < header_start + header_len)
+    throw Error(ErrorCode::truncated_input, "npy: header truncated");
+  Cursor cur{std::string_view(reinterpret_cast<const char*>(b.data() + header_start), header_len)};
+
+  NpyArray a;
+  bool have_descr = false, have_order = false, have_shape = false;
+  cur.expect('{');
+  while (!cur.eat('}')) {
+    const std::string_view key = cur.quoted();
+    cur.expect(':');
+    if (key == "descr") {
+      const std::string_view d = cur.quoted();
+      bool found = false;
+      for (const DTypeName& t : kDTypes) {
+        if (t.descr == d) {
+          a.dtype = t.type;
+          found = true;
+        }
+      }
+      if (!found) corrupt("unsupported dtype '" + std::string(d) + "'");
+      have_descr = true;
+    } else if (key == "fortran_order") {
+      cur.skip_ws();
+      if (cur.s.substr(cur.i, 5) == "False") {
+        cur.i += 5;
+      } else {
+        corrupt("fortran_order arrays are not supported");
+      }
+      have_order = true;
+    } else if (key == "shape") {
+      cur.expect('(');
+      while (!cur.eat(')')) {
+        if (a.shape.size() >= kMaxDims) corrupt("more than 32 dimensions");
+        a.shape.push_back(cur.integer());
+        if (!cur.eat(',')) {
+          cur.expect(')');
+          break;
+        }
+      }
+      have_shape = true;
+    } else {
+      corrupt("unexpected header key '" + std::string(key) + "'");
+    }
+    if (!cur.eat(',')) {
+      cur.expect('}');
+      break;
+    }
+  }
+  if (!have_descr || !have_order || !have_shape)
+    corrupt("header lacks descr, fortran_order or shape");
+  size_t n = 1;
+  for (size_t d : a.shape) n = detail::checked_mul(n, d, "npy shape");
+  const size_t bytes = detail::checked_mul(n, npy_dtype_size(a.dtype), "npy data size");
+  const size_t data_start = header_start + header_len;
+  if (b.size() - data_start < bytes) {
+    throw Error(ErrorCode::truncated_input, "npy: data holds " +
+                                                std::to_string(b.size() - data_start) +
+                                                " bytes, shape needs " + std::to_string(bytes));
+  }
+  if (b.size() - data_start > bytes) corrupt("trailing bytes after the array data");
+  a.data.assign(b.begin() + static_cast<ptrdiff_t>(data_start), b.end());
+  return a;
+}
+
+NpyArray read_npy(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file_bytes(path);
+  try {
+    return parse_npy(bytes);
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string(e.what()) + " (in '" + path + "')");
+  }
+}
+
+std::vector<uint8_t> serialize_npy(const NpyArray& a) {
+  size_t n = 1;
+  for (size_t d : a.shape) n = detail::checked_mul(n, d, "npy shape");
+  if (detail::checked_mul(n, npy_dtype_size(a.dtype), "npy data size") != a.data.size()) {
+    throw Error(ErrorCode::invalid_argument, "npy: data size does not match shape and dtype");
+  }
+  std::string h =
+      std::string("{'descr': '") + npy_descr(a.dtype) + "', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < a.shape.size(); ++i) {
+    h += std::to_string(a.shape[i]);
+    if (a.shape.size() == 1 || i + 1 < a.shape.size()) h += ",";
+    if (i + 1 < a.shape.size()) h += " ";
+  }
+  h += "), }";
+  const size_t unpadded = 10 + h.size() + 1;  // preamble + header + '\n'
+  h.append((64 - unpadded % 64) % 64, ' ');
+  h += '\n';
+  if (h.size() > 65535) throw Error(ErrorCode::invalid_argument, "npy: header too long");
+  const uint8_t preamble[10] = {0x93,
+                                'N',
+                                'U',
+                                'M',
+                                'P',
+                                'Y',
+                                1,
+                                0,
+                                static_cast<uint8_t>(h.size() & 0xff),
+                                static_cast<uint8_t>(h.size() >> 8)};
+  std::vector<uint8_t> out(10 + h.size() + a.data.size());
+  std::memcpy(out.data(), preamble, 10);
+  std::memcpy(out.data() + 10, h.data(), h.size());
+  if (!a.data.empty()) std::memcpy(out.data() + 10 + h.size(), a.data.data(), a.data.size());
+  return out;
+}
+
+void write_npy(const std::string& path, const NpyArray& a) {
+  write_file_atomic(path, serialize_npy(a));
+}
+
+}  // namespace cachegen

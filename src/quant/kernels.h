@@ -1,0 +1,35 @@
+// Internal: the quantization kernels, one table per SIMD path. Every path computes exactly
+// the same fp32 operations in the same order (no FMA, no reassociation), so all tables give
+// bit-identical results; kernels_scalar.cpp is the reference twin.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cachegen/runtime.h"
+
+namespace cachegen::detail {
+
+struct QuantKernels {
+  // Widen n fp16 / bf16 values to fp32 (exact).
+  void (*f16_to_f32)(const uint16_t* in, float* out, size_t n);
+  void (*bf16_to_f32)(const uint16_t* in, float* out, size_t n);
+  // True when none of the n values is NaN or +-Inf.
+  bool (*all_finite)(const float* x, size_t n);
+  // Per-channel min and max over rows x[rows, dim] (rows >= 1).
+  void (*minmax_rows)(const float* x, size_t rows, size_t dim, float* mn, float* mx);
+  // codes[r, c] = clamp(round_half_even((x[r, c] - zero[c]) / scale[c]), 0, max_code).
+  void (*quantize_rows)(const float* x, size_t rows, size_t dim, const float* scale,
+                        const float* zero, float max_code, uint8_t* codes);
+  // out[r, c] = fp16((float(codes[r, c]) * scale[c]) + zero[c]), two fp32 roundings.
+  void (*dequant_rows)(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
+                       const float* zero, uint16_t* out);
+};
+
+const QuantKernels& quant_kernels_scalar();
+const QuantKernels& quant_kernels_avx2();
+const QuantKernels& quant_kernels_avx512();
+// The table for cachegen::simd_path().
+const QuantKernels& quant_kernels();
+
+}  // namespace cachegen::detail

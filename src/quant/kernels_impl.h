@@ -1,0 +1,114 @@
+// Internal: the kernel bodies, included by one .cpp per SIMD target (compiled with that
+// target's flags) inside a distinct namespace. Plain loops the compiler vectorises; the
+// fp16 conversions use F16C where the including file provides CACHEGEN_HAVE_F16C.
+//
+// Rounding: round_half_even(v) for v in [-1, 256] is (v + 1.5*2^23) - 1.5*2^23: the sum lies
+// in [2^23, 2^24), where the fp32 spacing is 1, so the addition itself rounds half-to-even.
+// This is branch-free and identical on every target (no roundps/SSE4.1 needed).
+#pragma once
+
+#include <cstring>
+
+#include "cachegen/half.h"
+#include "quant/kernels.h"
+
+#if defined(CACHEGEN_HAVE_F16C)
+#include <immintrin.h>
+#endif
+
+namespace cachegen::detail::CACHEGEN_KERNEL_NS {
+
+inline constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
+
+// Local min/max (not std::): an inline function shared with another target's TU could be
+// merged by the linker into a copy compiled for the wrong instruction set.
+static inline float min_f(float a, float b) {
+  return a < b ? a : b;
+}
+static inline float max_f(float a, float b) {
+  return a > b ? a : b;
+}
+
+static void f16_to_f32(const uint16_t* in, float* out, size_t n) {
+  size_t i = 0;
+#if defined(CACHEGEN_HAVE_F16C)
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) out[i] = half_to_float(Half{in[i]});
+}
+
+static void bf16_to_f32(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = static_cast<uint32_t>(in[i]) << 16;
+    std::memcpy(out + i, &u, sizeof(float));
+  }
+}
+
+static bool all_finite(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+static void minmax_rows(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+  for (size_t c = 0; c < dim; ++c) mn[c] = mx[c] = x[c];
+  for (size_t r = 1; r < rows; ++r) {
+    const float* row = x + r * dim;
+    for (size_t c = 0; c < dim; ++c) {
+      mn[c] = min_f(mn[c], row[c]);
+      mx[c] = max_f(mx[c], row[c]);
+    }
+  }
+}
+
+static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,
+                          const float* zero, float max_code, uint8_t* codes) {
+  const float hi = max_code + 1.0f;
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = x + r * dim;
+    uint8_t* out = codes + r * dim;
+    for (size_t c = 0; c < dim; ++c) {
+      float v = (row[c] - zero[c]) / scale[c];
+      // Pre-clamp keeps the rounding trick in range; the final clamp is the reference's.
+      v = min_f(max_f(v, -1.0f), hi);
+      float q = (v + kRoundMagic) - kRoundMagic;
+      q = min_f(max_f(q, 0.0f), max_code);
+      out[c] = static_cast<uint8_t>(static_cast<int32_t>(q));
+    }
+  }
+}
+
+static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
+                         const float* zero, uint16_t* out) {
+  for (size_t r = 0; r < rows; ++r) {
+    const uint8_t* in = codes + r * dim;
+    uint16_t* o = out + r * dim;
+    size_t c = 0;
+#if defined(CACHEGEN_HAVE_F16C)
+    for (; c + 8 <= dim; c += 8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + c));
+      const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+      const __m256 y =
+          _mm256_add_ps(_mm256_mul_ps(f, _mm256_loadu_ps(scale + c)), _mm256_loadu_ps(zero + c));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c),
+                       _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+#endif
+    for (; c < dim; ++c) {
+      const float y = static_cast<float>(in[c]) * scale[c] + zero[c];
+      o[c] = float_to_half(y).bits;
+    }
+  }
+}
+
+inline const QuantKernels kTable = {f16_to_f32,  bf16_to_f32,   all_finite,
+                                    minmax_rows, quantize_rows, dequant_rows};
+
+}  // namespace cachegen::detail::CACHEGEN_KERNEL_NS
