@@ -8,8 +8,8 @@
 // Thread safety: every function here is re-entrant; the *_batch functions use
 // cachegen::thread_count() worker threads and give results identical to the loop over heads.
 // Errors: every function throws cachegen::Error(invalid_argument) naming the bad argument
-// for bits outside 1..8, group_size 0, NaN/Inf input values, mismatched sizes, or sizes whose
-// products overflow.
+// for bits outside 1..8, group_size outside 1..kMaxGroupSize, NaN/Inf input values, mismatched
+// sizes, or sizes whose products overflow.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +20,10 @@
 #include "cachegen/half.h"
 
 namespace cachegen {
+
+// Largest accepted group_size: padding is stored, so a huge group would turn a short
+// stream into a huge allocation.
+inline constexpr size_t kMaxGroupSize = 65536;
 
 // Quantized codes of one [n_rows, dim] block.
 struct CodeStream {

@@ -17,7 +17,10 @@ enum class InputType { f32, f16, bf16 };
 // Validates shapes and returns the stream skeleton with codes/scale/zero allocated.
 CodeStream make_stream(size_t x_size, size_t n_rows, size_t dim, int bits, size_t group_size) {
   detail::check_bits(bits);
-  if (group_size == 0) invalid("group_size must be >= 1, got 0");
+  if (group_size == 0 || group_size > kMaxGroupSize) {
+    invalid("group_size must be in 1.." + std::to_string(kMaxGroupSize) + ", got " +
+            std::to_string(group_size));
+  }
   if (dim == 0) invalid("dim (channels per row) must be >= 1, got 0");
   const size_t want = checked_mul(n_rows, dim, "x (n_rows * dim)");
   if (x_size != want) {
@@ -144,7 +147,10 @@ CodeStream quantize_with_params(std::span<const float> x, size_t n_rows, size_t 
 
 void validate(const CodeStream& s) {
   detail::check_bits(s.bits, "stream.bits");
-  if (s.group_size == 0) invalid("stream.group_size must be >= 1, got 0");
+  if (s.group_size == 0 || s.group_size > kMaxGroupSize) {
+    invalid("stream.group_size must be in 1.." + std::to_string(kMaxGroupSize) + ", got " +
+            std::to_string(s.group_size));
+  }
   if (s.dim == 0) invalid("stream.dim must be >= 1, got 0");
   const size_t n_groups = s.n_rows / s.group_size + (s.n_rows % s.group_size != 0);
   const size_t padded = checked_mul(n_groups, s.group_size, "stream padded rows");

@@ -1,1 +1,114 @@
+// .npy reading and writing; hostile headers give clear errors.
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cachegen/error.h"
+#include "cachegen/npy.h"
+
+namespace cachegen {
+namespace {
+
+std::vector<uint8_t> with_header(const std::string& header, size_t data_bytes) {
+  std::vector<uint8_t> b = {0x93,
+                            'N',
+                            'U',
+                            'M',
+                            'P',
+                            'Y',
+                            1,
+                            0,
+                            static_cast<uint8_t>(header.size() & 0xff),
+                            static_cast<uint8_t>(header.size() >> 8)};
+  b.insert(b.end(), header.begin(), header.end());
+  b.resize(b.size() + data_bytes, 0);
+  return b;
+}
+
+ErrorCode error_of(const std::vector<uint8_t>& b) {
+  try {
+    parse_npy(b);
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::ok;
+}
+
+TEST(Npy, RoundTripEveryDtype) {
+  for (NpyDType t : {NpyDType::u8, NpyDType::i16, NpyDType::i32, NpyDType::i64, NpyDType::f16,
+                     NpyDType::bf16, NpyDType::f32, NpyDType::f64}) {
+    NpyArray a;
+    a.dtype = t;
+    a.shape = {2, 3, 5};
+    a.data.resize(30 * npy_dtype_size(t));
+    for (size_t i = 0; i < a.data.size(); ++i) a.data[i] = static_cast<uint8_t>(i * 31);
+    const std::vector<uint8_t> bytes = serialize_npy(a);
+    EXPECT_EQ((bytes.size() - a.data.size()) % 64, 0u);
+    const NpyArray b = parse_npy(bytes);
+    EXPECT_EQ(b.dtype, t);
+    EXPECT_EQ(b.shape, a.shape);
+    EXPECT_EQ(b.data, a.data);
+  }
+  NpyArray one;
+  one.dtype = NpyDType::f32;
+  one.shape = {4};
+  one.data.resize(16);
+  EXPECT_EQ(parse_npy(serialize_npy(one)).shape, std::vector<size_t>{4});
+}
+
+TEST(Npy, FileRoundTripIsAtomic) {
+  const std::string path = ::testing::TempDir() + "/cachegen_npy_test.npy";
+  NpyArray a;
+  a.dtype = NpyDType::u8;
+  a.shape = {3};
+  a.data = {1, 2, 3};
+  write_npy(path, a);
+  EXPECT_EQ(read_npy(path).data, a.data);
+  std::remove(path.c_str());
+  try {
+    read_npy(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::not_found);
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+}
+
+TEST(Npy, HostileInputsRejected) {
+  const std::string ok = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";
+  EXPECT_EQ(error_of(with_header(ok, 16)), ErrorCode::ok);
+  EXPECT_EQ(error_of(with_header(ok, 15)), ErrorCode::truncated_input);
+  EXPECT_EQ(error_of(with_header(ok, 17)), ErrorCode::corrupt_input);
+  EXPECT_EQ(error_of({}), ErrorCode::truncated_input);
+  auto bad_magic = with_header(ok, 16);
+  bad_magic[1] = 'X';
+  EXPECT_EQ(error_of(bad_magic), ErrorCode::corrupt_input);
+  auto bad_version = with_header(ok, 16);
+  bad_version[6] = 9;
+  EXPECT_EQ(error_of(bad_version), ErrorCode::unsupported_version);
+  // A huge shape must fail on size, not allocate.
+  EXPECT_EQ(
+      error_of(with_header(
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }", 0)),
+      ErrorCode::invalid_argument);
+  EXPECT_EQ(
+      error_of(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000,), }", 8)),
+      ErrorCode::truncated_input);
+  EXPECT_EQ(error_of(with_header("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", 4)),
+            ErrorCode::corrupt_input);
+  EXPECT_EQ(error_of(with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", 4)),
+            ErrorCode::corrupt_input);
+  EXPECT_EQ(error_of(with_header("{'descr': '<f4', 'shape': (1,), }", 4)),
+            ErrorCode::corrupt_input);
+  EXPECT_EQ(error_of(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1,", 4)),
+            ErrorCode::corrupt_input);
+  // Every truncation of a valid file is an error, never a crash.
+  const auto full = with_header(ok, 16);
+  for (size_t n = 0; n < full.size(); ++n) {
+    EXPECT_NE(error_of(std::vector<uint8_t>(full.begin(), full.begin() + n)), ErrorCode::ok) << n;
+  }
+}
+
+}  // namespace
+}  // namespace cachegen
