@@ -54,6 +54,15 @@ CodeStream quantize_to_codes(std::span<const Half> x, size_t n_rows, size_t dim,
 CodeStream quantize_to_codes(std::span<const BFloat16> x, size_t n_rows, size_t dim, int bits,
                              size_t group_size = 32);
 
+// Same, into `out`, reusing its buffers' capacity (no allocation once warm): for callers
+// that quantize many blocks in a loop.
+void quantize_to_codes_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                            size_t group_size, CodeStream& out);
+void quantize_to_codes_into(std::span<const Half> x, size_t n_rows, size_t dim, int bits,
+                            size_t group_size, CodeStream& out);
+void quantize_to_codes_into(std::span<const BFloat16> x, size_t n_rows, size_t dim, int bits,
+                            size_t group_size, CodeStream& out);
+
 // Quantizes against caller-given parameters scale/zero [n_groups, dim] (e.g. parameters
 // rounded to a storage precision by a codec): code = clamp(round_half_even((x - zero) /
 // scale), 0, 2^bits - 1), in fp32. Scales must be finite and > 0, zeros finite.
@@ -109,8 +118,14 @@ std::vector<CodeStream> quantize_to_codes_batch(std::span<const Half> x, size_t 
 std::vector<CodeStream> quantize_to_codes_batch(std::span<const BFloat16> x, size_t n_heads,
                                                 size_t n_rows, size_t dim, int bits,
                                                 size_t group_size = 32);
+// Same, into `out` (resized to G streams, each reusing its buffers).
+void quantize_to_codes_batch_into(std::span<const Half> x, size_t n_heads, size_t n_rows,
+                                  size_t dim, int bits, size_t group_size,
+                                  std::vector<CodeStream>& out);
 // fp16 [G, n_rows, dim]; all streams must share n_rows and dim.
 std::vector<Half> dequant_codes_batch(std::span<const CodeStream> streams);
+// Same, into out (out.size() must be G * n_rows * dim).
+void dequant_codes_batch_into(std::span<const CodeStream> streams, std::span<Half> out);
 // Sum over streams of entropy_coded_bytes / fixed_width_bytes.
 size_t entropy_coded_bytes_batch(std::span<const CodeStream> streams, bool use_delta = true,
                                  bool per_channel = true);

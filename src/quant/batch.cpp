@@ -9,18 +9,25 @@ namespace cachegen {
 namespace {
 
 template <typename T>
-std::vector<CodeStream> quantize_batch_impl(std::span<const T> x, size_t n_heads, size_t n_rows,
-                                            size_t dim, int bits, size_t group_size) {
+void quantize_batch_impl(std::span<const T> x, size_t n_heads, size_t n_rows, size_t dim,
+                         int bits, size_t group_size, std::vector<CodeStream>& out) {
   const size_t head = detail::checked_mul(n_rows, dim, "x (n_rows * dim)");
   const size_t want = detail::checked_mul(n_heads, head, "x (n_heads * n_rows * dim)");
   if (x.size() != want) {
     detail::invalid("x has " + std::to_string(x.size()) +
                     " values, expected n_heads * n_rows * dim = " + std::to_string(want));
   }
-  std::vector<CodeStream> out(n_heads);
+  out.resize(n_heads);
   detail::parallel_for(n_heads, [&](size_t h) {
-    out[h] = quantize_to_codes(x.subspan(h * head, head), n_rows, dim, bits, group_size);
+    quantize_to_codes_into(x.subspan(h * head, head), n_rows, dim, bits, group_size, out[h]);
   });
+}
+
+template <typename T>
+std::vector<CodeStream> quantize_batch_impl(std::span<const T> x, size_t n_heads, size_t n_rows,
+                                            size_t dim, int bits, size_t group_size) {
+  std::vector<CodeStream> out;
+  quantize_batch_impl(x, n_heads, n_rows, dim, bits, group_size, out);
   return out;
 }
 
@@ -42,8 +49,15 @@ std::vector<CodeStream> quantize_to_codes_batch(std::span<const BFloat16> x, siz
   return quantize_batch_impl(x, n_heads, n_rows, dim, bits, group_size);
 }
 
-std::vector<Half> dequant_codes_batch(std::span<const CodeStream> streams) {
-  if (streams.empty()) return {};
+void quantize_to_codes_batch_into(std::span<const Half> x, size_t n_heads, size_t n_rows,
+                                  size_t dim, int bits, size_t group_size,
+                                  std::vector<CodeStream>& out) {
+  quantize_batch_impl(x, n_heads, n_rows, dim, bits, group_size, out);
+}
+
+void dequant_codes_batch_into(std::span<const CodeStream> streams, std::span<Half> out) {
+  if (streams.empty() && out.empty()) return;
+  if (streams.empty()) detail::invalid("dequant_codes_batch: no streams");
   const size_t n_rows = streams[0].n_rows, dim = streams[0].dim;
   for (size_t h = 0; h < streams.size(); ++h) {
     validate(streams[h]);
@@ -54,10 +68,21 @@ std::vector<Half> dequant_codes_batch(std::span<const CodeStream> streams) {
     }
   }
   const size_t head = n_rows * dim;
-  std::vector<Half> out(detail::checked_mul(streams.size(), head, "batch output"));
+  if (out.size() != detail::checked_mul(streams.size(), head, "batch output")) {
+    detail::fail(ErrorCode::output_too_small,
+                 "dequant_codes_batch: out has " + std::to_string(out.size()) +
+                     " values, expected G * n_rows * dim = " + std::to_string(streams.size() * head));
+  }
   detail::parallel_for(streams.size(), [&](size_t h) {
-    dequant_codes_into(streams[h], std::span<Half>(out).subspan(h * head, head));
+    dequant_codes_into(streams[h], out.subspan(h * head, head));
   });
+}
+
+std::vector<Half> dequant_codes_batch(std::span<const CodeStream> streams) {
+  if (streams.empty()) return {};
+  const size_t head = detail::checked_mul(streams[0].n_rows, streams[0].dim, "batch output");
+  std::vector<Half> out(detail::checked_mul(streams.size(), head, "batch output"));
+  dequant_codes_batch_into(streams, out);
   return out;
 }
 

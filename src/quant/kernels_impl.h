@@ -57,15 +57,20 @@ static bool all_finite(const float* x, size_t n) {
   return bad == 0;
 }
 
-static void minmax_rows(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+static bool minmax_rows(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+  uint32_t bad = 0;
   for (size_t c = 0; c < dim; ++c) mn[c] = mx[c] = x[c];
-  for (size_t r = 1; r < rows; ++r) {
+  for (size_t r = 0; r < rows; ++r) {
     const float* row = x + r * dim;
     for (size_t c = 0; c < dim; ++c) {
+      uint32_t u;
+      std::memcpy(&u, row + c, sizeof u);
+      bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
       mn[c] = min_f(mn[c], row[c]);
       mx[c] = max_f(mx[c], row[c]);
     }
   }
+  return bad == 0;
 }
 
 static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,

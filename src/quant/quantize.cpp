@@ -14,8 +14,9 @@ using detail::invalid;
 
 enum class InputType { f32, f16, bf16 };
 
-// Validates shapes and returns the stream skeleton with codes/scale/zero allocated.
-CodeStream make_stream(size_t x_size, size_t n_rows, size_t dim, int bits, size_t group_size) {
+// Validates shapes and shapes `s` (codes/scale/zero sized; existing capacity reused).
+void make_stream(size_t x_size, size_t n_rows, size_t dim, int bits, size_t group_size,
+                 CodeStream& s) {
   detail::check_bits(bits);
   if (group_size == 0 || group_size > kMaxGroupSize) {
     invalid("group_size must be in 1.." + std::to_string(kMaxGroupSize) + ", got " +
@@ -27,7 +28,6 @@ CodeStream make_stream(size_t x_size, size_t n_rows, size_t dim, int bits, size_
     invalid("x has " + std::to_string(x_size) + " values, expected n_rows * dim = " +
             std::to_string(n_rows) + " * " + std::to_string(dim));
   }
-  CodeStream s;
   s.n_rows = n_rows;
   s.dim = dim;
   s.bits = bits;
@@ -37,7 +37,6 @@ CodeStream make_stream(size_t x_size, size_t n_rows, size_t dim, int bits, size_
   s.codes.resize(checked_mul(padded_rows, dim, "codes (n_groups * group_size * dim)"));
   s.scale.resize(n_groups * dim);
   s.zero.resize(n_groups * dim);
-  return s;
 }
 
 // Rows [row0, row0 + rows) of x as fp32: a pointer into x, or converted into scratch.
@@ -71,20 +70,20 @@ void pad_last_group(CodeStream& s) {
 
 // The reference quantizer. Padding rows are copies of the last row, so they cannot change a
 // group's min/max: only real rows are scanned.
-CodeStream quantize_impl(const void* x, InputType type, size_t x_size, size_t n_rows, size_t dim,
-                         int bits, size_t group_size) {
-  CodeStream s = make_stream(x_size, n_rows, dim, bits, group_size);
+void quantize_impl(const void* x, InputType type, size_t x_size, size_t n_rows, size_t dim,
+                   int bits, size_t group_size, CodeStream& s) {
+  make_stream(x_size, n_rows, dim, bits, group_size, s);
   const detail::QuantKernels& k = detail::quant_kernels();
   const float max_code = static_cast<float>((1 << bits) - 1);
-  std::vector<float> scratch, mx(dim);
+  thread_local std::vector<float> scratch, mx;
+  mx.resize(dim);
   for (size_t g = 0; g < s.n_groups(); ++g) {
     const size_t row0 = g * group_size;
     const size_t rows = std::min(group_size, n_rows - row0);
     const float* xs = group_rows_f32(x, type, row0, rows, dim, k, scratch);
-    if (!k.all_finite(xs, rows * dim)) non_finite(g, group_size);
     float* mn = s.zero.data() + g * dim;
     float* scale = s.scale.data() + g * dim;
-    k.minmax_rows(xs, rows, dim, mn, mx.data());
+    if (!k.minmax_rows(xs, rows, dim, mn, mx.data())) non_finite(g, group_size);
     for (size_t c = 0; c < dim; ++c) {
       const float range = mx[c] - mn[c];
       if (!(range <= 3.4028234e38f))
@@ -95,28 +94,46 @@ CodeStream quantize_impl(const void* x, InputType type, size_t x_size, size_t n_
     k.quantize_rows(xs, rows, dim, scale, mn, max_code, s.codes.data() + row0 * dim);
   }
   pad_last_group(s);
-  return s;
 }
 
 }  // namespace
 
 CodeStream quantize_to_codes(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                              size_t group_size) {
-  return quantize_impl(x.data(), InputType::f32, x.size(), n_rows, dim, bits, group_size);
+  CodeStream s;
+  quantize_impl(x.data(), InputType::f32, x.size(), n_rows, dim, bits, group_size, s);
+  return s;
+}
+void quantize_to_codes_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                            size_t group_size, CodeStream& out) {
+  quantize_impl(x.data(), InputType::f32, x.size(), n_rows, dim, bits, group_size, out);
 }
 CodeStream quantize_to_codes(std::span<const Half> x, size_t n_rows, size_t dim, int bits,
                              size_t group_size) {
-  return quantize_impl(x.data(), InputType::f16, x.size(), n_rows, dim, bits, group_size);
+  CodeStream s;
+  quantize_impl(x.data(), InputType::f16, x.size(), n_rows, dim, bits, group_size, s);
+  return s;
+}
+void quantize_to_codes_into(std::span<const Half> x, size_t n_rows, size_t dim, int bits,
+                            size_t group_size, CodeStream& out) {
+  quantize_impl(x.data(), InputType::f16, x.size(), n_rows, dim, bits, group_size, out);
 }
 CodeStream quantize_to_codes(std::span<const BFloat16> x, size_t n_rows, size_t dim, int bits,
                              size_t group_size) {
-  return quantize_impl(x.data(), InputType::bf16, x.size(), n_rows, dim, bits, group_size);
+  CodeStream s;
+  quantize_impl(x.data(), InputType::bf16, x.size(), n_rows, dim, bits, group_size, s);
+  return s;
+}
+void quantize_to_codes_into(std::span<const BFloat16> x, size_t n_rows, size_t dim, int bits,
+                            size_t group_size, CodeStream& out) {
+  quantize_impl(x.data(), InputType::bf16, x.size(), n_rows, dim, bits, group_size, out);
 }
 
 CodeStream quantize_with_params(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                                 size_t group_size, std::span<const float> scale,
                                 std::span<const float> zero) {
-  CodeStream s = make_stream(x.size(), n_rows, dim, bits, group_size);
+  CodeStream s;
+  make_stream(x.size(), n_rows, dim, bits, group_size, s);
   if (scale.size() != s.scale.size() || zero.size() != s.zero.size()) {
     invalid("scale/zero must have n_groups * dim = " + std::to_string(s.scale.size()) +
             " values, got " + std::to_string(scale.size()) + " / " + std::to_string(zero.size()));

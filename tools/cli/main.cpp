@@ -1,1 +1,54 @@
-int main() {}
+// cachegen: command-line tool. Exit codes: 0 success, 1 a cachegen error (message on
+// stderr names what was wrong), 2 bad usage.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "cachegen/error.h"
+#include "commands.h"
+
+namespace cachegen::cli {
+
+std::string find_data_file(const std::string& explicit_dir, const std::string& relative) {
+  std::vector<std::string> dirs;
+  if (!explicit_dir.empty()) {
+    dirs.push_back(explicit_dir);  // an explicit directory is the only place looked at
+  } else {
+    if (const char* env = std::getenv("CACHEGEN_DATA_DIR")) dirs.push_back(env);
+    dirs.push_back(CACHEGEN_INSTALL_DATA_DIR);
+    dirs.push_back(CACHEGEN_SOURCE_DATA_DIR);
+  }
+  for (const std::string& d : dirs) {
+    const std::filesystem::path p = std::filesystem::path(d) / relative;
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  std::string tried;
+  for (const std::string& d : dirs) tried += "\n  " + d;
+  throw Error(ErrorCode::not_found,
+              "data file '" + relative + "' not found; looked in:" + tried +
+                  "\n(set --data DIR or CACHEGEN_DATA_DIR)");
+}
+
+}  // namespace cachegen::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"cachegen: compress the KV caches of large language models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "cachegen 0.1.0");
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks");
+  bench->require_subcommand(1);
+  cachegen::cli::add_bench_seed(*bench);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  } catch (const cachegen::Error& e) {
+    std::fprintf(stderr, "cachegen: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cachegen: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

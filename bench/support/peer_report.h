@@ -1,0 +1,29 @@
+// Benchmark support: run Google Benchmark, keep every result, and print each speed as a
+// ratio to a peer measured in the same run (memcpy, zstd), because the machines are shared
+// and noisy: absolute numbers drift, ratios much less.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cachegen::bench {
+
+struct Result {
+  double bytes_per_second = 0;  // counters "bytes_per_second" (Google Benchmark's SetBytesProcessed)
+  double items_per_second = 0;  // SetItemsProcessed
+  double real_time_ns = 0;      // per iteration
+};
+
+// Runs the registered benchmarks (argc/argv as Google Benchmark takes them), printing the
+// usual console table unless `quiet`, and returns results by benchmark name.
+std::map<std::string, Result> run_benchmarks(int* argc, char** argv, bool quiet = false);
+
+// One row of a comparison table: `name`'s speed next to `peer`'s, as a ratio.
+struct Comparison {
+  std::string label, name, peer;
+};
+void print_comparisons(const std::map<std::string, Result>& results,
+                       const std::vector<Comparison>& rows);
+
+}  // namespace cachegen::bench

@@ -1,0 +1,16 @@
+// The cachegen CLI's subcommands. Each registers itself on the CLI11 app and runs through
+// the public API only.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace cachegen::cli {
+
+// `cachegen bench seed`: the reference's synthetic benchmark.
+void add_bench_seed(CLI::App& bench);
+
+// Where the CLI finds its data (the seed benchmark inputs): --data, $CACHEGEN_DATA_DIR, the
+// installed share/cachegen, then the source tree's tests/data.
+std::string find_data_file(const std::string& explicit_dir, const std::string& relative);
+
+}  // namespace cachegen::cli
