@@ -1,0 +1,120 @@
+// cachegen: the entropy-coder layer. Lossless rANS bitstreams for quantized KV codes.
+//
+// One *code stream* holds one CodeStream (a head's [n_rows, dim] codes plus its per-group
+// scale/zero). Every channel (column) gets its own model, chosen by the encoder among
+//   constant (0 bits), uniform (= fixed-width packing), a frequency table over raw codes, or a
+//   frequency table over token deltas (mod 2^bits, predicted across group boundaries through the
+//   group parameters),
+// and the choice is recorded in the stream. The byte layout is specified in docs/FORMAT.md
+// ("Codec stream").
+//
+// Guarantees:
+//  - Lossless over codes: decode(encode(s)) gives back s.codes (real rows; padding rows are
+//    re-created as copies of the last real row) and scale/zero bit-exactly, so dequantizing the
+//    decoded stream equals dequant_codes(s).
+//  - Deterministic: the same input gives the same bytes on every machine, thread count and SIMD
+//    path (encoder decisions use integer arithmetic only).
+//  - Hostile input: every decode function either returns a valid result or throws
+//    cachegen::Error with corrupt_input / truncated_input / unsupported_version (or
+//    invalid_argument when the stream exceeds DecodeOptions limits). Nothing is allocated from
+//    a header field before it is bounded.
+//
+// Thread safety: all functions are re-entrant. *_batch functions use cachegen::thread_count()
+// threads; their output does not depend on the thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cachegen/half.h"
+#include "cachegen/quant.h"
+
+namespace cachegen {
+
+// How group parameters are stored. Frozen in the format (the stream records the value).
+enum class ParamPrecision : uint8_t {
+  fp32 = 0,     // lossless: 4-byte IEEE floats
+  fp16 = 1,     // 2-byte IEEE halves (exact only for values representable in fp16)
+  compact = 2,  // scale: fp32 with `scale_mantissa_bits` significand bits (rounded up);
+                // zero: integer multiple of scale * 2^-zero_step_log2 (rounded down);
+                // both predicted from the previous group of the channel, Exp-Golomb coded.
+};
+
+struct EncodeOptions {
+  // encode(): params are always kept exactly; the encoder picks the smallest of fp32, fp16 and
+  // compact that represents every parameter bit-exactly. encode_values(): params are rounded
+  // to the compact grid below (or fp16, whichever codes smaller); see encode_values.
+  // Compact grid: scale keeps this many fractional significand bits (1..23). Rounding a scale
+  // up by at most 2^-scale_mantissa_bits relative widens the quantization step by that much.
+  int scale_mantissa_bits = 6;
+  // Compact grid: zero is a multiple of scale * 2^-zero_step_log2 (0..8).
+  int zero_step_log2 = 4;
+  // Allow per-channel token-delta models (off forces raw-code models; for experiments).
+  bool allow_delta = true;
+};
+
+struct DecodeOptions {
+  // Streams describing more than this many elements (n_rows * dim, per head) are rejected
+  // with invalid_argument before anything is allocated.
+  size_t max_elements = size_t{1} << 30;
+};
+
+// ---- One head ------------------------------------------------------------------------
+
+// Encodes a valid CodeStream (validate() is called; invalid_argument otherwise).
+std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& options = {});
+
+// Quantizes x[n_rows, dim] (fp32, row-major) with parameters rounded to the codec's compact
+// grid and encodes the result: the lossy entry point whose size `bench seed` reports as
+// coded_bytes. Per group and channel, with min/max of the group (padding rows included):
+//   zero  = the largest grid value <= min; scale = the smallest grid value with
+//   zero + scale * (2^bits - 1) >= max (and >= 1e-8),
+// then codes = quantize_with_params(x, ..., scale, zero). Max abs error per element stays
+// <= scale/2; scale exceeds the reference's (max-min)/(2^bits-1) by at most a factor
+// (1 + 2^-scale_mantissa_bits) * (2^bits-1) / (2^bits-1 - 2^-zero_step_log2).
+// If the returned pointer `quantized` is non-null it receives the CodeStream that was coded
+// (so decode(result) == *quantized).
+std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                                   size_t group_size = 32, const EncodeOptions& options = {},
+                                   CodeStream* quantized = nullptr);
+
+// Decodes one code stream back to codes + params (padding rows restored).
+CodeStream decode(std::span<const uint8_t> bytes, const DecodeOptions& options = {});
+// Decodes straight to fp16 [n_rows, dim]; identical to dequant_codes(decode(bytes)).
+std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options = {});
+
+// ---- A batch of G heads (one layer's K or V) ------------------------------------------
+// Container of G independent code streams; heads are encoded/decoded in parallel. Heads may
+// differ in shape.
+std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
+                                  const EncodeOptions& options = {});
+// x laid out [n_heads, n_rows, dim]; per head as encode_values.
+std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
+                                         size_t dim, int bits, size_t group_size = 32,
+                                         const EncodeOptions& options = {});
+std::vector<CodeStream> decode_batch(std::span<const uint8_t> bytes,
+                                     const DecodeOptions& options = {});
+// fp16 [G, n_rows, dim]; all heads must share n_rows and dim (corrupt_input otherwise).
+std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
+                                       const DecodeOptions& options = {});
+
+// ---- Size accounting -------------------------------------------------------------------
+
+struct CodedSizeReport {
+  size_t coded_bytes = 0;         // the whole stream, headers, params and models included
+  size_t header_bytes = 0;        // fixed header fields
+  size_t param_bytes = 0;         // group scale/zero
+  size_t model_bytes = 0;         // per-channel model descriptions (byte-rounded share)
+  size_t payload_bytes = 0;       // rANS states + words
+  double code_entropy_bytes = 0;  // sum over channels of n * H(chosen representation) / 8
+  size_t n_raw_channels = 0, n_delta_channels = 0, n_constant_channels = 0, n_uniform_channels = 0;
+  // coded_bytes - param_bytes over code_entropy_bytes: the coder's and models' overhead over
+  // the per-channel empirical entropy of the chosen representation (1.0 = ideal).
+  double code_ratio_over_entropy() const noexcept;
+};
+// Encodes and breaks the size down. `stream_bytes` is an already encoded stream.
+CodedSizeReport coded_size_report(std::span<const uint8_t> stream_bytes);
+
+}  // namespace cachegen

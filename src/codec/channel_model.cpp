@@ -1,0 +1,221 @@
+#include "codec/channel_model.h"
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace cachegen::detail {
+namespace {
+
+constexpr int kKindBits = 2, kPrecisionBits = 4, kEgOrderBits = 2;
+
+// Normalises counts to frequencies summing to 2^t, every present symbol >= 1. Deterministic
+// integer arithmetic; returns false when 2^t cannot hold every present symbol.
+bool normalize(std::span<const uint32_t> counts, uint64_t total, int t,
+               std::vector<uint16_t>& freq) {
+  const uint32_t target = 1u << t;
+  freq.assign(counts.size(), 0);
+  uint32_t sum = 0;
+  size_t n_present = 0, most = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    if (counts[s] == 0) continue;
+    ++n_present;
+    uint64_t f = (static_cast<uint64_t>(counts[s]) * target + total / 2) / total;
+    if (f == 0) f = 1;
+    freq[s] = static_cast<uint16_t>(f > target ? target : f);
+    sum += freq[s];
+    if (counts[s] > counts[most] || counts[most] == 0) most = s;
+  }
+  if (n_present > target) return false;
+  while (sum > target) {  // take from the largest frequency (lowest symbol on ties)
+    size_t big = most;
+    for (size_t s = 0; s < freq.size(); ++s)
+      if (freq[s] > freq[big]) big = s;
+    const uint32_t take = sum - target < freq[big] - 1u ? sum - target : freq[big] - 1u;
+    freq[big] = static_cast<uint16_t>(freq[big] - take);
+    sum -= take;
+  }
+  freq[most] = static_cast<uint16_t>(freq[most] + (target - sum));
+  return true;
+}
+
+void fill_cum(ChannelTable& table) {
+  table.cum.assign(table.freq.size(), 0);
+  uint32_t c = 0;
+  for (size_t s = 0; s < table.freq.size(); ++s) {
+    table.cum[s] = static_cast<uint16_t>(c);
+    c += table.freq[s];
+  }
+}
+
+// Bits of the frequency list (after the kind/precision/order fields) for one table.
+uint64_t list_bits(ChannelKind kind, const std::vector<uint16_t>& freq, int bits, int k) {
+  uint32_t last = 0;
+  for (uint32_t j = 0; j < freq.size(); ++j)
+    if (freq[table_order_symbol(kind, j, bits)] != 0) last = j;
+  uint64_t n = static_cast<uint64_t>(bits);
+  for (uint32_t j = 0; j < last; ++j)
+    n += BitWriter::exp_golomb_bits(freq[table_order_symbol(kind, j, bits)], k);
+  return n;
+}
+
+// Best table over one histogram: precision t and Exp-Golomb order k.
+ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
+                        int bits) {
+  ChannelModel best;
+  best.kind = kind;
+  best.cost_fp = UINT64_MAX;
+  uint64_t total = 0;
+  for (uint32_t c : counts) total += c;
+  std::vector<uint16_t> freq;
+  for (int t = 1; t <= max_table_precision(n_rows); ++t) {
+    if (!normalize(counts, total, t, freq)) continue;
+    uint64_t data = 0;
+    for (size_t s = 0; s < counts.size(); ++s) {
+      if (counts[s] != 0)
+        data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
+    }
+    for (int k = 0; k < (1 << kEgOrderBits); ++k) {
+      const uint64_t desc =
+          kKindBits + kPrecisionBits + kEgOrderBits + list_bits(kind, freq, bits, k);
+      const uint64_t cost = (desc << 16) + data;
+      if (cost < best.cost_fp) {
+        best.cost_fp = cost;
+        best.eg_k = k;
+        best.table.t = t;
+        best.table.freq = freq;
+      }
+    }
+  }
+  fill_cum(best.table);
+  return best;
+}
+
+}  // namespace
+
+int max_table_precision(size_t n_rows) {
+  int lg = 0;
+  while (lg < 12 && (size_t{1} << lg) < n_rows) ++lg;
+  const int t = lg + 1;
+  return t > kMaxPrecision ? kMaxPrecision : t;
+}
+
+uint32_t log2_fixed(uint32_t v) {
+  // Integer part from the bit length, then 16 fractional bits by repeated squaring of the
+  // mantissa held in 1.31 fixed point.
+  int ip = 31 - __builtin_clz(v);
+  uint64_t m = static_cast<uint64_t>(v) << (31 - ip);  // in [2^31, 2^32)
+  uint32_t frac = 0;
+  for (int i = 15; i >= 0; --i) {
+    m = (m * m) >> 31;
+    if (m >= (uint64_t{1} << 32)) {
+      m >>= 1;
+      frac |= 1u << i;
+    }
+  }
+  return (static_cast<uint32_t>(ip) << 16) | frac;
+}
+
+uint32_t table_order_symbol(ChannelKind kind, uint32_t index, int bits) {
+  if (kind != ChannelKind::delta_table) return index;
+  const int32_t signed_delta =
+      (index & 1) ? -static_cast<int32_t>((index + 1) >> 1) : static_cast<int32_t>(index >> 1);
+  return static_cast<uint32_t>(signed_delta) & ((1u << bits) - 1);
+}
+
+ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
+                                  std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
+  const size_t n_syms = size_t{1} << bits;
+  size_t n_present = 0, only = 0;
+  for (size_t s = 0; s < n_syms; ++s)
+    if (raw_counts[s] != 0) ++n_present, only = s;
+  ChannelModel best;
+  if (n_present <= 1) {
+    best.kind = ChannelKind::constant;
+    best.constant_symbol = static_cast<uint8_t>(only);
+    best.cost_fp = static_cast<uint64_t>(kKindBits + bits) << 16;
+  } else {
+    best.kind = ChannelKind::uniform;
+    best.cost_fp = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
+    ChannelModel raw = best_table(ChannelKind::raw_table, raw_counts, n_rows, bits);
+    if (raw.cost_fp < best.cost_fp) best = std::move(raw);
+    if (!delta_counts.empty()) {
+      ChannelModel delta = best_table(ChannelKind::delta_table, delta_counts, n_rows, bits);
+      if (delta.cost_fp < best.cost_fp) best = std::move(delta);
+    }
+  }
+  // The coder's view of the non-table kinds.
+  if (best.kind == ChannelKind::constant) {
+    best.table.t = 0;
+    best.table.freq.assign(n_syms, 0);
+    best.table.freq[best.constant_symbol] = 1;
+    fill_cum(best.table);
+  } else if (best.kind == ChannelKind::uniform) {
+    best.table.t = bits;
+    best.table.freq.assign(n_syms, 1);
+    fill_cum(best.table);
+  }
+  return best;
+}
+
+void write_channel_model(BitWriter& w, const ChannelModel& model, int bits) {
+  w.put(static_cast<uint64_t>(model.kind), kKindBits);
+  if (model.kind == ChannelKind::constant) {
+    w.put(model.constant_symbol, bits);
+    return;
+  }
+  if (model.kind == ChannelKind::uniform) return;
+  w.put(static_cast<uint64_t>(model.table.t - 1), kPrecisionBits);
+  w.put(static_cast<uint64_t>(model.eg_k), kEgOrderBits);
+  const auto& freq = model.table.freq;
+  uint32_t last = 0;
+  for (uint32_t j = 0; j < freq.size(); ++j)
+    if (freq[table_order_symbol(model.kind, j, bits)] != 0) last = j;
+  w.put(last, bits);
+  for (uint32_t j = 0; j < last; ++j)
+    w.exp_golomb(freq[table_order_symbol(model.kind, j, bits)], model.eg_k);
+}
+
+ChannelModel read_channel_model(BitReader& r, int bits, size_t n_rows) {
+  ChannelModel model;
+  const size_t n_syms = size_t{1} << bits;
+  model.kind = static_cast<ChannelKind>(r.get(kKindBits, "channel model kind"));
+  if (model.kind == ChannelKind::constant) {
+    model.constant_symbol = static_cast<uint8_t>(r.get(bits, "constant channel symbol"));
+    model.table.t = 0;
+    model.table.freq.assign(n_syms, 0);
+    model.table.freq[model.constant_symbol] = 1;
+  } else if (model.kind == ChannelKind::uniform) {
+    model.table.t = bits;
+    model.table.freq.assign(n_syms, 1);
+  } else {
+    const int t = static_cast<int>(r.get(kPrecisionBits, "table precision")) + 1;
+    if (t > max_table_precision(n_rows)) {
+      fail(ErrorCode::corrupt_input, "codec stream: table precision " + std::to_string(t) +
+                                         " exceeds the limit " +
+                                         std::to_string(max_table_precision(n_rows)) + " for " +
+                                         std::to_string(n_rows) + " rows");
+    }
+    model.eg_k = static_cast<int>(r.get(kEgOrderBits, "table Exp-Golomb order"));
+    model.table.t = t;
+    model.table.freq.assign(n_syms, 0);
+    const uint32_t last = static_cast<uint32_t>(r.get(bits, "table last index"));
+    const uint64_t target = uint64_t{1} << t;
+    uint64_t sum = 0;
+    for (uint32_t j = 0; j < last; ++j) {
+      const uint64_t f = r.exp_golomb(model.eg_k, "table frequency");
+      sum += f;
+      if (sum >= target) {
+        fail(ErrorCode::corrupt_input, "codec stream: table frequencies reach 2^" +
+                                           std::to_string(t) + " before the last symbol");
+      }
+      model.table.freq[table_order_symbol(model.kind, j, bits)] = static_cast<uint16_t>(f);
+    }
+    model.table.freq[table_order_symbol(model.kind, last, bits)] =
+        static_cast<uint16_t>(target - sum);
+  }
+  fill_cum(model.table);
+  return model;
+}
+
+}  // namespace cachegen::detail

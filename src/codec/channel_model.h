@@ -1,0 +1,50 @@
+// Internal: per-channel probability models, their compact description and the encoder's choice.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "codec/bit_io.h"
+#include "codec/rans.h"
+
+namespace cachegen::detail {
+
+// Frozen in the format (2-bit field).
+enum class ChannelKind : uint8_t {
+  constant = 0,     // every code equals one symbol; costs nothing per element
+  uniform = 1,      // every code costs exactly `bits` bits (fixed-width packing through rANS)
+  raw_table = 2,    // frequency table over codes
+  delta_table = 3,  // frequency table over token deltas mod 2^bits
+};
+
+struct ChannelModel {
+  ChannelKind kind = ChannelKind::uniform;
+  uint8_t constant_symbol = 0;
+  int eg_k = 0;          // Exp-Golomb order of the frequency list (table kinds)
+  ChannelTable table;    // the coder's view (filled for every kind)
+  uint64_t cost_fp = 0;  // encoder's estimate of description + data bits, 16.16 fixed point
+};
+
+// Largest table precision a stream of n_rows rows may use: min(12, max(1, ceil(log2 n_rows)+1)).
+// Bounding it by the row count bounds decoder table memory by the element count.
+int max_table_precision(size_t n_rows);
+
+// log2(v) in 16.16 fixed point for v in 1..4096, computed with integer arithmetic only so
+// that encoder decisions are identical on every machine.
+uint32_t log2_fixed(uint32_t v);
+
+// Picks the cheapest model for one channel given the symbol histograms (each 2^bits long) of
+// its raw codes and of its token deltas (delta_counts empty = delta not allowed).
+ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
+                                  std::span<const uint32_t> delta_counts, size_t n_rows, int bits);
+
+void write_channel_model(BitWriter& w, const ChannelModel& model, int bits);
+// Reads and validates one model (corrupt_input on an impossible table).
+ChannelModel read_channel_model(BitReader& r, int bits, size_t n_rows);
+
+// Symbol order of the frequency list: raw tables list codes 0..2^bits-1; delta tables list
+// signed deltas 0, -1, +1, -2, ... (mod 2^bits), so that the common small deltas come first.
+uint32_t table_order_symbol(ChannelKind kind, uint32_t index, int bits);
+
+}  // namespace cachegen::detail

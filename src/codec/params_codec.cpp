@@ -1,0 +1,239 @@
+#include "codec/params_codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "cachegen/half.h"
+
+namespace cachegen::detail {
+namespace {
+
+constexpr int64_t kMaxZeroIndex = int64_t{1} << 40;
+constexpr int kMaxEgOrder = 31;
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Nearest integer to a/b in int64, saturated; 0 for NaN.
+int64_t predict_index(float value, float step) {
+  const float q = value / step;
+  if (!(q == q)) return 0;
+  if (q > 1e15f) return static_cast<int64_t>(1e15);
+  if (q < -1e15f) return -static_cast<int64_t>(1e15);
+  return static_cast<int64_t>(std::nearbyint(q));
+}
+
+// Index of a zero value exactly on the grid, or false.
+bool exact_zero_index(float zero, float step, int64_t& k) {
+  if (!std::isfinite(zero) || !(step > 0) || !std::isfinite(step)) return false;
+  const double q = static_cast<double>(zero) / static_cast<double>(step);
+  if (!(std::fabs(q) < static_cast<double>(kMaxZeroIndex))) return false;
+  k = static_cast<int64_t>(std::nearbyint(q));
+  return float_bits(static_cast<float>(k) * step) == float_bits(zero);
+}
+
+uint32_t scale_index(float scale, const CompactGrid& g) {
+  return float_bits(scale) >> (23 - g.scale_mantissa_bits);
+}
+
+int best_eg_order(const std::vector<int64_t>& residuals) {
+  int best_k = 0;
+  uint64_t best = UINT64_MAX;
+  for (int k = 0; k <= 24; ++k) {
+    uint64_t n = 0;
+    for (int64_t v : residuals) n += BitWriter::exp_golomb_bits(BitWriter::zigzag(v), k);
+    if (n < best) best = n, best_k = k;
+  }
+  return best_k;
+}
+
+// Rounds v up to a float with `mbits` fractional significand bits (v > 0, finite).
+float round_up_mantissa(float v, int mbits) {
+  const uint32_t drop = 23 - mbits;
+  uint32_t u = float_bits(v);
+  const uint32_t low = u & ((1u << drop) - 1);
+  u -= low;
+  if (low != 0) u += 1u << drop;
+  return bits_float(u);
+}
+
+}  // namespace
+
+float scale_from_index(uint32_t index, const CompactGrid& g) {
+  const uint32_t exponent = index >> g.scale_mantissa_bits;
+  if (exponent == 0 || exponent >= 255) return 0.0f;
+  return bits_float(index << (23 - g.scale_mantissa_bits));
+}
+
+float zero_step(float scale, const CompactGrid& g) {
+  return scale * (1.0f / static_cast<float>(1 << g.zero_step_log2));
+}
+
+bool params_fit_compact(std::span<const float> scale, std::span<const float> zero,
+                        const CompactGrid& g) {
+  for (size_t i = 0; i < scale.size(); ++i) {
+    const uint32_t idx = scale_index(scale[i], g);
+    if (scale_from_index(idx, g) != scale[i] ||
+        float_bits(scale_from_index(idx, g)) != float_bits(scale[i]))
+      return false;
+    int64_t k;
+    if (!exact_zero_index(zero[i], zero_step(scale[i], g), k)) return false;
+  }
+  return true;
+}
+
+bool params_fit_fp16(std::span<const float> scale, std::span<const float> zero) {
+  for (size_t i = 0; i < scale.size(); ++i) {
+    if (!(scale[i] > 0) || !std::isfinite(scale[i]) || !std::isfinite(zero[i])) return false;
+    if (float_bits(half_to_float(float_to_half(scale[i]))) != float_bits(scale[i])) return false;
+    if (float_bits(half_to_float(float_to_half(zero[i]))) != float_bits(zero[i])) return false;
+  }
+  return true;
+}
+
+bool round_params_compact(std::span<const float> mins, std::span<const float> maxs, int bits,
+                          const CompactGrid& g, std::vector<float>& scale,
+                          std::vector<float>& zero) {
+  const float levels = static_cast<float>((1 << bits) - 1);
+  // Room for the zero to move down by up to one zero step.
+  const float usable = levels - 1.0f / static_cast<float>(1 << g.zero_step_log2);
+  scale.resize(mins.size());
+  zero.resize(mins.size());
+  for (size_t i = 0; i < mins.size(); ++i) {
+    float need = (maxs[i] - mins[i]) / usable;
+    if (!(need >= 1e-8f)) need = 1e-8f;
+    float s = round_up_mantissa(need, g.scale_mantissa_bits);
+    for (int attempt = 0;; ++attempt) {
+      if (!std::isfinite(s) || attempt > 4) return false;
+      const float step = zero_step(s, g);
+      const float q = std::floor(mins[i] / step);
+      if (!(std::fabs(q) < static_cast<float>(kMaxZeroIndex))) return false;
+      int64_t k = static_cast<int64_t>(q);
+      while (static_cast<float>(k) * step > mins[i]) --k;
+      const float z = static_cast<float>(k) * step;
+      if (!std::isfinite(z)) return false;
+      if (z + s * levels >= maxs[i]) {
+        scale[i] = s;
+        zero[i] = z;
+        break;
+      }
+      s = bits_float(float_bits(s) + (1u << (23 - g.scale_mantissa_bits)));
+    }
+  }
+  return true;
+}
+
+bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs, int bits,
+                       std::vector<float>& scale, std::vector<float>& zero) {
+  const float levels = static_cast<float>((1 << bits) - 1);
+  scale.resize(mins.size());
+  zero.resize(mins.size());
+  for (size_t i = 0; i < mins.size(); ++i) {
+    Half z = float_to_half(mins[i]);
+    float zf = half_to_float(z);
+    if (!std::isfinite(zf)) return false;
+    if (zf > mins[i]) {  // step one fp16 value down
+      z.bits = static_cast<uint16_t>((z.bits & 0x8000) ? z.bits + 1
+                                                       : (z.bits == 0 ? 0x8001 : z.bits - 1));
+      zf = half_to_float(z);
+      if (!std::isfinite(zf)) return false;
+    }
+    float need = (maxs[i] - zf) / levels;
+    if (!(need >= 1e-8f)) need = 1e-8f;
+    Half s = float_to_half(need);
+    for (int attempt = 0; half_to_float(s) < need || zf + half_to_float(s) * levels < maxs[i];
+         ++attempt) {
+      if (attempt > 4) return false;
+      s.bits = static_cast<uint16_t>(s.bits + 1);
+    }
+    if (!std::isfinite(half_to_float(s))) return false;
+    scale[i] = half_to_float(s);
+    zero[i] = zf;
+  }
+  return true;
+}
+
+void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
+                          size_t n_groups, size_t dim, const CompactGrid& g) {
+  std::vector<int64_t> scale_res, zero_res;
+  scale_res.reserve(scale.size());
+  zero_res.reserve(zero.size());
+  for (size_t c = 0; c < dim; ++c) {
+    for (size_t gi = 0; gi < n_groups; ++gi) {
+      const size_t i = gi * dim + c;
+      // Predict from the previous group of the channel; the first group from channel c-1.
+      const size_t prev = gi > 0 ? i - dim : (c > 0 ? c - 1 : SIZE_MAX);
+      const int64_t s = scale_index(scale[i], g);
+      scale_res.push_back(
+          s - (prev == SIZE_MAX ? 0 : static_cast<int64_t>(scale_index(scale[prev], g))));
+      const float step = zero_step(scale[i], g);
+      int64_t k = 0;
+      exact_zero_index(zero[i], step, k);
+      zero_res.push_back(k - (prev == SIZE_MAX ? 0 : predict_index(zero[prev], step)));
+    }
+  }
+  const int ks = best_eg_order(scale_res), kz = best_eg_order(zero_res);
+  w.put(static_cast<uint64_t>(ks), 5);
+  w.put(static_cast<uint64_t>(kz), 5);
+  for (size_t i = 0; i < scale_res.size(); ++i) {
+    w.signed_exp_golomb(scale_res[i], ks);
+    w.signed_exp_golomb(zero_res[i], kz);
+  }
+}
+
+void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
+                         std::vector<float>& scale, std::vector<float>& zero) {
+  const int ks = static_cast<int>(r.get(5, "scale Exp-Golomb order"));
+  const int kz = static_cast<int>(r.get(5, "zero Exp-Golomb order"));
+  if (ks > kMaxEgOrder || kz > kMaxEgOrder)
+    fail(ErrorCode::corrupt_input, "codec stream: bad order");
+  scale.assign(n_groups * dim, 0.0f);
+  zero.assign(n_groups * dim, 0.0f);
+  for (size_t c = 0; c < dim; ++c) {
+    for (size_t gi = 0; gi < n_groups; ++gi) {
+      const size_t i = gi * dim + c;
+      const size_t prev = gi > 0 ? i - dim : (c > 0 ? c - 1 : SIZE_MAX);
+      const int64_t ds = r.signed_exp_golomb(ks, "scale residual");
+      const int64_t dz = r.signed_exp_golomb(kz, "zero residual");
+      const int64_t sp = prev == SIZE_MAX ? 0 : scale_index(scale[prev], g);
+      const int64_t s = sp + ds;
+      const float sf =
+          (s > 0 && s < (int64_t{1} << 32)) ? scale_from_index(static_cast<uint32_t>(s), g) : 0.0f;
+      if (!(sf > 0)) {
+        fail(ErrorCode::corrupt_input, "codec stream: compact scale index " + std::to_string(s) +
+                                           " of group " + std::to_string(gi) + ", channel " +
+                                           std::to_string(c) + " is not a positive normal float");
+      }
+      const float step = zero_step(sf, g);
+      const int64_t k = (prev == SIZE_MAX ? 0 : predict_index(zero[prev], step)) + dz;
+      if (k <= -kMaxZeroIndex || k >= kMaxZeroIndex) {
+        fail(ErrorCode::corrupt_input, "codec stream: compact zero index of group " +
+                                           std::to_string(gi) + ", channel " + std::to_string(c) +
+                                           " exceeds 2^40");
+      }
+      scale[i] = sf;
+      zero[i] = static_cast<float>(k) * step;
+    }
+  }
+  check_decoded_params(scale, zero);
+}
+
+void check_decoded_params(std::span<const float> scale, std::span<const float> zero) {
+  for (size_t i = 0; i < scale.size(); ++i) {
+    if (!(scale[i] > 0) || !std::isfinite(scale[i]) || !std::isfinite(zero[i])) {
+      fail(ErrorCode::corrupt_input,
+           "codec stream: parameter " + std::to_string(i) + " is not finite or has scale <= 0");
+    }
+  }
+}
+
+}  // namespace cachegen::detail

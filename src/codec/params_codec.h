@@ -1,0 +1,48 @@
+// Internal: storage of group parameters (scale, zero), [n_groups, dim] each.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cachegen/codec.h"
+#include "codec/bit_io.h"
+
+namespace cachegen::detail {
+
+struct CompactGrid {
+  int scale_mantissa_bits = 6;  // 1..23
+  int zero_step_log2 = 4;       // 0..8
+};
+
+// Compact grid values. scale_from_index fails (returns 0) for indices that are not a positive
+// normal float; zero_from_index multiplies in fp32 (deterministic, IEEE).
+float scale_from_index(uint32_t index, const CompactGrid& g);
+float zero_step(float scale, const CompactGrid& g);
+
+// True when every parameter lies exactly on the grid (so compact storage is lossless).
+bool params_fit_compact(std::span<const float> scale, std::span<const float> zero,
+                        const CompactGrid& g);
+// True when every parameter is exactly an fp16 value (scale also > 0).
+bool params_fit_fp16(std::span<const float> scale, std::span<const float> zero);
+
+// Rounds min/max of every group-channel to grid parameters that cover [min, max]:
+// zero <= min, zero + scale * (2^bits - 1) >= max. Returns false if the grid cannot represent
+// them (overflow, non-finite).
+bool round_params_compact(std::span<const float> mins, std::span<const float> maxs, int bits,
+                          const CompactGrid& g, std::vector<float>& scale,
+                          std::vector<float>& zero);
+bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs, int bits,
+                       std::vector<float>& scale, std::vector<float>& zero);
+
+// Compact parameters, [n_groups, dim] row-major, coded channel by channel.
+void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
+                          size_t n_groups, size_t dim, const CompactGrid& g);
+void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
+                         std::vector<float>& scale, std::vector<float>& zero);
+
+// Throws corrupt_input unless every scale is finite and > 0 and every zero finite.
+void check_decoded_params(std::span<const float> scale, std::span<const float> zero);
+
+}  // namespace cachegen::detail

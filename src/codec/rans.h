@@ -1,0 +1,79 @@
+// Internal: interleaved rANS over per-channel models (32-bit states, 16-bit renormalisation).
+//
+// Element i of a [n_rows, dim] symbol matrix (row-major) belongs to channel i % dim and is
+// coded by lane i % n_lanes. Decoding walks elements in increasing order; each lane decodes
+// its symbol and then, if its state fell below kRansLow, reads the next 16-bit word of the
+// shared word stream. The encoder runs the same walk backwards, so all paths (scalar, AVX2,
+// AVX-512) see the same words in the same order and produce byte-identical results.
+//
+// Models: channel c has a table at its own precision t_c (0..kMaxPrecision): symbol s owns
+// frequency f_s and cumulative start cum_s with sum f = 2^t_c. The coder runs at the stream
+// precision p >= t_c and scales them by 2^(p - t_c), which is exact.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace cachegen::detail {
+
+inline constexpr uint32_t kRansLow = 1u << 16;  // state interval [2^16, 2^32)
+inline constexpr int kMaxLanes = 32;
+inline constexpr int kMaxPrecision = 12;
+
+// One channel's model as the coder sees it.
+struct ChannelTable {
+  int t = 0;                   // table precision, sum of freq = 2^t
+  std::vector<uint16_t> freq;  // [2^bits]; 0 = absent
+  std::vector<uint16_t> cum;   // [2^bits]
+};
+
+// Decoding tables for all channels, flattened. Entry layout (uint32):
+//   bits 0..7 symbol, bits 8..19 freq_t - 1, bits 20..31 cum_t.
+// Channel c's entries start at base[c] and are indexed by slot >> shift[c].
+struct DecodeTables {
+  int precision = 0;  // p
+  std::vector<uint32_t> entries;
+  std::vector<uint32_t> base;   // [dim]
+  std::vector<uint32_t> shift;  // [dim], p - t_c
+};
+DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int precision);
+
+inline uint32_t pack_entry(uint32_t sym, uint32_t freq_t, uint32_t cum_t) {
+  return sym | ((freq_t - 1) << 8) | (cum_t << 20);
+}
+
+// Encodes symbols [n_rows * dim] (row-major); appends n_lanes little-endian u32 final states
+// and then the 16-bit words to `out`.
+void rans_encode(std::span<const uint8_t> symbols, size_t dim,
+                 std::span<const ChannelTable> channels, int precision, int n_lanes,
+                 std::vector<uint8_t>& out);
+
+// Decodes n symbols from `payload` (states + words, exactly as rans_encode wrote them; any
+// other length or a final state other than kRansLow is corrupt_input). `payload_offset` is
+// only used in error messages. Uses cachegen::simd_path().
+void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
+                 const DecodeTables& tables, size_t dim, int n_lanes, std::span<uint8_t> symbols);
+
+// Kernel contract shared by every path: decode elements [begin, end) where begin is a multiple
+// of n_lanes, updating states and the word cursor. Returns the new cursor. Only full steps of
+// n_lanes elements whose words are all in bounds (cursor + n_lanes <= n_words) are decoded by
+// SIMD kernels; they return early at the first step that would not be, and the scalar kernel
+// (which checks every read) finishes.
+struct RansDecodeState {
+  uint32_t x[kMaxLanes];
+  const uint16_t* words;  // may be unaligned: read through memcpy
+  size_t n_words;
+  size_t cursor;
+};
+// The scalar kernel decodes all of [begin, end) (any n_lanes) or throws truncated_input.
+void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t dim, int n_lanes,
+                        size_t begin, size_t end, uint8_t* symbols);
+// SIMD kernels (n_lanes must be 32) return the element index reached, a multiple of 32.
+size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                        size_t end, uint8_t* symbols);
+size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                          size_t end, uint8_t* symbols);
+
+}  // namespace cachegen::detail

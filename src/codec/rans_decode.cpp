@@ -1,0 +1,115 @@
+// rANS decoding: table construction, the scalar reference kernel and path dispatch.
+#include <cstring>
+#include <string>
+
+#include "cachegen/runtime.h"
+#include "codec/rans.h"
+#include "core/checks.h"
+
+namespace cachegen::detail {
+
+DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int precision) {
+  DecodeTables tables;
+  tables.precision = precision;
+  size_t total = 0;
+  for (const auto& ch : channels) total += size_t{1} << ch.t;
+  tables.entries.resize(total);
+  tables.base.resize(channels.size());
+  tables.shift.resize(channels.size());
+  size_t base = 0;
+  for (size_t c = 0; c < channels.size(); ++c) {
+    const ChannelTable& ch = channels[c];
+    tables.base[c] = static_cast<uint32_t>(base);
+    tables.shift[c] = static_cast<uint32_t>(precision - ch.t);
+    for (size_t s = 0; s < ch.freq.size(); ++s) {
+      for (uint32_t k = 0; k < ch.freq[s]; ++k) {
+        tables.entries[base + ch.cum[s] + k] =
+            pack_entry(static_cast<uint32_t>(s), ch.freq[s], ch.cum[s]);
+      }
+    }
+    base += size_t{1} << ch.t;
+  }
+  return tables;
+}
+
+void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t dim, int n_lanes,
+                        size_t begin, size_t end, uint8_t* symbols) {
+  const uint32_t p = static_cast<uint32_t>(tables.precision);
+  const uint32_t mask = (1u << p) - 1;
+  size_t lane = 0;  // begin is a multiple of n_lanes
+  size_t channel = begin % dim;
+  for (size_t i = begin; i < end; ++i) {
+    uint32_t x = st.x[lane];
+    const uint32_t slot = x & mask;
+    const uint32_t sh = tables.shift[channel];
+    const uint32_t e = tables.entries[tables.base[channel] + (slot >> sh)];
+    const uint32_t f = (((e >> 8) & 0xfff) + 1) << sh;
+    const uint32_t start = (e >> 20) << sh;
+    x = f * (x >> p) + slot - start;
+    if (x < kRansLow) {
+      if (st.cursor >= st.n_words) {
+        fail(ErrorCode::truncated_input, "codec stream: rANS words exhausted at element " +
+                                             std::to_string(i) + " of " + std::to_string(end));
+      }
+      uint16_t w;
+      std::memcpy(&w, st.words + st.cursor++, 2);
+      x = (x << 16) | w;
+    }
+    st.x[lane] = x;
+    symbols[i] = static_cast<uint8_t>(e);
+    if (++lane == static_cast<size_t>(n_lanes)) lane = 0;
+    if (++channel == dim) channel = 0;
+  }
+}
+
+void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
+                 const DecodeTables& tables, size_t dim, int n_lanes, std::span<uint8_t> symbols) {
+  const size_t state_bytes = static_cast<size_t>(n_lanes) * 4;
+  if (payload.size() < state_bytes) {
+    fail(ErrorCode::truncated_input,
+         "codec stream: rANS states at offset " + std::to_string(payload_offset) + " need " +
+             std::to_string(state_bytes) + " bytes, " + std::to_string(payload.size()) + " left");
+  }
+  if ((payload.size() - state_bytes) % 2 != 0) {
+    fail(ErrorCode::corrupt_input, "codec stream: rANS word section at offset " +
+                                       std::to_string(payload_offset + state_bytes) +
+                                       " has an odd length " +
+                                       std::to_string(payload.size() - state_bytes));
+  }
+  RansDecodeState st;
+  for (int l = 0; l < n_lanes; ++l) {
+    uint32_t v = 0;
+    for (int b = 0; b < 4; ++b) v |= static_cast<uint32_t>(payload[l * 4 + b]) << (8 * b);
+    if (v < kRansLow) {
+      fail(ErrorCode::corrupt_input, "codec stream: rANS state " + std::to_string(l) +
+                                         " at offset " + std::to_string(payload_offset + l * 4) +
+                                         " is below 2^16");
+    }
+    st.x[l] = v;
+  }
+  st.words = reinterpret_cast<const uint16_t*>(payload.data() + state_bytes);
+  st.n_words = (payload.size() - state_bytes) / 2;
+  st.cursor = 0;
+  size_t done = 0;
+  const SimdPath path = simd_path();
+  if (n_lanes == kMaxLanes && path == SimdPath::avx512) {
+    done = rans_decode_avx512(st, tables, dim, 0, symbols.size(), symbols.data());
+  } else if (n_lanes == kMaxLanes && path == SimdPath::avx2) {
+    done = rans_decode_avx2(st, tables, dim, 0, symbols.size(), symbols.data());
+  }
+  rans_decode_scalar(st, tables, dim, n_lanes, done, symbols.size(), symbols.data());
+  if (st.cursor != st.n_words) {
+    fail(ErrorCode::corrupt_input, "codec stream: " + std::to_string(st.n_words - st.cursor) +
+                                       " unused rANS words before offset " +
+                                       std::to_string(payload_offset + payload.size()));
+  }
+  for (int l = 0; l < n_lanes; ++l) {
+    if (st.x[l] != kRansLow) {
+      fail(ErrorCode::corrupt_input, "codec stream: rANS lane " + std::to_string(l) +
+                                         " did not return to its initial state (stream at offset " +
+                                         std::to_string(payload_offset) + " is corrupt)");
+    }
+  }
+}
+
+}  // namespace cachegen::detail

@@ -1,0 +1,60 @@
+// AVX-512 twin of rans_decode_scalar for 32 lanes (two vectors of 16). Compiled with
+// -mavx512f/bw/vl; only called when cachegen::simd_path() says the CPU has them.
+#include <immintrin.h>
+
+#include "codec/rans.h"
+#include "codec/rans_lane_pattern.h"
+
+namespace cachegen::detail {
+namespace {
+
+inline __m512i decode16(__m512i x, const uint32_t* base, const uint32_t* shift,
+                        const DecodeTables& t, __m128i p, __m512i mask, RansDecodeState& st,
+                        uint8_t* out) {
+  const __m512i slot = _mm512_and_si512(x, mask);
+  const __m512i sh = _mm512_loadu_si512(shift);
+  const __m512i idx = _mm512_add_epi32(_mm512_loadu_si512(base), _mm512_srlv_epi32(slot, sh));
+  const __m512i e = _mm512_i32gather_epi32(idx, t.entries.data(), 4);
+  const __m512i f = _mm512_sllv_epi32(
+      _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), _mm512_set1_epi32(0xfff)),
+                       _mm512_set1_epi32(1)),
+      sh);
+  const __m512i start = _mm512_sllv_epi32(_mm512_srli_epi32(e, 20), sh);
+  x = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srl_epi32(x, p)),
+                       _mm512_sub_epi32(slot, start));
+  const __mmask16 renorm =
+      _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(kRansLow)));
+  const __m512i words = _mm512_cvtepu16_epi32(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.words + st.cursor)));
+  const __m512i w = _mm512_maskz_expand_epi32(renorm, words);
+  x = _mm512_mask_mov_epi32(x, renorm, _mm512_or_si512(_mm512_slli_epi32(x, 16), w));
+  st.cursor += static_cast<size_t>(__builtin_popcount(renorm));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(e));
+  return x;
+}
+
+}  // namespace
+
+size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                          size_t end, uint8_t* symbols) {
+  const LanePattern pattern = make_lane_pattern(tables, dim, begin);
+  if (pattern.period == 0) return begin;
+  const __m128i p = _mm_cvtsi32_si128(tables.precision);
+  const __m512i mask = _mm512_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
+  __m512i x0 = _mm512_loadu_si512(st.x);
+  __m512i x1 = _mm512_loadu_si512(st.x + 16);
+  size_t i = begin, k = 0;
+  while (i + kMaxLanes <= end && st.cursor + kMaxLanes <= st.n_words) {
+    const uint32_t* base = pattern.base.data() + k * kMaxLanes;
+    const uint32_t* shift = pattern.shift.data() + k * kMaxLanes;
+    x0 = decode16(x0, base, shift, tables, p, mask, st, symbols + i);
+    x1 = decode16(x1, base + 16, shift + 16, tables, p, mask, st, symbols + i + 16);
+    i += kMaxLanes;
+    if (++k == pattern.period) k = 0;
+  }
+  _mm512_storeu_si512(st.x, x0);
+  _mm512_storeu_si512(st.x + 16, x1);
+  return i;
+}
+
+}  // namespace cachegen::detail

@@ -1,0 +1,119 @@
+// Encoder of one head record: model choice per channel, then params, models, rANS payload.
+#include <algorithm>
+#include <cstring>
+
+#include "codec/bit_io.h"
+#include "codec/params_codec.h"
+#include "codec/rans.h"
+#include "codec/stream_format.h"
+#include "codec/token_delta_transform.h"
+
+namespace cachegen::detail {
+namespace {
+
+// Lanes: enough to keep SIMD decoders busy on long streams, few enough that the 4-byte final
+// state per lane stays a small share of short ones.
+int choose_lanes(size_t n_elements) {
+  if (n_elements == 0) return 0;
+  if (n_elements >= 16384) return 32;
+  if (n_elements >= 4096) return 8;
+  if (n_elements >= 512) return 4;
+  return 1;
+}
+
+void write_float_params(ByteWriter& w, std::span<const float> values, ParamPrecision precision) {
+  for (float v : values) {
+    if (precision == ParamPrecision::fp16) {
+      w.u16(float_to_half(v).bits);
+    } else {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      w.u32(u);
+    }
+  }
+}
+
+}  // namespace
+
+void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantissa_bits,
+                 int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out) {
+  const size_t n = s.n_rows * s.dim;
+  const size_t n_syms = size_t{1} << s.bits;
+  const CompactGrid grid{scale_mantissa_bits, zero_step_log2};
+
+  // Representations and models.
+  std::vector<uint8_t> delta(allow_delta ? n : 0);
+  if (allow_delta) {
+    compute_delta_symbols(s.codes.data(), s.n_rows, s.dim, s.bits, s.group_size, s.scale, s.zero,
+                          delta.data());
+  }
+  std::vector<ChannelModel> models(s.dim);
+  std::vector<uint32_t> raw_counts(n_syms), delta_counts(allow_delta ? n_syms : 0);
+  for (size_t c = 0; c < s.dim; ++c) {
+    std::fill(raw_counts.begin(), raw_counts.end(), 0);
+    std::fill(delta_counts.begin(), delta_counts.end(), 0);
+    for (size_t t = 0; t < s.n_rows; ++t) {
+      ++raw_counts[s.codes[t * s.dim + c]];
+      if (allow_delta) ++delta_counts[delta[t * s.dim + c]];
+    }
+    models[c] = choose_channel_model(raw_counts, delta_counts, s.n_rows, s.bits);
+  }
+  std::vector<uint8_t> symbols(s.codes.begin(), s.codes.begin() + static_cast<ptrdiff_t>(n));
+  int precision_bits = 0;
+  std::vector<ChannelTable> tables(s.dim);
+  for (size_t c = 0; c < s.dim; ++c) {
+    if (models[c].kind == ChannelKind::delta_table) {
+      for (size_t t = 0; t < s.n_rows; ++t) symbols[t * s.dim + c] = delta[t * s.dim + c];
+    }
+    precision_bits = std::max(precision_bits, models[c].table.t);
+    tables[c] = models[c].table;
+  }
+
+  // Fixed header.
+  ByteWriter w(out);
+  w.varint(s.n_rows);
+  w.varint(s.dim);
+  w.varint(s.group_size);
+  w.u8(static_cast<uint8_t>(s.bits));
+  w.u8(static_cast<uint8_t>(precision));
+  if (precision == ParamPrecision::compact) {
+    w.u8(static_cast<uint8_t>(scale_mantissa_bits));
+    w.u8(static_cast<uint8_t>(zero_step_log2));
+  }
+  const int n_lanes = choose_lanes(n);
+  w.u8(static_cast<uint8_t>(n == 0 ? 0 : precision_bits));
+  w.u8(static_cast<uint8_t>(n_lanes));
+  if (precision != ParamPrecision::compact) {
+    write_float_params(w, s.scale, precision);
+    write_float_params(w, s.zero, precision);
+  }
+  // Side information: compact params and channel models, one bit stream.
+  BitWriter bits;
+  if (precision == ParamPrecision::compact) {
+    write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+  }
+  for (const auto& m : models) write_channel_model(bits, m, s.bits);
+  const std::vector<uint8_t> side = bits.finish();
+  w.varint(side.size());
+  w.bytes(side);
+  if (n > 0) rans_encode(symbols, s.dim, tables, precision_bits, n_lanes, out);
+}
+
+void encode_head_exact(const CodeStream& s, const EncodeOptions& options,
+                       std::vector<uint8_t>& out) {
+  // Only the parameter section depends on the precision, so pick it by that section's size.
+  const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
+  const size_t n_params = s.scale.size();
+  ParamPrecision best = ParamPrecision::fp32;
+  size_t best_bits = n_params * 64;
+  if (params_fit_fp16(s.scale, s.zero)) best = ParamPrecision::fp16, best_bits = n_params * 32;
+  if (params_fit_compact(s.scale, s.zero, grid)) {
+    BitWriter trial;
+    write_params_compact(trial, s.scale, s.zero, s.n_groups(), s.dim, grid);
+    if (trial.bit_count() + 16 <= best_bits) best = ParamPrecision::compact;
+  }
+  encode_head(s, best, options.scale_mantissa_bits, options.zero_step_log2, options.allow_delta,
+              out);
+}
+
+}  // namespace cachegen::detail

@@ -1,0 +1,117 @@
+// Decoding hostile bytes: every truncation, single-byte corruptions, empty and oversized
+// inputs end in a cachegen::Error or a valid stream, never a crash.
+#include <gtest/gtest.h>
+
+#include "cachegen/codec.h"
+#include "cachegen/error.h"
+#include "codec_test_inputs.h"
+
+namespace cachegen {
+namespace {
+
+template <typename F>
+void expect_error_or_valid(F&& decode_fn, std::span<const uint8_t> bytes) {
+  try {
+    decode_fn(bytes);
+  } catch (const Error& e) {
+    EXPECT_NE(e.code(), ErrorCode::ok);
+  }
+}
+
+std::vector<std::vector<uint8_t>> sample_streams() {
+  std::vector<std::vector<uint8_t>> out;
+  const auto x = test::random_walk(100, 8, 0.1f, 11);
+  out.push_back(encode_values(x, 100, 8, 3));
+  out.push_back(encode(quantize_to_codes(x, 100, 8, 4, 32)));  // fp32 params
+  const auto big = test::random_walk(4096, 8, 0.1f, 12);
+  out.push_back(encode_values(big, 4096, 8, 5));  // 32 lanes
+  return out;
+}
+
+TEST(CodecHostile, EveryTruncationIsAnError) {
+  for (const auto& bytes : sample_streams()) {
+    for (size_t len = 0; len < bytes.size(); ++len) {
+      const std::span<const uint8_t> cut(bytes.data(), len);
+      EXPECT_THROW(decode(cut), Error) << "length " << len;
+    }
+  }
+}
+
+TEST(CodecHostile, SingleByteCorruptionsNeverCrash) {
+  for (const auto& bytes : sample_streams()) {
+    const size_t step = bytes.size() > 2000 ? 7 : 1;
+    for (size_t i = 0; i < bytes.size(); i += step) {
+      for (uint8_t flip : {uint8_t{0x01}, uint8_t{0x80}, uint8_t{0xff}}) {
+        std::vector<uint8_t> bad = bytes;
+        bad[i] ^= flip;
+        expect_error_or_valid([](auto b) { return decode(b); }, bad);
+      }
+    }
+  }
+}
+
+TEST(CodecHostile, ErrorCodesNameTheProblem) {
+  const auto bytes = sample_streams()[0];
+  try {
+    decode(std::span<const uint8_t>());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::truncated_input);
+  }
+  auto bad_magic = bytes;
+  bad_magic[0] = 'X';
+  try {
+    decode(bad_magic);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_input);
+  }
+  auto bad_version = bytes;
+  bad_version[4] = 99;
+  try {
+    decode(bad_version);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported_version);
+  }
+  auto trailing = bytes;
+  trailing.push_back(0);
+  EXPECT_THROW(decode(trailing), Error);
+}
+
+TEST(CodecHostile, OversizedShapesAreRejectedBeforeAllocation) {
+  // magic, version, n_rows = 2^40 (varint), dim = 2^20, group 32, bits 3, fp32, p 3, 32 lanes.
+  std::vector<uint8_t> b = {'C',  'G',  'C',  'S',  1,  0x80, 0x80, 0x80, 0x80, 0x80,
+                            0x20, 0x80, 0x80, 0x40, 32, 3,    0,    3,    32};
+  try {
+    decode(b);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  }
+  const auto x = test::random_walk(64, 8, 0.1f, 1);
+  DecodeOptions small;
+  small.max_elements = 100;
+  EXPECT_THROW(decode(encode_values(x, 64, 8, 3), small), Error);
+  // Maximal sane input still decodes.
+  DecodeOptions exact;
+  exact.max_elements = 64 * 8;
+  EXPECT_NO_THROW(decode(encode_values(x, 64, 8, 3), exact));
+}
+
+TEST(CodecHostile, BatchTruncationsAndCorruptions) {
+  const auto x = test::random_walk(3 * 64, 8, 0.1f, 5);
+  const auto bytes = encode_values_batch(x, 3, 64, 8, 3);
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    EXPECT_THROW(decode_batch(std::span<const uint8_t>(bytes.data(), len)), Error) << len;
+  }
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::vector<uint8_t> bad = bytes;
+    bad[i] ^= 0x5a;
+    expect_error_or_valid([](auto b) { return decode_batch(b); }, bad);
+    expect_error_or_valid([](auto b) { return decode_batch_to_half(b); }, bad);
+  }
+}
+
+}  // namespace
+}  // namespace cachegen

@@ -1,0 +1,121 @@
+// Lossless round trips over bit widths, edge sizes, degenerate channels and batches.
+#include <gtest/gtest.h>
+
+#include <bit>
+
+#include "cachegen/codec.h"
+#include "cachegen/error.h"
+#include "cachegen/runtime.h"
+#include "codec_test_inputs.h"
+
+namespace cachegen {
+namespace {
+
+using test::expect_same_stream;
+
+class RoundTrip : public ::testing::TestWithParam<int> {};
+
+TEST_P(RoundTrip, QuantizedStreamsEveryEdgeSize) {
+  const int bits = GetParam();
+  for (size_t n_rows : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{2048}}) {
+    for (size_t dim : {size_t{1}, size_t{8}, size_t{128}}) {
+      const auto x = test::random_walk(n_rows, dim, 0.12f, static_cast<uint32_t>(n_rows + dim));
+      const CodeStream s = quantize_to_codes(x, n_rows, dim, bits, 32);
+      const auto bytes = encode(s);
+      SCOPED_TRACE("bits " + std::to_string(bits) + " rows " + std::to_string(n_rows) + " dim " +
+                   std::to_string(dim));
+      expect_same_stream(decode(bytes), s);
+      EXPECT_EQ(decode_to_half(bytes).size(), n_rows * dim);
+      const auto ref = dequant_codes(s);
+      const auto got = decode_to_half(bytes);
+      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(ref[i].bits, got[i].bits) << i;
+      // Deterministic: encoding the decoded stream gives the same bytes.
+      EXPECT_EQ(encode(decode(bytes)), bytes);
+    }
+  }
+}
+
+TEST_P(RoundTrip, SingleSymbolAndAllSymbolChannels) {
+  const int bits = GetParam();
+  const size_t n_syms = size_t{1} << bits, dim = 4;
+  for (size_t n_rows : {size_t{1}, n_syms, 3 * n_syms + 5}) {
+    std::vector<uint8_t> codes(n_rows * dim);
+    for (size_t t = 0; t < n_rows; ++t) {
+      codes[t * dim + 0] = static_cast<uint8_t>(n_syms - 1);            // single symbol
+      codes[t * dim + 1] = static_cast<uint8_t>(t % n_syms);            // all symbols, ramp
+      codes[t * dim + 2] = static_cast<uint8_t>((t * 7 + 3) % n_syms);  // all symbols, jumpy
+      codes[t * dim + 3] = static_cast<uint8_t>((t * t) % n_syms);
+    }
+    const CodeStream s = test::make_stream(codes, n_rows, dim, bits, 32);
+    const auto bytes = encode(s);
+    expect_same_stream(decode(bytes), s);
+    // Never above fixed-width packing (fp16 params) plus a small constant.
+    EXPECT_LE(bytes.size(), fixed_width_bytes(s) + 160 + dim / 4) << "rows " << n_rows;
+  }
+}
+
+TEST_P(RoundTrip, EncodeValuesReproducesItsQuantization) {
+  const int bits = GetParam();
+  for (size_t n_rows : {size_t{1}, size_t{33}, size_t{512}}) {
+    const auto x = test::random_walk(n_rows, 16, 0.2f, 7);
+    CodeStream q;
+    const auto bytes = encode_values(x, n_rows, 16, bits, 32, {}, &q);
+    expect_same_stream(decode(bytes), q);
+    // Reconstruction error stays within half a (slightly widened) step.
+    const auto rec = decode_to_half(bytes);
+    for (size_t t = 0; t < n_rows; ++t)
+      for (size_t c = 0; c < 16; ++c) {
+        const float step = q.scale[(t / 32) * 16 + c];
+        EXPECT_LE(std::abs(half_to_float(rec[t * 16 + c]) - x[t * 16 + c]),
+                  step * 0.5f + 2e-3f * (1.0f + std::abs(x[t * 16 + c])));
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBits, RoundTrip, ::testing::Range(1, 9));
+
+TEST(Codec, BatchRoundTripIndependentOfThreads) {
+  const size_t heads = 5, rows = 300, dim = 8;
+  const auto x = test::random_walk(heads * rows, dim, 0.1f, 3);
+  const auto streams = quantize_to_codes_batch(x, heads, rows, dim, 4, 32);
+  set_thread_count(1);
+  const auto one = encode_batch(streams);
+  const auto values_one = encode_values_batch(x, heads, rows, dim, 3);
+  set_thread_count(4);
+  const auto four = encode_batch(streams);
+  const auto values_four = encode_values_batch(x, heads, rows, dim, 3);
+  set_thread_count(0);
+  EXPECT_EQ(one, four);
+  EXPECT_EQ(values_one, values_four);
+  const auto back = decode_batch(one);
+  ASSERT_EQ(back.size(), heads);
+  for (size_t h = 0; h < heads; ++h) expect_same_stream(back[h], streams[h]);
+  const auto ref = dequant_codes_batch(streams);
+  const auto got = decode_batch_to_half(one);
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(ref[i].bits, got[i].bits);
+  EXPECT_TRUE(decode_batch(encode_batch({})).empty());
+}
+
+TEST(Codec, ConstantGroupsAndZeroDim) {
+  std::vector<float> x(64 * 4, 1.5f);
+  const CodeStream s = quantize_to_codes(x, 64, 4, 3, 32);
+  expect_same_stream(decode(encode(s)), s);
+  CodeStream q;
+  const auto bytes = encode_values(x, 64, 4, 3, 32, {}, &q);
+  expect_same_stream(decode(bytes), q);
+  EXPECT_LT(bytes.size(), 64u);
+}
+
+TEST(Codec, RejectsBadOptions) {
+  const CodeStream s = quantize_to_codes(std::vector<float>(32, 1.0f), 4, 8, 3, 32);
+  EncodeOptions o;
+  o.scale_mantissa_bits = 0;
+  EXPECT_THROW(encode(s, o), Error);
+  CodeStream bad = s;
+  bad.codes[0] = 200;
+  EXPECT_THROW(encode(bad), Error);
+}
+
+}  // namespace
+}  // namespace cachegen
