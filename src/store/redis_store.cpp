@@ -1,0 +1,295 @@
+// RedisStore: values in Redis, laid out as described in redis_manifest.h.
+#include <hiredis/hiredis.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "cachegen/error.h"
+#include "cachegen/store.h"
+#include "store/random_id.h"
+#include "store/redis_connection.h"
+#include "store/redis_manifest.h"
+#include "store/store_key.h"
+
+namespace cachegen {
+namespace {
+
+using namespace store_detail;
+
+// Swaps in a new manifest and returns the first bytes of the old one ("" when there was none),
+// atomically, so that exactly one writer learns of each displaced generation and deletes it.
+constexpr std::string_view kSwapScript =
+    "local old = redis.call('GETRANGE', KEYS[1], 0, 73)\n"
+    "redis.call('SET', KEYS[1], ARGV[1])\n"
+    "return old\n";
+constexpr std::string_view kRemoveScript =
+    "local old = redis.call('GETRANGE', KEYS[1], 0, 73)\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "return old\n";
+
+constexpr size_t kMaxPartBytes = size_t{512} << 20;  // Redis's default proto-max-bulk-len
+constexpr int kMaxReadAttempts = 8;                  // reads restarted by concurrent overwrites
+constexpr size_t kUnlinkBatch = 256;
+
+std::string_view as_chars(std::span<const uint8_t> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+std::string_view reply_string(const Reply& r, const char* command) {
+  if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS) {
+    throw Error(ErrorCode::io_error, std::string("RedisStore: unexpected reply type ") +
+                                         std::to_string(r->type) + " to " + command);
+  }
+  return {r->str, r->len};
+}
+
+// Escapes Redis glob metacharacters so that `text` matches itself literally in SCAN MATCH.
+std::string glob_literal(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+class RedisStore final : public Store {
+ public:
+  RedisStore(std::string host, int port, int db, const RedisStoreOptions& options)
+      : options_(options),
+        conn_(std::move(host), port, db, options.connect_timeout_ms, options.command_timeout_ms) {
+    conn_.ensure_connected();
+  }
+
+  void put(std::string_view key, std::span<const uint8_t> value) override {
+    check_store_key(key);
+    Manifest m;
+    m.total_bytes = value.size();
+    m.xxh64 = XXH64(value.data(), value.size(), 0);
+    if (value.size() > options_.part_bytes) {
+      m.part_bytes = static_cast<uint32_t>(options_.part_bytes);
+      m.parts = static_cast<uint32_t>((value.size() + m.part_bytes - 1) / m.part_bytes);
+    }
+    std::lock_guard lock(mu_);
+    const std::string old_header = with_retry("put", key, [&] {
+      m.generation = random_u64();  // fresh per attempt: a retry never reuses half-written parts
+      return write_generation(key, value, m);
+    });
+    delete_parts_of(key, old_header, m.generation);
+  }
+
+  std::optional<std::vector<uint8_t>> try_get(std::string_view key) override {
+    check_store_key(key);
+    std::lock_guard lock(mu_);
+    return with_retry("get", key, [&] { return read_value(key); });
+  }
+
+  bool exists(std::string_view key) override {
+    check_store_key(key);
+    std::lock_guard lock(mu_);
+    return with_retry("exists", key, [&] {
+      Reply r = conn_.command({"EXISTS", manifest_key(key)});
+      return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    });
+  }
+
+  bool remove(std::string_view key) override {
+    check_store_key(key);
+    std::lock_guard lock(mu_);
+    const std::string old_header = with_retry("remove", key, [&] {
+      Reply r = conn_.command({"EVAL", kRemoveScript, "1", manifest_key(key)});
+      return std::string(reply_string(r, "EVAL"));
+    });
+    delete_parts_of(key, old_header, 0);
+    return !old_header.empty();
+  }
+
+  std::vector<std::string> list(std::string_view prefix) override {
+    std::lock_guard lock(mu_);
+    return with_retry("list", prefix, [&] {
+      const std::string pattern = glob_literal(manifest_key(prefix)) + "*";
+      const size_t skip = manifest_key("").size();
+      std::vector<std::string> keys;
+      std::string cursor = "0";
+      do {
+        Reply r = conn_.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+          throw Error(ErrorCode::io_error, "RedisStore: malformed reply to SCAN");
+        }
+        cursor.assign(r->element[0]->str, r->element[0]->len);
+        for (size_t i = 0; i < r->element[1]->elements; ++i) {
+          const redisReply* e = r->element[1]->element[i];
+          std::string_view k(e->str, e->len);
+          if (k.size() > skip && k.substr(skip).starts_with(prefix))
+            keys.emplace_back(k.substr(skip));
+        }
+      } while (cursor != "0");
+      // SCAN may return a key more than once.
+      std::sort(keys.begin(), keys.end());
+      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      return keys;
+    });
+  }
+
+  std::string url() const override { return conn_.url(); }
+
+ private:
+  // Runs `op` once; if the connection broke, reconnects and runs it once more from the start.
+  // Every op is written so that a rerun after a partial first run is harmless.
+  template <class Op>
+  auto with_retry(const char* what, std::string_view key, Op&& op) -> decltype(op()) {
+    for (int attempt = 0;; ++attempt) {
+      try {
+        conn_.ensure_connected();
+        return op();
+      } catch (const ConnectionLost& e) {
+        if (attempt >= 1) {
+          throw Error(ErrorCode::unavailable, "RedisStore: " + std::string(what) + " of key " +
+                                                  printable_key(key) +
+                                                  " failed after one reconnect: " + e.what());
+        }
+      }
+    }
+  }
+
+  // Writes the parts (if any), then swaps the manifest in. Returns the old manifest's header.
+  std::string write_generation(std::string_view key, std::span<const uint8_t> value,
+                               const Manifest& m) {
+    std::string manifest = encode_manifest_header(m);
+    if (m.parts == 0) manifest.append(as_chars(value));
+    try {
+      for (uint32_t i = 0; i < m.parts; ++i) {
+        const size_t begin = size_t{i} * m.part_bytes;
+        const size_t n = std::min<size_t>(m.part_bytes, value.size() - begin);
+        conn_.command({"SET", part_key(key, m.generation, i), as_chars(value.subspan(begin, n))});
+      }
+      Reply r = conn_.command({"EVAL", kSwapScript, "1", manifest_key(key), manifest});
+      return std::string(reply_string(r, "EVAL"));
+    } catch (const Error&) {
+      // The server refused a part or the swap (e.g. out of memory): nothing points at this
+      // generation, so drop what was written rather than leave it behind.
+      delete_parts_of(key, encode_manifest_header(m), 0);
+      throw;
+    }
+  }
+
+  // Best effort: deletes the parts named by `old_header` unless they belong to `keep`. Failure
+  // leaves only unreachable parts behind, so it is not reported: the put or remove it follows
+  // has already taken effect.
+  void delete_parts_of(std::string_view key, const std::string& old_header, uint64_t keep) {
+    if (old_header.empty()) return;
+    Manifest old;
+    try {
+      old = parse_manifest_header(old_header, printable_key(key));
+    } catch (const Error&) {
+      return;  // an unreadable old manifest names no parts we could find
+    }
+    if (old.parts == 0 || old.generation == keep) return;
+    try {
+      for (uint32_t first = 0; first < old.parts; first += kUnlinkBatch) {
+        std::vector<std::string> names{"UNLINK"};
+        for (uint32_t i = first; i < old.parts && i < first + kUnlinkBatch; ++i) {
+          names.push_back(part_key(key, old.generation, i));
+        }
+        conn_.ensure_connected();
+        conn_.command(std::vector<std::string_view>(names.begin(), names.end()));
+      }
+    } catch (const std::exception&) {
+    }
+  }
+
+  // Whether the manifest no longer names `generation` (overwritten, removed or replaced).
+  bool generation_changed(std::string_view key, uint64_t generation) {
+    Reply r = conn_.command({"GETRANGE", manifest_key(key), "0", "73"});
+    const std::string_view header = reply_string(r, "GETRANGE");
+    try {
+      return parse_manifest_header(header, printable_key(key)).generation != generation;
+    } catch (const Error&) {
+      return true;
+    }
+  }
+
+  std::optional<std::vector<uint8_t>> read_value(std::string_view key) {
+    const std::string where = printable_key(key) + " in " + conn_.url();
+    auto corrupt = [&](const std::string& what) {
+      return Error(ErrorCode::corrupt_input, "RedisStore: value " + where + " " + what);
+    };
+    for (int attempt = 0; attempt < kMaxReadAttempts; ++attempt) {
+      Reply r = conn_.command({"GET", manifest_key(key)});
+      if (r->type == REDIS_REPLY_NIL) return std::nullopt;
+      const std::string_view stored = reply_string(r, "GET");
+      const Manifest m = parse_manifest_header(stored, where);
+      std::vector<uint8_t> value;
+      if (m.parts == 0) {
+        const std::string_view inline_bytes = stored.substr(kManifestHeaderBytes);
+        if (inline_bytes.size() != m.total_bytes) {
+          throw corrupt("holds " + std::to_string(inline_bytes.size()) +
+                        " bytes but its manifest says " + std::to_string(m.total_bytes));
+        }
+        value.assign(inline_bytes.begin(), inline_bytes.end());
+      } else if (!read_parts(key, m, value, corrupt)) {
+        continue;  // overwritten or removed while we read; start again from the manifest
+      }
+      if (XXH64(value.data(), value.size(), 0) != m.xxh64) {
+        if (m.parts != 0 && generation_changed(key, m.generation)) continue;
+        throw corrupt("fails its XXH64 checksum");
+      }
+      return value;
+    }
+    throw Error(ErrorCode::io_error, "RedisStore: value " + where + " was overwritten " +
+                                         std::to_string(kMaxReadAttempts) +
+                                         " times while being read; giving up");
+  }
+
+  // Appends every part of generation m to `value`. Returns false when a part vanished because
+  // the manifest moved on; throws corrupt_input when the manifest still names the damaged part.
+  template <class Corrupt>
+  bool read_parts(std::string_view key, const Manifest& m, std::vector<uint8_t>& value,
+                  Corrupt&& corrupt) {
+    // Reserve no more than a bounded amount up front: a forged manifest cannot make us
+    // allocate what the parts do not actually deliver.
+    value.reserve(std::min<uint64_t>(m.total_bytes, uint64_t{256} << 20));
+    for (uint32_t i = 0; i < m.parts; ++i) {
+      const uint64_t begin = uint64_t{i} * m.part_bytes;
+      const uint64_t expected = std::min<uint64_t>(m.part_bytes, m.total_bytes - begin);
+      Reply r = conn_.command({"GET", part_key(key, m.generation, i)});
+      const bool missing = r->type == REDIS_REPLY_NIL;
+      if (missing || r->type != REDIS_REPLY_STRING || r->len != expected) {
+        if (generation_changed(key, m.generation)) return false;
+        throw corrupt(missing ? "is missing part " + std::to_string(i) + " of " +
+                                    std::to_string(m.parts)
+                              : "has part " + std::to_string(i) + " of " + std::to_string(r->len) +
+                                    " bytes; expected " + std::to_string(expected));
+      }
+      value.insert(value.end(), r->str, r->str + r->len);
+    }
+    return true;
+  }
+
+  const RedisStoreOptions options_;
+  std::mutex mu_;  // guards conn_: one request/reply in flight at a time
+  RedisConnection conn_;
+};
+
+}  // namespace
+
+std::unique_ptr<Store> open_redis_store(std::string_view host, int port, int db,
+                                        const RedisStoreOptions& options) {
+  auto bad = [](const std::string& what) { return Error(ErrorCode::invalid_argument, what); };
+  if (host.empty()) throw bad("RedisStore: host is empty");
+  if (port < 1 || port > 65535)
+    throw bad("RedisStore: port " + std::to_string(port) + " is not in 1..65535");
+  if (db < 0) throw bad("RedisStore: database " + std::to_string(db) + " is negative");
+  if (options.part_bytes < 1 || options.part_bytes > kMaxPartBytes) {
+    throw bad("RedisStore: part_bytes " + std::to_string(options.part_bytes) + " is not in 1.." +
+              std::to_string(kMaxPartBytes));
+  }
+  if (options.connect_timeout_ms < 1 || options.command_timeout_ms < 1) {
+    throw bad("RedisStore: timeouts must be at least 1 ms");
+  }
+  return std::make_unique<RedisStore>(std::string(host), port, db, options);
+}
+
+}  // namespace cachegen

@@ -1,0 +1,104 @@
+#include "store/store_url.h"
+
+#include <charconv>
+#include <limits>
+#include <memory>
+
+#include "cachegen/error.h"
+#include "cachegen/store.h"
+
+namespace cachegen {
+namespace store_detail {
+namespace {
+
+[[noreturn]] void bad_url(std::string_view url, const std::string& problem) {
+  throw Error(ErrorCode::invalid_argument,
+              "bad store URL '" + std::string(url) + "': " + problem +
+                  " (expected file://DIR, a directory path, or redis://HOST[:PORT][/DB])");
+}
+
+// A decimal integer in [lo, hi] making up all of `text`, or -1.
+long parse_decimal(std::string_view text, long lo, long hi) {
+  long value = 0;
+  if (text.empty() || text.size() > 10) return -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < lo || value > hi) return -1;
+  return value;
+}
+
+StoreUrl parse_redis(std::string_view url, std::string_view rest) {
+  StoreUrl out;
+  out.kind = StoreUrl::Kind::redis;
+  if (rest.find_first_of("?#") != std::string_view::npos) {
+    bad_url(url, "query strings and fragments are not supported");
+  }
+  if (rest.find('@') != std::string_view::npos) {
+    bad_url(url, "user names and passwords in redis URLs are not supported");
+  }
+  const size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) {
+      const long n = parse_decimal(db, 0, std::numeric_limits<int>::max());
+      if (n < 0) bad_url(url, "database '" + std::string(db) + "' is not a non-negative integer");
+      out.db = static_cast<int>(n);
+    }
+  }
+  std::string_view port;
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) bad_url(url, "IPv6 host has no closing ']'");
+    out.host = std::string(authority.substr(1, close - 1));
+    const std::string_view after = authority.substr(close + 1);
+    if (!after.empty() && after[0] != ':') bad_url(url, "unexpected text after ']'");
+    if (!after.empty()) port = after.substr(1);
+    if (after == ":") bad_url(url, "port is empty");
+  } else {
+    const size_t colon = authority.find(':');
+    out.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) bad_url(url, "port is empty");
+    }
+  }
+  if (out.host.empty()) bad_url(url, "host is empty");
+  if (!port.empty()) {
+    const long n = parse_decimal(port, 1, 65535);
+    if (n < 0) bad_url(url, "port '" + std::string(port) + "' is not in 1..65535");
+    out.port = static_cast<int>(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+StoreUrl parse_store_url(std::string_view url) {
+  if (url.empty()) bad_url(url, "URL is empty");
+  const size_t sep = url.find("://");
+  StoreUrl out;
+  if (sep == std::string_view::npos) {
+    out.path = std::string(url);
+    return out;
+  }
+  const std::string_view scheme = url.substr(0, sep), rest = url.substr(sep + 3);
+  if (scheme == "file") {
+    if (rest.empty()) bad_url(url, "directory is empty");
+    out.path = std::string(rest);
+    return out;
+  }
+  if (scheme == "redis") return parse_redis(url, rest);
+  bad_url(url, "unsupported scheme '" + std::string(scheme) + "'");
+}
+
+}  // namespace store_detail
+
+std::unique_ptr<Store> open_store(std::string_view url) {
+  const store_detail::StoreUrl parsed = store_detail::parse_store_url(url);
+  if (parsed.kind == store_detail::StoreUrl::Kind::redis) {
+    return open_redis_store(parsed.host, parsed.port, parsed.db);
+  }
+  return open_file_store(parsed.path);
+}
+
+}  // namespace cachegen

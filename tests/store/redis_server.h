@@ -1,0 +1,45 @@
+// A throwaway redis-server for tests: loopback only, a free port, no persistence, a temp dir.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace cachegen::test {
+
+class RedisServer {
+ public:
+  // The server shared by every test in this process, started on first use and stopped at exit.
+  // Throws std::runtime_error (telling the reader to run scripts/install-deps.sh when
+  // redis-server is not on PATH) if it cannot be started.
+  static RedisServer& shared();
+
+  RedisServer();  // starts; throws std::runtime_error on failure
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+
+  void kill_hard();  // SIGKILL and reap; the data is gone
+  void restart();    // starts again on the same port (after kill_hard)
+  void pause();      // SIGSTOP: the port still accepts connections but nothing answers
+  void resume();     // SIGCONT
+  bool running() const { return pid_ > 0; }
+
+  // Runs one command on a fresh connection and returns the reply as text (strings verbatim,
+  // integers in decimal, nil as "(nil)"); throws std::runtime_error on failure.
+  std::string command(const std::vector<std::string>& args) const;
+
+ private:
+  void start();
+  void stop();
+
+  std::string dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+}  // namespace cachegen::test

@@ -1,0 +1,210 @@
+// RedisStore specifics: layout, damaged data, server loss, timeouts, reconnect.
+#include <chrono>
+
+#include <gtest/gtest.h>
+
+#include "cachegen/error.h"
+#include "cachegen/store.h"
+#include "store/redis_manifest.h"
+#include "store/redis_server.h"
+#include "store/store_test_support.h"
+
+namespace cachegen::test {
+namespace {
+
+using store_detail::manifest_key;
+using store_detail::parse_manifest_header;
+using store_detail::part_key;
+using Bytes = std::vector<uint8_t>;
+
+class RedisStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      server_ = &RedisServer::shared();
+      server_->command({"FLUSHALL"});
+    } catch (const std::exception& e) {
+      GTEST_FAIL() << e.what();
+    }
+    store_ = open_redis_store("127.0.0.1", server_->port(), 0, test_redis_options());
+  }
+
+  // The manifest of `key` as stored.
+  store_detail::Manifest manifest_of(const std::string& key) {
+    return parse_manifest_header(server_->command({"GET", manifest_key(key)}), key);
+  }
+
+  // Expects get(key) to throw `code` with `fragment` in its message.
+  void expect_get_error(const std::string& key, ErrorCode code, const std::string& fragment) {
+    try {
+      store_->get(key);
+      ADD_FAILURE() << "get(" << key << ") returned a value";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  }
+
+  RedisServer* server_ = nullptr;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(RedisStoreTest, LayoutIsManifestPlusParts) {
+  store_->put("small", Bytes{1, 2, 3});
+  EXPECT_EQ(manifest_of("small").parts, 0u);
+  EXPECT_EQ(server_->command({"DBSIZE"}), "1");  // inline: the manifest is the only key
+
+  store_->put("big", random_bytes((size_t{5} << 20) + 1, 5));
+  const auto m = manifest_of("big");
+  EXPECT_EQ(m.parts, 6u);
+  EXPECT_EQ(m.part_bytes, 1u << 20);
+  EXPECT_EQ(m.total_bytes, (uint64_t{5} << 20) + 1);
+  EXPECT_EQ(server_->command({"DBSIZE"}), "8");
+  EXPECT_EQ(server_->command({"STRLEN", part_key("big", m.generation, 5)}), "1");
+}
+
+TEST_F(RedisStoreTest, OverwriteAndRemoveLeaveNoPartsBehind) {
+  store_->put("k", random_bytes(size_t{10} << 20, 1));
+  store_->put("k", random_bytes(size_t{4} << 20, 2));
+  EXPECT_EQ(server_->command({"DBSIZE"}), "5");
+  store_->put("k", Bytes{1});
+  EXPECT_EQ(server_->command({"DBSIZE"}), "1");
+  store_->put("k", random_bytes(size_t{3} << 20, 3));
+  EXPECT_TRUE(store_->remove("k"));
+  EXPECT_EQ(server_->command({"DBSIZE"}), "0");
+}
+
+TEST_F(RedisStoreTest, MissingPartIsCorruptNotReturned) {
+  store_->put("k", random_bytes(size_t{3} << 20, 1));
+  const auto m = manifest_of("k");
+  server_->command({"DEL", part_key("k", m.generation, 1)});
+  expect_get_error("k", ErrorCode::corrupt_input, "missing part 1 of 3");
+  EXPECT_TRUE(store_->exists("k"));
+  store_->put("k", Bytes{7});  // an overwrite repairs it
+  EXPECT_EQ(store_->get("k"), Bytes{7});
+}
+
+TEST_F(RedisStoreTest, CorruptedPartFailsChecksum) {
+  store_->put("k", random_bytes(size_t{3} << 20, 1));
+  const auto m = manifest_of("k");
+  const std::string part = part_key("k", m.generation, 2);
+  const std::string byte = server_->command({"GETRANGE", part, "100", "100"});
+  server_->command({"SETRANGE", part, "100", std::string(1, char(byte[0] ^ 1))});
+  expect_get_error("k", ErrorCode::corrupt_input, "XXH64");
+}
+
+TEST_F(RedisStoreTest, TruncatedPartIsCorrupt) {
+  store_->put("k", random_bytes(size_t{3} << 20, 1));
+  const auto m = manifest_of("k");
+  server_->command({"SET", part_key("k", m.generation, 0), "short"});
+  expect_get_error("k", ErrorCode::corrupt_input, "part 0 of 5 bytes; expected 1048576");
+}
+
+TEST_F(RedisStoreTest, CorruptedInlineValueFailsChecksum) {
+  store_->put("k", Bytes(100, 0x55));
+  server_->command({"SETRANGE", manifest_key("k"), "80", "X"});
+  expect_get_error("k", ErrorCode::corrupt_input, "XXH64");
+  server_->command({"APPEND", manifest_key("k"), "extra"});
+  expect_get_error("k", ErrorCode::corrupt_input, "holds 105 bytes but its manifest says 100");
+}
+
+TEST_F(RedisStoreTest, ForgedManifestsAreCorrupt) {
+  server_->command({"SET", manifest_key("junk"), "not a manifest"});
+  expect_get_error("junk", ErrorCode::corrupt_input, "shorter than its 74-byte header");
+  std::string header = store_detail::encode_manifest_header({1, 3, 1024, 100000, 0});
+  server_->command({"SET", manifest_key("forged"), header});
+  expect_get_error("forged", ErrorCode::corrupt_input, "says 3 parts of 1024 bytes");
+  header[10] = 'G';
+  server_->command({"SET", manifest_key("badhex"), header});
+  expect_get_error("badhex", ErrorCode::corrupt_input, "bad generation field at offset 10");
+}
+
+// A writer that died before its manifest leaves parts nobody points at: never a value.
+TEST_F(RedisStoreTest, OrphanPartsAreNotAValue) {
+  server_->command({"SET", part_key("k", 77, 0), "abc"});
+  EXPECT_FALSE(store_->exists("k"));
+  EXPECT_FALSE(store_->try_get("k").has_value());
+  EXPECT_TRUE(store_->list().empty());
+}
+
+TEST_F(RedisStoreTest, UnreachableServerIsUnavailable) {
+  RedisServer other;
+  const int port = other.port();
+  other.kill_hard();
+  try {
+    open_store("redis://127.0.0.1:" + std::to_string(port));
+    FAIL() << "connected to a dead server";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unavailable);
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("refused"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RedisStoreTest, KilledServerGivesClearErrorThenReconnects) {
+  store_->put("k", Bytes{1});
+  server_->kill_hard();
+  const std::string where = "127.0.0.1:" + std::to_string(server_->port());
+  for (auto op : {+[](Store& s) { s.get("k"); }, +[](Store& s) { s.put("k", Bytes{2}); },
+                  +[](Store& s) { s.list(); }}) {
+    try {
+      op(*store_);
+      ADD_FAILURE() << "an operation on a dead server succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::unavailable) << e.what();
+      EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+    }
+  }
+  server_->restart();  // same port, empty (no persistence)
+  EXPECT_FALSE(store_->try_get("k").has_value());
+  store_->put("k", Bytes{3});
+  EXPECT_EQ(store_->get("k"), Bytes{3});
+}
+
+TEST_F(RedisStoreTest, RestartBetweenCallsIsInvisible) {
+  store_->put("k", Bytes{1});
+  server_->restart();
+  store_->put("k", Bytes{4});  // the first attempt hits the dead connection, the retry works
+  EXPECT_EQ(store_->get("k"), Bytes{4});
+}
+
+TEST_F(RedisStoreTest, UnansweredCommandTimesOut) {
+  RedisStoreOptions options = test_redis_options();
+  options.command_timeout_ms = 200;
+  auto impatient = open_redis_store("127.0.0.1", server_->port(), 0, options);
+  impatient->put("k", Bytes{5});
+  server_->pause();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    impatient->get("k");
+    ADD_FAILURE() << "a paused server answered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unavailable) << e.what();
+    EXPECT_NE(std::string(e.what()).find("200 ms"), std::string::npos) << e.what();
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  server_->resume();
+  EXPECT_LT(waited, 3.0);
+  EXPECT_EQ(impatient->get("k"), Bytes{5});
+}
+
+TEST_F(RedisStoreTest, DatabaseNumberIsHonoured) {
+  auto db3 = open_store("redis://127.0.0.1:" + std::to_string(server_->port()) + "/3");
+  db3->put("k", Bytes{3});
+  EXPECT_FALSE(store_->exists("k"));
+  EXPECT_EQ(db3->get("k"), Bytes{3});
+  EXPECT_EQ(db3->url(), "redis://127.0.0.1:" + std::to_string(server_->port()) + "/3");
+}
+
+TEST_F(RedisStoreTest, BadOptionsAreRejected) {
+  RedisStoreOptions options;
+  options.part_bytes = 0;
+  EXPECT_THROW(open_redis_store("127.0.0.1", server_->port(), 0, options), Error);
+  EXPECT_THROW(open_redis_store("127.0.0.1", 0, 0), Error);
+  EXPECT_THROW(open_redis_store("", 6379, 0), Error);
+}
+
+}  // namespace
+}  // namespace cachegen::test

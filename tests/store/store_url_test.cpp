@@ -1,0 +1,64 @@
+// open_store() URL parsing.
+#include <gtest/gtest.h>
+
+#include "cachegen/error.h"
+#include "store/store_url.h"
+
+namespace cachegen::test {
+namespace {
+
+using store_detail::parse_store_url;
+using store_detail::StoreUrl;
+
+TEST(StoreUrl, FileUrlsAndPlainPaths) {
+  EXPECT_EQ(parse_store_url("file:///var/kv").path, "/var/kv");
+  EXPECT_EQ(parse_store_url("file://rel/dir").path, "rel/dir");
+  EXPECT_EQ(parse_store_url("/plain/path").path, "/plain/path");
+  EXPECT_EQ(parse_store_url("dir").kind, StoreUrl::Kind::file);
+}
+
+TEST(StoreUrl, RedisUrls) {
+  StoreUrl u = parse_store_url("redis://cache.local:6380/2");
+  EXPECT_EQ(u.kind, StoreUrl::Kind::redis);
+  EXPECT_EQ(u.host, "cache.local");
+  EXPECT_EQ(u.port, 6380);
+  EXPECT_EQ(u.db, 2);
+  u = parse_store_url("redis://10.0.0.1");
+  EXPECT_EQ(u.port, 6379);
+  EXPECT_EQ(u.db, 0);
+  u = parse_store_url("redis://[::1]:7000/");
+  EXPECT_EQ(u.host, "::1");
+  EXPECT_EQ(u.port, 7000);
+}
+
+TEST(StoreUrl, BadUrlsNameTheProblem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"", "URL is empty"},
+      {"file://", "directory is empty"},
+      {"s3://bucket", "unsupported scheme 's3'"},
+      {"redis://", "host is empty"},
+      {"redis://:6379", "host is empty"},
+      {"redis://h:", "port is empty"},
+      {"redis://h:0", "port '0' is not in 1..65535"},
+      {"redis://h:70000", "port '70000'"},
+      {"redis://h:12ab", "port '12ab'"},
+      {"redis://h:6379/x", "database 'x'"},
+      {"redis://h:6379/-1", "database '-1'"},
+      {"redis://user:pw@h:6379", "passwords"},
+      {"redis://h:6379/0?timeout=1", "query strings"},
+      {"redis://[::1", "closing ']'"},
+  };
+  for (const auto& [url, fragment] : cases) {
+    try {
+      parse_store_url(url);
+      ADD_FAILURE() << "accepted '" << url << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+          << url << " -> " << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cachegen::test
