@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "cachegen/error.h"
@@ -11,18 +12,12 @@ namespace cachegen {
 namespace {
 
 std::vector<uint8_t> with_header(const std::string& header, size_t data_bytes) {
-  std::vector<uint8_t> b = {0x93,
-                            'N',
-                            'U',
-                            'M',
-                            'P',
-                            'Y',
-                            1,
-                            0,
-                            static_cast<uint8_t>(header.size() & 0xff),
-                            static_cast<uint8_t>(header.size() >> 8)};
-  b.insert(b.end(), header.begin(), header.end());
-  b.resize(b.size() + data_bytes, 0);
+  const uint8_t preamble[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                                static_cast<uint8_t>(header.size() & 0xff),
+                                static_cast<uint8_t>(header.size() >> 8)};
+  std::vector<uint8_t> b(10 + header.size() + data_bytes, 0);
+  std::memcpy(b.data(), preamble, 10);
+  std::memcpy(b.data() + 10, header.data(), header.size());
   return b;
 }
 
