@@ -26,12 +26,13 @@ void compute_delta_symbols(const uint8_t* codes, size_t n_rows, size_t dim, int 
     if (t == 0) {
       for (size_t c = 0; c < dim; ++c) out[c] = static_cast<uint8_t>(row[c] - first) & mask;
     } else if (t % group_size != 0) {
-      for (size_t c = 0; c < dim; ++c) out[c] = static_cast<uint8_t>(row[c] - row[c - dim]) & mask;
+      for (size_t c = 0; c < dim; ++c)
+        out[c] = static_cast<uint8_t>(row[c] - (row - dim)[c]) & mask;
     } else {
       const size_t g = t / group_size;
       for (size_t c = 0; c < dim; ++c) {
         const size_t i = g * dim + c;
-        const uint8_t pred = boundary_prediction(row[c - dim], scale[i - dim], zero[i - dim],
+        const uint8_t pred = boundary_prediction((row - dim)[c], scale[i - dim], zero[i - dim],
                                                  scale[i], zero[i], bits);
         out[c] = static_cast<uint8_t>(row[c] - pred) & mask;
       }
@@ -57,7 +58,7 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
       const size_t g = t / group_size;
       for (size_t c = 0; c < dim; ++c) {
         const size_t i = g * dim + c;
-        pred[c] = boundary_prediction(out[c - dim], scale[i - dim], zero[i - dim], scale[i],
+        pred[c] = boundary_prediction((out - dim)[c], scale[i - dim], zero[i - dim], scale[i],
                                       zero[i], bits);
       }
     }

@@ -1,0 +1,231 @@
+#include "codec_bench.h"
+
+#include <benchmark/benchmark.h>
+#include <zstd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+
+#include "cachegen/codec.h"
+#include "cachegen/error.h"
+#include "cachegen/npy.h"
+#include "cachegen/runtime.h"
+#include "support/peer_report.h"
+
+namespace cachegen::bench {
+namespace {
+
+struct Input {
+  size_t n_heads = 0, n_rows = 0, dim = 0;
+  std::vector<Half> values;  // [n_heads, n_rows, dim]
+  std::string source;
+};
+
+// Per-channel random walks with channel-dependent amplitude plus a little noise: KV-like.
+Input synthetic_input() {
+  Input in{16, 4096, 128, {}, "synthetic correlated 16x4096x128"};
+  in.values.resize(in.n_heads * in.n_rows * in.dim);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> n01;
+  for (size_t h = 0; h < in.n_heads; ++h)
+    for (size_t c = 0; c < in.dim; ++c) {
+      float walk = 0;
+      const float amp = 0.1f + static_cast<float>(c % 7);
+      for (size_t t = 0; t < in.n_rows; ++t) {
+        walk += 0.1f * n01(rng);
+        in.values[(h * in.n_rows + t) * in.dim + c] = float_to_half(amp * (walk + 0.3f * n01(rng)));
+      }
+    }
+  return in;
+}
+
+// fp16 [n_layers, 2, n_tokens, n_kv_heads, head_dim] -> heads [(layer, kv, head), token, dim].
+Input npy_input(const std::string& path) {
+  const NpyArray a = read_npy(path);
+  if (a.dtype != NpyDType::f16 || a.shape.size() != 5 || a.shape[1] != 2) {
+    throw Error(ErrorCode::invalid_argument,
+                path + ": expected fp16 [n_layers, 2, n_tokens, n_kv_heads, head_dim]");
+  }
+  const size_t L = a.shape[0], T = a.shape[2], H = a.shape[3], D = a.shape[4];
+  Input in{L * 2 * H, T, D, {}, path};
+  in.values.resize(a.size());
+  const auto src = a.as<Half>();
+  for (size_t lk = 0; lk < L * 2; ++lk)
+    for (size_t t = 0; t < T; ++t)
+      for (size_t h = 0; h < H; ++h)
+        std::memcpy(&in.values[((lk * H + h) * T + t) * D], &src[((lk * T + t) * H + h) * D],
+                    D * sizeof(Half));
+  return in;
+}
+
+// Items are elements; bytes are set to the same count (one byte per code) so that the
+// peer tables compare elements per second directly.
+void items(benchmark::State& st, size_t n) {
+  st.SetItemsProcessed(static_cast<int64_t>(st.iterations() * n));
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * n));
+}
+
+}  // namespace
+
+int run_codec_benchmark(const CodecBenchOptions& o) {
+  const Input in = o.input_npy.empty() ? synthetic_input() : npy_input(o.input_npy);
+  const size_t n = in.values.size();
+  const std::vector<CodeStream> streams =
+      quantize_to_codes_batch(in.values, in.n_heads, in.n_rows, in.dim, o.bits, o.group_size);
+  // Lossless parameters (as quantized, fp32) and the compact-parameter entry point.
+  const std::vector<uint8_t> coded = encode_batch(streams);
+  std::vector<float> f32(n);
+  for (size_t i = 0; i < n; ++i) f32[i] = half_to_float(in.values[i]);
+  const std::vector<uint8_t> coded_values =
+      encode_values_batch(f32, in.n_heads, in.n_rows, in.dim, o.bits, o.group_size);
+  size_t code_payload = 0;  // coded bytes without parameters, summed over heads
+  for (const auto& s : streams) {
+    const auto one = encode(s);
+    code_payload += one.size() - coded_size_report(one).param_bytes;
+  }
+  // The same codes for the peers: one byte per code, real rows only.
+  std::vector<uint8_t> codes;
+  codes.reserve(n);
+  for (const auto& s : streams)
+    codes.insert(codes.end(), s.codes.begin(), s.codes.begin() + s.n_rows * s.dim);
+  std::vector<uint8_t> z1(ZSTD_compressBound(n)), z19(ZSTD_compressBound(n));
+  z1.resize(ZSTD_compress(z1.data(), z1.size(), codes.data(), n, 1));
+  z19.resize(ZSTD_compress(z19.data(), z19.size(), codes.data(), n, 19));
+  size_t raw_params = 0, fixed = 0;
+  for (const auto& s : streams) raw_params += s.scale.size() * 4, fixed += fixed_width_bytes(s);
+
+  const size_t all_threads = thread_count();
+  struct Mode {
+    const char* suffix;
+    size_t threads;
+  };
+  const Mode modes[] = {{"1t", 1}, {"mt", all_threads}};
+  for (const Mode& m : modes) {
+    const size_t threads = m.threads;
+    const std::string sfx = std::string("/") + m.suffix;
+    benchmark::RegisterBenchmark(("encode_codes" + sfx).c_str(),
+                                 [&, threads](benchmark::State& st) {
+                                   set_thread_count(threads);
+                                   for (auto _ : st)
+                                     benchmark::DoNotOptimize(encode_batch(streams));
+                                   items(st, n);
+                                 });
+    benchmark::RegisterBenchmark(("encode_fp16" + sfx).c_str(), [&, threads](benchmark::State& st) {
+      set_thread_count(threads);
+      std::vector<float> f32(n);
+      for (auto _ : st) {
+        for (size_t i = 0; i < n; ++i) f32[i] = half_to_float(in.values[i]);
+        benchmark::DoNotOptimize(
+            encode_values_batch(f32, in.n_heads, in.n_rows, in.dim, o.bits, o.group_size));
+      }
+      items(st, n);
+    });
+    benchmark::RegisterBenchmark(("decode_codes" + sfx).c_str(),
+                                 [&, threads](benchmark::State& st) {
+                                   set_thread_count(threads);
+                                   for (auto _ : st) benchmark::DoNotOptimize(decode_batch(coded));
+                                   items(st, n);
+                                 });
+    benchmark::RegisterBenchmark(("decode_fp16" + sfx).c_str(), [&, threads](benchmark::State& st) {
+      set_thread_count(threads);
+      for (auto _ : st) benchmark::DoNotOptimize(decode_batch_to_half(coded));
+      items(st, n);
+    });
+  }
+  benchmark::RegisterBenchmark("zstd1_encode/1t", [&](benchmark::State& st) {
+    std::vector<uint8_t> out(ZSTD_compressBound(n));
+    for (auto _ : st)
+      benchmark::DoNotOptimize(ZSTD_compress(out.data(), out.size(), codes.data(), n, 1));
+    items(st, n);
+  });
+  benchmark::RegisterBenchmark("zstd1_decode/1t", [&](benchmark::State& st) {
+    std::vector<uint8_t> out(n);
+    for (auto _ : st)
+      benchmark::DoNotOptimize(ZSTD_decompress(out.data(), n, z1.data(), z1.size()));
+    items(st, n);
+  });
+  benchmark::RegisterBenchmark("zstd19_decode/1t", [&](benchmark::State& st) {
+    std::vector<uint8_t> out(n);
+    for (auto _ : st)
+      benchmark::DoNotOptimize(ZSTD_decompress(out.data(), n, z19.data(), z19.size()));
+    items(st, n);
+  });
+  benchmark::RegisterBenchmark("memcpy_codes/1t", [&](benchmark::State& st) {
+    std::vector<uint8_t> out(n);
+    for (auto _ : st) {
+      std::memcpy(out.data(), codes.data(), n);
+      benchmark::ClobberMemory();
+    }
+    items(st, n);
+  });
+
+  std::string min_time = "--benchmark_min_time=" + std::to_string(o.min_time_s);
+  char arg0[] = "bench_codec";
+  char* argv[] = {arg0, min_time.data(), nullptr};
+  int argc = 2;
+  const auto r = run_benchmarks(&argc, argv, o.json);
+  set_thread_count(0);
+  benchmark::ClearRegisteredBenchmarks();
+
+  auto ips = [&](const std::string& name) {
+    const auto it = r.find(name);
+    return it == r.end() ? 0.0 : it->second.items_per_second;
+  };
+  nlohmann::json j;
+  j["input"] = in.source;
+  j["heads"] = in.n_heads;
+  j["rows"] = in.n_rows;
+  j["dim"] = in.dim;
+  j["bits"] = o.bits;
+  j["elements"] = n;
+  j["threads"] = all_threads;
+  j["simd_path"] = simd_path_name(simd_path());
+  j["coded_bytes"] = coded.size();
+  j["coded_values_bytes"] = coded_values.size();
+  j["coded_codes_only_bytes"] = code_payload;
+  j["fixed_bytes"] = fixed;
+  j["zstd1_bytes"] = z1.size();
+  j["zstd19_bytes"] = z19.size();
+  j["zstd19_plus_fp32_params_bytes"] = z19.size() + 2 * raw_params;
+  j["coded_codes_only_over_zstd19"] =
+      static_cast<double>(code_payload) / static_cast<double>(z19.size());
+  j["encode_elems_per_s"] = ips("encode_codes/1t");
+  j["encode_fp16_elems_per_s"] = ips("encode_fp16/1t");
+  j["decode_elems_per_s"] = ips("decode_codes/1t");
+  j["decode_fp16_elems_per_s"] = ips("decode_fp16/1t");
+  j["encode_elems_per_s_mt"] = ips("encode_codes/mt");
+  j["encode_fp16_elems_per_s_mt"] = ips("encode_fp16/mt");
+  j["decode_elems_per_s_mt"] = ips("decode_codes/mt");
+  j["decode_fp16_elems_per_s_mt"] = ips("decode_fp16/mt");
+  j["zstd1_encode_elems_per_s"] = ips("zstd1_encode/1t");
+  j["zstd1_decode_elems_per_s"] = ips("zstd1_decode/1t");
+  j["zstd19_decode_elems_per_s"] = ips("zstd19_decode/1t");
+  j["memcpy_bytes_per_s"] =
+      r.count("memcpy_codes/1t") ? r.at("memcpy_codes/1t").bytes_per_second : 0.0;
+  j["decode_over_zstd1_decode"] = ips("decode_codes/1t") / std::max(1.0, ips("zstd1_decode/1t"));
+  j["encode_over_zstd1_encode"] = ips("encode_codes/1t") / std::max(1.0, ips("zstd1_encode/1t"));
+  j["decode_mt_over_1t"] = ips("decode_codes/mt") / std::max(1.0, ips("decode_codes/1t"));
+  if (o.json) {
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("\ninput: %s, %zu elements, %d bits, path %s, %zu threads\n", in.source.c_str(), n,
+              o.bits, simd_path_name(simd_path()), all_threads);
+  std::printf(
+      "sizes: coded %zu (fp32 params), %zu (encode_values, compact params), codes only %zu\n"
+      "       fixed %zu  zstd-1 %zu  zstd-19 %zu (codes only)  codes-only/zstd19 %.3f\n",
+      coded.size(), coded_values.size(), code_payload, fixed, z1.size(), z19.size(),
+      j["coded_codes_only_over_zstd19"].get<double>());
+  print_comparisons(r, {{"decode codes vs zstd -1 decode", "decode_codes/1t", "zstd1_decode/1t"},
+                        {"decode fp16 vs zstd -1 decode", "decode_fp16/1t", "zstd1_decode/1t"},
+                        {"encode codes vs zstd -1 encode", "encode_codes/1t", "zstd1_encode/1t"},
+                        {"decode codes vs memcpy", "decode_codes/1t", "memcpy_codes/1t"},
+                        {"decode all threads vs 1", "decode_codes/mt", "decode_codes/1t"},
+                        {"encode all threads vs 1", "encode_codes/mt", "encode_codes/1t"}});
+  return 0;
+}
+
+}  // namespace cachegen::bench

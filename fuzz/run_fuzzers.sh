@@ -1,0 +1,36 @@
+#!/bin/sh
+# Runs every codec fuzzer for SECONDS from its seed corpus; fails on the first crash.
+# Builds nothing: configure and build BUILD_DIR first, e.g.
+#   CC=clang CXX=clang++ cmake -B build-fuzz -G Ninja -DCACHEGEN_BUILD_FUZZ=ON \
+#       -DCACHEGEN_SANITIZE=ON -DCACHEGEN_BUILD_TESTS=OFF -DCACHEGEN_BUILD_BENCH=OFF \
+#       -DCACHEGEN_BUILD_CLI=OFF && ninja -C build-fuzz -j2
+# Usage: fuzz/run_fuzzers.sh BUILD_DIR SECONDS
+set -eu
+if [ $# -ne 2 ]; then
+  echo "usage: $0 BUILD_DIR SECONDS" >&2
+  exit 2
+fi
+build=$1
+seconds=$2
+here=$(cd "$(dirname "$0")" && pwd)
+status=0
+for target in fuzz_codec_decode fuzz_codec_decode_batch fuzz_codec_roundtrip; do
+  bin="$build/fuzz/$target"
+  if [ ! -x "$bin" ]; then
+    echo "run_fuzzers: $bin missing (build $build with -DCACHEGEN_BUILD_FUZZ=ON)" >&2
+    exit 1
+  fi
+  work=$(mktemp -d)
+  echo "== $target for ${seconds}s"
+  # New inputs go to a scratch directory so the checked-in corpus only changes on purpose.
+  if ! "$bin" -max_total_time="$seconds" -max_len=8192 -rss_limit_mb=2048 -timeout=10 \
+      -artifact_prefix="$work/" "$work" "$here/corpus/$target" >"$work/log" 2>&1; then
+    tail -40 "$work/log"
+    echo "run_fuzzers: $target FAILED; crashing input kept in $work" >&2
+    status=1
+  else
+    grep -E '^#[0-9]+.*DONE' "$work/log" | tail -1 || true
+    rm -rf "$work"
+  fi
+done
+exit $status
