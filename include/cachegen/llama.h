@@ -1,0 +1,245 @@
+// cachegen: the llama.cpp adapter (library cachegen_llama, built with CACHEGEN_WITH_LLAMA=ON).
+//
+// Reads and writes the KV-cache state bytes of llama.cpp (the pinned release fetched by
+// scripts/fetch-llama.sh, commit de3ff81) without going through llama.cpp, so the K and V of
+// every layer can be compressed and the state rebuilt byte for byte:
+//
+//   sequence state  (llama_state_seq_get_data):     u32 0xaf143cd8, i32 seq_id, KV streams
+//   context state   (llama_state_get_data):         u32 len + architecture name, KV streams
+//   KV streams: u32 n_stream, then per stream (llama_kv_cache::state_write_meta/_data):
+//     u32 cell_count; if > 0:
+//     cell_count x { i32 pos, u32 n_seq_id, [i32 x, i32 y, i32 tok if cell_ext], n_seq_id x i32 }
+//     u32 v_trans, u32 n_layer,
+//     n_layer x { i32 k_type, u64 k_row_bytes, cell_count x k_row_bytes }
+//     v_trans == 0: n_layer x { i32 v_type, u64 v_row_bytes, cell_count x v_row_bytes }
+//     v_trans == 1: n_layer x { i32 v_type, u32 v_elem_bytes, u32 n_embd_v,
+//                               n_embd_v x cell_count x v_elem_bytes }   (V transposed)
+//   sequence state file (llama_state_seq_save_file): u32 'ggsq', u32 3, u32 n_tokens,
+//                                                    n_tokens x i32, KV streams (no magic/seq_id)
+//   session file        (llama_state_save_file):     u32 'ggsn', u32 10, u32 n_tokens,
+//                                                    n_tokens x i32, context state
+// All integers little-endian. Parsing bounds every field against the bytes left before
+// allocating; malformed bytes throw cachegen::Error (truncated_input, corrupt_input or
+// unsupported_version) naming the field and its offset; nothing here aborts or reads out of
+// bounds. Not covered: models whose KV layers lack V (MLA) or that keep two caches (iSWA,
+// hybrid/recurrent memory); their state bytes are rejected as corrupt (trailing bytes) or
+// unsupported, never misread silently.
+//
+// Thread safety: the parse/build functions are re-entrant. A Model may be shared by several
+// Contexts; one Context must be used by one thread at a time (llama.cpp's rule).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cachegen/half.h"
+
+struct llama_model;
+struct llama_context;
+
+namespace cachegen::llama {
+
+// ggml type ids as they appear in state bytes (ggml.h `enum ggml_type`, frozen by GGUF).
+inline constexpr int32_t kTypeF32 = 0;
+inline constexpr int32_t kTypeF16 = 1;
+inline constexpr int32_t kTypeQ4_0 = 2;
+inline constexpr int32_t kTypeQ8_0 = 8;
+inline constexpr int32_t kTypeBF16 = 30;
+
+// What a snapshot's K/V were computed by. Two snapshots are interchangeable only when equal.
+struct ModelIdentity {
+  std::string architecture;       // GGUF general.architecture, e.g. "llama"
+  uint32_t n_layer = 0;           // transformer blocks
+  uint32_t n_head_kv = 0;         // KV heads per layer
+  uint32_t head_dim = 0;          // channels per KV head
+  uint64_t gguf_header_hash = 0;  // XXH3-64 of the GGUF file bytes before the tensor data
+                                  // (header, metadata, tensor infos)
+  bool operator==(const ModelIdentity&) const = default;
+};
+
+// One KV cell (one cached token position) as serialised.
+struct KvCell {
+  int32_t pos = 0;
+  std::vector<int32_t> seq_ids;          // exactly one in a sequence state
+  std::array<int32_t, 3> ext{0, 0, -1};  // llama_kv_cell_ext {x, y, tok}; only if cell_ext
+};
+
+// One layer's K and V, token-major whatever the serialised layout: k is [n_cells, k_row_bytes],
+// v is [n_cells, v_row_bytes]. A row holds n_embd = n_head_kv * head_dim elements of its ggml
+// type, heads outermost, i.e. fp16 rows are [n_kv_heads, head_dim].
+struct KvLayer {
+  int32_t k_type = kTypeF16;
+  uint64_t k_row_bytes = 0;
+  std::vector<uint8_t> k;
+  int32_t v_type = kTypeF16;
+  uint64_t v_row_bytes = 0;   // when transposed: v_elem_bytes * n_embd_v (recomputed on build)
+  uint32_t v_elem_bytes = 0;  // transposed layout only: ggml_type_size(v_type) as written
+  uint32_t n_embd_v = 0;      // transposed layout only: elements per V row as written
+  std::vector<uint8_t> v;
+};
+
+// One KV stream (llama.cpp keeps one per sequence unless the cache is unified).
+struct KvStream {
+  std::vector<KvCell> cells;  // empty: the stream holds no cells, nothing else is written
+  bool v_trans = false;       // V serialised transposed (flash attention off)
+  std::vector<KvLayer> layers;
+};
+
+enum class StateKind : uint8_t {
+  sequence = 0,  // llama_state_seq_get_data / llama_state_seq_save_file
+  context = 1,   // llama_state_get_data / llama_state_save_file (session)
+};
+
+// A parsed llama.cpp state: everything needed to rebuild the exact bytes.
+struct KvSnapshot {
+  ModelIdentity model;          // set by capture_seq_state; empty when parsed from bytes alone
+  std::vector<int32_t> tokens;  // token ids of the cached positions (state files, captures)
+  StateKind kind = StateKind::sequence;
+  int32_t seq_id = 0;     // sequence state only: the source sequence id in the header
+  std::string arch_tag;   // context state only: the architecture name llama.cpp writes first
+  bool cell_ext = false;  // cells carry llama_kv_cell_ext (M-RoPE and PLE models)
+  std::vector<KvStream> streams;
+
+  // The one stream holding cells (throws invalid_argument when none or several do).
+  const KvStream& data_stream() const;
+  KvStream& data_stream();
+  size_t n_cells() const { return data_stream().cells.size(); }
+};
+
+struct ParseOptions {
+  bool cell_ext = false;  // the model uses M-RoPE or per-layer-embedding n-grams (see Model)
+  size_t max_streams = 256;
+  size_t max_layers = 4096;
+  size_t max_cells = size_t{1} << 24;
+  size_t max_seq_ids_per_cell = 256;
+  size_t max_tokens = size_t{1} << 24;
+};
+
+// Parses state bytes of the given kind. Every byte must be consumed (corrupt_input otherwise).
+KvSnapshot parse_seq_state(std::span<const uint8_t> bytes, const ParseOptions& options = {});
+KvSnapshot parse_context_state(std::span<const uint8_t> bytes, const ParseOptions& options = {});
+// Rebuilds the in-memory state bytes of snapshot.kind (what llama_state_seq_set_data /
+// llama_state_set_data read). For a parsed snapshot whose K/V were not changed the result
+// equals the parsed bytes. Throws invalid_argument when sizes are inconsistent
+// (e.g. k.size() != n_cells * k_row_bytes).
+std::vector<uint8_t> build_state(const KvSnapshot& snapshot);
+
+// State files: the kind is taken from the magic; unknown magic → corrupt_input, known magic
+// with another version → unsupported_version. build_state_file writes snapshot.tokens.
+KvSnapshot parse_state_file(std::span<const uint8_t> bytes, const ParseOptions& options = {});
+std::vector<uint8_t> build_state_file(const KvSnapshot& snapshot);
+
+// ---- Element access ---------------------------------------------------------------------
+
+// Elements per row of a layer (n_kv_heads * head_dim).
+size_t k_row_elements(const KvLayer& layer);
+size_t v_row_elements(const KvLayer& layer);
+// K or V of a layer as fp32 [n_cells, n_embd], through ggml's own to_float for any ggml type.
+std::vector<float> layer_k_float(const KvLayer& layer);
+std::vector<float> layer_v_float(const KvLayer& layer);
+// Replaces K or V from fp32 [n_cells, n_embd], converted to the layer's type (f32, f16, bf16:
+// round to nearest; quantized types through ggml_quantize_chunk). Sizes must match.
+void set_layer_k_float(KvLayer& layer, std::span<const float> values);
+void set_layer_v_float(KvLayer& layer, std::span<const float> values);
+
+// ---- Running a model ------------------------------------------------------------------------
+
+struct ContextSettings {
+  uint32_t n_ctx = 2048;
+  bool flash_attn = false;  // on: V row-major in state bytes; off: V transposed
+  int32_t type_k = kTypeF16;
+  int32_t type_v = kTypeF16;
+  int32_t n_threads = 2;
+  bool operator==(const ContextSettings&) const = default;
+};
+
+// A loaded GGUF model (CPU only). Loading silences llama.cpp's log unless
+// $CACHEGEN_LLAMA_LOG is set. Throws not_found / corrupt_input.
+class Model {
+ public:
+  explicit Model(const std::string& gguf_path);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  llama_model* get() const { return model_; }
+  const ModelIdentity& identity() const { return identity_; }
+  bool cell_ext() const { return cell_ext_; }
+  int32_t n_vocab() const;
+  // Tokenizes text (with BOS when the model adds one).
+  std::vector<int32_t> tokenize(const std::string& text, bool add_bos) const;
+
+ private:
+  llama_model* model_ = nullptr;
+  ModelIdentity identity_;
+  bool cell_ext_ = false;
+};
+
+// A llama.cpp context with known settings. Throws invalid_argument when llama.cpp refuses
+// the settings (e.g. a quantized KV type whose block does not divide head_dim).
+class Context {
+ public:
+  Context(const Model& model, const ContextSettings& settings);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  llama_context* get() const { return ctx_; }
+  const Model& model() const { return model_; }
+  const ContextSettings& settings() const { return settings_; }
+  // Empties the KV cache.
+  void clear();
+  // Decodes tokens into sequence 0 at positions first_pos.. and returns the logits of every
+  // token when all_logits (else of the last only), [n, n_vocab] row-major.
+  std::vector<float> decode(std::span<const int32_t> tokens, int32_t first_pos, bool all_logits);
+
+ private:
+  const Model& model_;
+  ContextSettings settings_;
+  llama_context* ctx_ = nullptr;
+};
+
+// Reads sequence seq_id's state and parses it; tokens are recorded as given (the caller's
+// record of what was decoded; their count must equal the number of cells).
+KvSnapshot capture_seq_state(Context& ctx, std::span<const int32_t> tokens, int32_t seq_id = 0);
+// Rebuilds the state bytes and loads them into sequence seq_id of ctx (whose cache should be
+// empty). Refuses, with invalid_argument naming the difference, a snapshot from another model
+// (identity), with another V layout (flash attention), other K/V types, or more cells than
+// n_ctx. Throws corrupt_input if llama.cpp still rejects the bytes.
+void restore_seq_state(Context& ctx, const KvSnapshot& snapshot, int32_t seq_id = 0);
+
+// ---- Quality evaluation (`cachegen eval`) -----------------------------------------------
+
+struct EvalOptions {
+  std::string model_path;
+  std::string text_path;
+  int n_contexts = 8;   // windows of the text, each prefix + n_continue + 1 tokens
+  int prefix = 448;     // tokens whose KV is captured and compressed
+  int n_continue = 64;  // next-token predictions scored per window
+  size_t group_size = 32;
+  bool flash_attn = false;
+  int32_t n_threads = 2;
+};
+
+// One row of the rate–quality table. KL is mean KL(exact || method) in nats over all scored
+// predictions; ppl over the same predictions' targets.
+struct EvalRow {
+  std::string method;
+  bool emulated = false;          // llama.cpp KV type emulated on the captured rows
+  double bits_per_element = 0;    // real coded bytes * 8 / K+V elements of the prefix
+  double k_bits = 0, v_bits = 0;  // the same for K and V alone
+  double estimate_bits = 0;       // reference's entropy estimate (reference rows), else 0
+  double ratio_vs_fp16 = 0;
+  double kl = 0, top1 = 0, ppl = 0, ppl_exact = 0;
+  double encode_ms = 0, decode_ms = 0;  // total over windows
+};
+
+// Runs the evaluation; `progress` (may be empty) gets one line per finished step.
+std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& options,
+                                         const std::function<void(const std::string&)>& progress);
+
+}  // namespace cachegen::llama

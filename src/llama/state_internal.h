@@ -1,0 +1,28 @@
+// Internal pieces shared by the state parser, the state-file reader and the element access.
+#pragma once
+
+#include <ggml.h>
+
+#include <vector>
+
+#include "cachegen/llama.h"
+#include "llama/byte_io.h"
+
+namespace cachegen::llama::detail {
+
+// Validates a ggml type id read from state bytes; fails (corrupt_input) for unknown types.
+const ggml_type_traits& checked_type(ByteReader& in, int32_t type, const char* field);
+// u32 n_stream + per-stream KV blocks.
+void parse_kv_block(ByteReader& in, const ParseOptions& options, bool cell_ext,
+                    std::vector<KvStream>& streams);
+void build_kv_block(const KvSnapshot& snapshot, ByteWriter& out);
+// io_magic of llama_context::state_seq_get_data (llama-context.cpp), frozen by the release.
+inline constexpr uint32_t kSeqStateMagic = 0xaf143cd8u;
+
+// State bytes of `kind`; a sequence state starts with magic + seq_id when seq_header (the
+// in-memory form) and without them in state files.
+KvSnapshot parse_state(std::span<const uint8_t> bytes, const ParseOptions& options, StateKind kind,
+                       bool seq_header);
+void build_state_into(const KvSnapshot& snapshot, bool seq_header, ByteWriter& out);
+
+}  // namespace cachegen::llama::detail
