@@ -5,6 +5,10 @@
 #include <cstring>
 #include <thread>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace cachegen {
 namespace {
 
@@ -35,14 +39,23 @@ void set_thread_count(size_t n) noexcept {
   g_threads.store(n, std::memory_order_relaxed);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C is CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+static bool cpu_has_f16c() noexcept {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+#endif
+
 SimdPath best_supported_simd_path() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
+  const bool f16c = cpu_has_f16c();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c")) {
+      __builtin_cpu_supports("avx512vl") && f16c) {
     return SimdPath::avx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return SimdPath::avx2;
+  if (__builtin_cpu_supports("avx2") && f16c) return SimdPath::avx2;
 #endif
   return SimdPath::scalar;
 }

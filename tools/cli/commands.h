@@ -9,6 +9,9 @@ namespace cachegen::cli {
 // `cachegen bench seed`: the reference's synthetic benchmark.
 void add_bench_seed(CLI::App& bench);
 
+// `cachegen bench codec`: codec speed and size next to zstd and memcpy.
+void add_bench_codec(CLI::App& bench);
+
 // Where the CLI finds its data (the seed benchmark inputs): --data, $CACHEGEN_DATA_DIR, the
 // installed share/cachegen, then the source tree's tests/data.
 std::string find_data_file(const std::string& explicit_dir, const std::string& relative);

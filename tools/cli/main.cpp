@@ -24,9 +24,8 @@ std::string find_data_file(const std::string& explicit_dir, const std::string& r
   }
   std::string tried;
   for (const std::string& d : dirs) tried += "\n  " + d;
-  throw Error(ErrorCode::not_found,
-              "data file '" + relative + "' not found; looked in:" + tried +
-                  "\n(set --data DIR or CACHEGEN_DATA_DIR)");
+  throw Error(ErrorCode::not_found, "data file '" + relative + "' not found; looked in:" + tried +
+                                        "\n(set --data DIR or CACHEGEN_DATA_DIR)");
 }
 
 }  // namespace cachegen::cli
@@ -38,6 +37,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   cachegen::cli::add_bench_seed(*bench);
+  cachegen::cli::add_bench_codec(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

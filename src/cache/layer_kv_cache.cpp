@@ -1,0 +1,297 @@
+// LayerKVCache: append, quantize completed groups, seal blocks, fetch, statistics.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "cache/layer_kv_cache_internal.h"
+#include "cachegen/error.h"
+#include "cachegen/kv_cache.h"
+#include "core/checks.h"
+
+namespace cachegen {
+
+using detail::invalid;
+
+namespace detail {
+
+// Widens or narrows one [heads, T, dim] view to fp16, checking every value is finite in fp16.
+std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
+  const size_t n = x.n_kv_heads * x.n_tokens * x.head_dim;
+  std::vector<Half> out(n);
+  if (n == 0) return out;
+  if (x.data == nullptr) invalid(std::string(name) + ".data is null");
+  switch (x.dtype) {
+    case KVDType::f16:
+      std::memcpy(out.data(), x.data, n * sizeof(Half));
+      break;
+    case KVDType::bf16: {
+      const auto* in = static_cast<const BFloat16*>(x.data);
+      for (size_t i = 0; i < n; ++i) out[i] = float_to_half(bf16_to_float(in[i]));
+      break;
+    }
+    case KVDType::f32: {
+      const auto* in = static_cast<const float*>(x.data);
+      for (size_t i = 0; i < n; ++i) out[i] = float_to_half(in[i]);
+      break;
+    }
+    default:
+      invalid(std::string(name) + ".dtype is not f32, f16 or bf16");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if ((out[i].bits & 0x7c00u) == 0x7c00u) {
+      invalid(std::string(name) + " holds a NaN, Inf or a value beyond the fp16 range at element " +
+              std::to_string(i));
+    }
+  }
+  return out;
+}
+
+// Rows [row0, row0 + rows) of a stream as a new stream (row0 and rows multiples of group_size,
+// or rows reaching the end).
+CodeStream slice_groups(const CodeStream& s, size_t row0, size_t rows) {
+  const size_t gs = s.group_size, g0 = row0 / gs;
+  CodeStream out;
+  out.dim = s.dim;
+  out.bits = s.bits;
+  out.group_size = gs;
+  out.n_rows = rows;
+  const size_t ng = out.n_groups();
+  out.codes.assign(s.codes.begin() + static_cast<ptrdiff_t>(g0 * gs * s.dim),
+                   s.codes.begin() + static_cast<ptrdiff_t>((g0 + ng) * gs * s.dim));
+  out.scale.assign(s.scale.begin() + static_cast<ptrdiff_t>(g0 * s.dim),
+                   s.scale.begin() + static_cast<ptrdiff_t>((g0 + ng) * s.dim));
+  out.zero.assign(s.zero.begin() + static_cast<ptrdiff_t>(g0 * s.dim),
+                  s.zero.begin() + static_cast<ptrdiff_t>((g0 + ng) * s.dim));
+  return out;
+}
+
+// Appends b's rows to a (a.n_rows a multiple of group_size).
+void append_stream(CodeStream& a, const CodeStream& b) {
+  if (a.n_rows == 0) {
+    a = b;
+    return;
+  }
+  a.codes.insert(a.codes.end(), b.codes.begin(), b.codes.end());
+  a.scale.insert(a.scale.end(), b.scale.begin(), b.scale.end());
+  a.zero.insert(a.zero.end(), b.zero.begin(), b.zero.end());
+  a.n_rows += b.n_rows;
+}
+
+}  // namespace detail
+
+LayerKVCache::LayerKVCache(size_t n_kv_heads, size_t head_dim, int key_bits, int value_bits,
+                           const KVCacheConfig& config)
+    : heads_(n_kv_heads), dim_(head_dim), bits_{key_bits, value_bits}, config_(config) {
+  config_.validate();
+  detail::check_bits(key_bits, "key_bits");
+  detail::check_bits(value_bits, "value_bits");
+  if (heads_ < 1 || heads_ > 65536)
+    invalid("n_kv_heads must be in 1..65536, got " + std::to_string(heads_));
+  if (dim_ < 1 || dim_ > 65536)
+    invalid("head_dim must be in 1..65536, got " + std::to_string(dim_));
+  detail::checked_mul(detail::checked_mul(heads_, config_.block_tokens, "cache block"), dim_,
+                      "cache block");
+  for (PlaneState& p : plane_) {
+    p.pending.resize(heads_);
+    p.residual.resize(heads_ * config_.group_size * dim_);
+  }
+}
+
+void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
+  for (const KVBlockView* x : {&k, &v}) {
+    const char* name = x == &k ? "k" : "v";
+    if (x->n_kv_heads != heads_ || x->head_dim != dim_) {
+      invalid(std::string(name) + " has " + std::to_string(x->n_kv_heads) + " heads x " +
+              std::to_string(x->head_dim) + " dims, the cache " + std::to_string(heads_) + " x " +
+              std::to_string(dim_));
+    }
+  }
+  if (k.n_tokens != v.n_tokens) {
+    invalid("k has " + std::to_string(k.n_tokens) + " tokens but v has " +
+            std::to_string(v.n_tokens));
+  }
+  detail::checked_mul(detail::checked_mul(heads_, k.n_tokens, "k"), dim_, "k");
+  // Convert and check everything before changing any state.
+  const std::vector<Half> kh = detail::view_to_half(k, "k"), vh = detail::view_to_half(v, "v");
+  const size_t T = k.n_tokens, gs = config_.group_size;
+  size_t t = 0;
+  while (t < T) {
+    const size_t take = std::min(gs - residual_rows_, T - t);
+    for (int kind = 0; kind < 2; ++kind) {
+      const std::vector<Half>& src = kind == 0 ? kh : vh;
+      for (size_t h = 0; h < heads_; ++h) {
+        std::memcpy(plane_[kind].residual.data() + (h * gs + residual_rows_) * dim_,
+                    src.data() + (h * T + t) * dim_, take * dim_ * sizeof(Half));
+      }
+    }
+    residual_rows_ += take;
+    n_tokens_ += take;
+    t += take;
+    if (residual_rows_ == gs) {
+      quantize_group(0);
+      quantize_group(1);
+      residual_rows_ = 0;
+      pending_rows_ += gs;
+      if (pending_rows_ == config_.block_tokens) {
+        seal_block(0);
+        seal_block(1);
+        pending_rows_ = 0;
+      }
+    }
+  }
+}
+
+CodeStream detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits,
+                                      const KVCacheConfig& config) {
+  const size_t n = rows * dim;
+  if (config.params == ParamMode::reference) {
+    return quantize_to_codes(std::span<const Half>(x, n), rows, dim, bits, config.group_size);
+  }
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = half_to_float(x[i]);
+  CodeStream s;
+  EncodeOptions opt;
+  opt.allow_delta = config.use_delta;
+  encode_values(f, rows, dim, bits, config.group_size, opt, &s);
+  return s;
+}
+
+void LayerKVCache::quantize_group(int kind) {
+  PlaneState& p = plane_[kind];
+  const size_t gs = config_.group_size;
+  for (size_t h = 0; h < heads_; ++h) {
+    const CodeStream g = detail::quantize_rows_half(p.residual.data() + h * gs * dim_, gs, dim_,
+                                                    bits_[kind], config_);
+    detail::append_stream(p.pending[h], g);
+  }
+}
+
+CompressedBlock detail::code_block(const std::vector<CodeStream>& streams, size_t token_begin,
+                                   const KVCacheConfig& config) {
+  CompressedBlock b;
+  b.token_begin = token_begin;
+  b.n_tokens = streams.empty() ? 0 : streams[0].n_rows;
+  EncodeOptions opt;
+  opt.allow_delta = config.use_delta;
+  b.bytes = encode_batch(streams, opt);
+  b.estimated_bytes = entropy_coded_bytes_batch(streams, config.use_delta, config.per_channel);
+  b.fixed_bytes = fixed_width_bytes_batch(streams);
+  return b;
+}
+
+void LayerKVCache::seal_block(int kind) {
+  PlaneState& p = plane_[kind];
+  const size_t begin = n_tokens_ - residual_rows_ - pending_rows_;
+  p.blocks.push_back(detail::code_block(p.pending, begin, config_));
+  for (CodeStream& s : p.pending) s = CodeStream{};
+}
+
+std::vector<CodeStream> LayerKVCache::quantize_residual(int kind) const {
+  std::vector<CodeStream> out(heads_);
+  if (residual_rows_ == 0) return out;
+  const size_t gs = config_.group_size;
+  for (size_t h = 0; h < heads_; ++h) {
+    out[h] = detail::quantize_rows_half(plane_[kind].residual.data() + h * gs * dim_,
+                                        residual_rows_, dim_, bits_[kind], config_);
+  }
+  return out;
+}
+
+std::vector<CompressedBlock> LayerKVCache::snapshot_blocks(int kind) const {
+  if (kind != 0 && kind != 1) invalid("kind must be 0 (K) or 1 (V)");
+  std::vector<CompressedBlock> out = plane_[kind].blocks;
+  if (pending_rows_ + residual_rows_ == 0) return out;
+  std::vector<CodeStream> tail(heads_);
+  const std::vector<CodeStream> res = quantize_residual(kind);
+  for (size_t h = 0; h < heads_; ++h) {
+    tail[h] = plane_[kind].pending[h];
+    if (tail[h].n_rows == 0) {
+      tail[h] = res[h];
+    } else if (residual_rows_ > 0) {
+      detail::append_stream(tail[h], res[h]);
+    }
+  }
+  out.push_back(detail::code_block(tail, n_tokens_ - pending_rows_ - residual_rows_, config_));
+  return out;
+}
+
+std::vector<Half> LayerKVCache::fetch(int kind, size_t begin, size_t end) const {
+  end = std::min(end, n_tokens_);
+  if (begin > end)
+    invalid("fetch range begins at " + std::to_string(begin) + " after its end " +
+            std::to_string(end));
+  const size_t T = end - begin;
+  std::vector<Half> out(heads_ * T * dim_);
+  // Copies rows [lo, hi) of a [heads, rows_total, dim] source whose first row is token `first`.
+  auto copy_rows = [&](const Half* src, size_t first, size_t rows_total, size_t head_stride) {
+    const size_t lo = std::max(begin, first), hi = std::min(end, first + rows_total);
+    if (lo >= hi) return;
+    for (size_t h = 0; h < heads_; ++h) {
+      std::memcpy(out.data() + (h * T + (lo - begin)) * dim_,
+                  src + h * head_stride + (lo - first) * dim_, (hi - lo) * dim_ * sizeof(Half));
+    }
+  };
+  const PlaneState& p = plane_[kind];
+  for (const CompressedBlock& b : p.blocks) {
+    if (b.token_begin >= end || b.token_begin + b.n_tokens <= begin) continue;
+    const std::vector<Half> y = decode_batch_to_half(b.bytes);
+    copy_rows(y.data(), b.token_begin, b.n_tokens, b.n_tokens * dim_);
+  }
+  const size_t pending_begin = n_tokens_ - residual_rows_ - pending_rows_;
+  if (pending_rows_ > 0 && pending_begin < end && pending_begin + pending_rows_ > begin) {
+    std::vector<Half> y(heads_ * pending_rows_ * dim_);
+    for (size_t h = 0; h < heads_; ++h) {
+      dequant_codes_into(
+          p.pending[h], std::span<Half>(y).subspan(h * pending_rows_ * dim_, pending_rows_ * dim_));
+    }
+    copy_rows(y.data(), pending_begin, pending_rows_, pending_rows_ * dim_);
+  }
+  copy_rows(p.residual.data(), n_tokens_ - residual_rows_, residual_rows_,
+            config_.group_size * dim_);
+  return out;
+}
+
+std::vector<Half> LayerKVCache::fetch_keys(size_t begin, size_t end) const {
+  return fetch(0, begin, end);
+}
+std::vector<Half> LayerKVCache::fetch_values(size_t begin, size_t end) const {
+  return fetch(1, begin, end);
+}
+
+KVSizeStats LayerKVCache::plane_stats(int kind) const {
+  const PlaneState& p = plane_[kind];
+  KVSizeStats s;
+  const size_t per_token = heads_ * dim_;
+  s.n_tokens = n_tokens_;
+  s.n_elements = n_tokens_ * per_token;
+  s.quantized_elements = (n_tokens_ - residual_rows_) * per_token;
+  s.fp16_bytes = s.n_elements * 2;
+  s.residual_tokens = residual_rows_;
+  s.assigned_avg_bits = bits_[kind];
+  for (const CompressedBlock& b : p.blocks) {
+    s.compressed_bytes += b.bytes.size();
+    s.estimated_bytes += b.estimated_bytes;
+    s.fixed_bytes += b.fixed_bytes;
+    s.memory_bytes += b.bytes.capacity() + sizeof(CompressedBlock);
+  }
+  if (pending_rows_ > 0) {
+    const CompressedBlock tail = detail::code_block(p.pending, 0, config_);
+    s.compressed_bytes += tail.bytes.size();
+    s.estimated_bytes += tail.estimated_bytes;
+    s.fixed_bytes += tail.fixed_bytes;
+    for (const CodeStream& c : p.pending) {
+      s.memory_bytes += c.codes.capacity() + 4 * (c.scale.capacity() + c.zero.capacity());
+    }
+  }
+  s.memory_bytes += p.residual.capacity() * sizeof(Half);
+  return s;
+}
+
+LayerStats LayerKVCache::stats() const {
+  LayerStats s{plane_stats(0), plane_stats(1), {}};
+  s.both = s.k;
+  s.both += s.v;
+  return s;
+}
+
+}  // namespace cachegen
