@@ -1,0 +1,196 @@
+// LayerKVCache: results independent of how tokens arrive; trim; fetch; accounting.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "cache/cache_test_inputs.h"
+#include "cachegen/error.h"
+#include "cachegen/kv_cache.h"
+
+namespace cachegen {
+namespace {
+
+using test::kv_walk;
+using test::token_slice;
+using test::view;
+
+constexpr size_t kHeads = 4, kDim = 8, kTokens = 512;
+
+bool same_half(const std::vector<Half>& a, const std::vector<Half>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+}
+
+// Appends tokens in the given call sizes (cycled until all are in).
+LayerKVCache fill(const KVCacheConfig& cfg, const std::vector<Half>& k, const std::vector<Half>& v,
+                  const std::vector<size_t>& sizes) {
+  LayerKVCache c(kHeads, kDim, 3, 4, cfg);
+  size_t t = 0, i = 0;
+  while (t < kTokens) {
+    const size_t n = std::min(sizes[i++ % sizes.size()], kTokens - t);
+    const auto ks = token_slice(k, kHeads, kTokens, kDim, t, n);
+    const auto vs = token_slice(v, kHeads, kTokens, kDim, t, n);
+    c.append(view(ks, kHeads, n, kDim), view(vs, kHeads, n, kDim));
+    t += n;
+  }
+  return c;
+}
+
+class CallSplits : public ::testing::TestWithParam<ParamMode> {};
+
+TEST_P(CallSplits, OneCallUnevenCallsAndSingleTokensAgree) {
+  KVCacheConfig cfg;
+  cfg.params = GetParam();
+  cfg.block_tokens = 128;
+  const auto k = kv_walk(kHeads, kTokens, kDim, 1), v = kv_walk(kHeads, kTokens, kDim, 2);
+  const LayerKVCache one = fill(cfg, k, v, {512});
+  const LayerKVCache uneven = fill(cfg, k, v, {7, 100, 1, 250, 154});
+  const LayerKVCache single = fill(cfg, k, v, {1});
+  for (const LayerKVCache* c : {&uneven, &single}) {
+    EXPECT_EQ(c->n_tokens(), kTokens);
+    EXPECT_TRUE(same_half(c->fetch_keys(), one.fetch_keys()));
+    EXPECT_TRUE(same_half(c->fetch_values(), one.fetch_values()));
+    for (int kind = 0; kind < 2; ++kind) {
+      const auto a = c->snapshot_blocks(kind), b = one.snapshot_blocks(kind);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].bytes, b[i].bytes) << kind << " " << i;
+    }
+    const LayerStats s = c->stats(), r = one.stats();
+    EXPECT_EQ(s.both.compressed_bytes, r.both.compressed_bytes);
+    EXPECT_EQ(s.both.estimated_bytes, r.both.estimated_bytes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CallSplits,
+                         ::testing::Values(ParamMode::compact, ParamMode::reference));
+
+TEST(LayerCache, ReferenceModeEqualsReferenceQuantizer) {
+  KVCacheConfig cfg;
+  cfg.params = ParamMode::reference;
+  const size_t n = 100;  // 3 whole groups + 4 residual tokens
+  const auto k = kv_walk(kHeads, n, kDim, 3), v = kv_walk(kHeads, n, kDim, 4);
+  LayerKVCache c(kHeads, kDim, 3, 5, cfg);
+  c.append(view(k, kHeads, n, kDim), view(v, kHeads, n, kDim));
+  const std::vector<Half> got = c.fetch_keys();
+  for (size_t h = 0; h < kHeads; ++h) {
+    const std::span<const Half> head(k.data() + h * n * kDim, 96 * kDim);
+    const std::vector<Half> want = dequant_codes(quantize_to_codes(head, 96, kDim, 3));
+    EXPECT_EQ(0, std::memcmp(got.data() + h * n * kDim, want.data(), want.size() * 2));
+    // Residual tokens are returned as stored.
+    EXPECT_EQ(0, std::memcmp(got.data() + (h * n + 96) * kDim, k.data() + (h * n + 96) * kDim,
+                             4 * kDim * 2));
+  }
+  EXPECT_EQ(c.stats().k.residual_tokens, 4u);
+}
+
+TEST(LayerCache, FetchRangeMatchesFullFetch) {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const auto k = kv_walk(kHeads, kTokens, kDim, 5), v = kv_walk(kHeads, kTokens, kDim, 6);
+  const LayerKVCache c = fill(cfg, k, v, {77});
+  const std::vector<Half> all = c.fetch_values();
+  for (auto [a, b] : {std::pair<size_t, size_t>{0, 1}, {63, 65}, {100, 300}, {500, 512}, {5, 5}}) {
+    const std::vector<Half> part = c.fetch_values(a, b);
+    ASSERT_EQ(part.size(), kHeads * (b - a) * kDim);
+    for (size_t h = 0; h < kHeads; ++h) {
+      ASSERT_EQ(0, std::memcmp(part.data() + h * (b - a) * kDim,
+                               all.data() + (h * kTokens + a) * kDim, (b - a) * kDim * 2));
+    }
+  }
+}
+
+TEST(LayerCache, TrimCorrectsCountersAndContent) {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const auto k = kv_walk(kHeads, kTokens, kDim, 7), v = kv_walk(kHeads, kTokens, kDim, 8);
+  for (size_t trim : {0, 1, 5, 32, 33, 64, 100, 200, 511, 512}) {
+    LayerKVCache c = fill(cfg, k, v, {512});
+    const std::vector<Half> before = c.fetch_keys();
+    c.trim(trim);
+    const size_t n = kTokens - trim;
+    ASSERT_EQ(c.n_tokens(), n);
+    const std::vector<Half> after = c.fetch_keys();
+    ASSERT_EQ(after.size(), kHeads * n * kDim);
+    for (size_t h = 0; h < kHeads; ++h) {
+      ASSERT_EQ(0, std::memcmp(after.data() + h * n * kDim, before.data() + h * kTokens * kDim,
+                               n * kDim * 2))
+          << "trim " << trim;
+    }
+    const LayerStats s = c.stats();
+    EXPECT_EQ(s.k.n_tokens, n);
+    EXPECT_EQ(s.k.residual_tokens, n % 32);
+    EXPECT_EQ(s.k.quantized_elements, (n - n % 32) * kHeads * kDim);
+    // Appending after a trim keeps working and counting.
+    const auto more = token_slice(k, kHeads, kTokens, kDim, 0, 40);
+    c.append(view(more, kHeads, 40, kDim), view(more, kHeads, 40, kDim));
+    EXPECT_EQ(c.n_tokens(), n + 40);
+    EXPECT_EQ(c.fetch_values().size(), kHeads * (n + 40) * kDim);
+  }
+  LayerKVCache c(kHeads, kDim, 3, 3, cfg);
+  EXPECT_THROW(c.trim(1), Error);
+}
+
+TEST(LayerCache, AccountingIsRealAndConsistent) {
+  KVCacheConfig cfg;
+  const auto k = kv_walk(kHeads, kTokens, kDim, 9), v = kv_walk(kHeads, kTokens, kDim, 10);
+  const LayerKVCache c = fill(cfg, k, v, {512});
+  const LayerStats s = c.stats();
+  size_t block_bytes = 0;
+  for (int kind = 0; kind < 2; ++kind) {
+    for (const CompressedBlock& b : c.snapshot_blocks(kind)) block_bytes += b.bytes.size();
+  }
+  EXPECT_EQ(s.both.compressed_bytes, block_bytes);
+  EXPECT_EQ(s.both.fp16_bytes, 2 * kHeads * kTokens * kDim * 2);
+  EXPECT_LT(s.both.compressed_bytes, s.both.fixed_bytes);
+  EXPECT_GT(s.both.entropy_savings(), 0.0);
+  EXPECT_DOUBLE_EQ(s.k.assigned_avg_bits, 3.0);
+  EXPECT_DOUBLE_EQ(s.both.assigned_avg_bits, 3.5);
+  EXPECT_GT(s.both.memory_bytes, s.both.compressed_bytes);
+  EXPECT_LT(s.both.memory_bytes, s.both.fp16_bytes);
+  // A one-token decode step costs what its share costs, not more than fp16 (the reference's
+  // defect): 32 single-token steps end up as one group, accounted like any other group.
+  LayerKVCache d(kHeads, kDim, 3, 3, cfg);
+  for (size_t t = 0; t < 32; ++t) {
+    const auto ks = token_slice(k, kHeads, kTokens, kDim, t, 1);
+    d.append(view(ks, kHeads, 1, kDim), view(ks, kHeads, 1, kDim));
+  }
+  EXPECT_LT(d.stats().both.compressed_bytes, d.stats().both.fp16_bytes);
+}
+
+TEST(LayerCache, InputsOfEveryDtype) {
+  KVCacheConfig cfg;
+  const size_t n = 40;
+  const auto k = kv_walk(kHeads, n, kDim, 11);
+  std::vector<float> kf(k.size());
+  std::vector<BFloat16> kb(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    kf[i] = half_to_float(k[i]);
+    uint32_t u;
+    std::memcpy(&u, &kf[i], 4);
+    kb[i] = BFloat16{static_cast<uint16_t>(u >> 16)};
+  }
+  LayerKVCache a(kHeads, kDim, 4, 4, cfg), b(kHeads, kDim, 4, 4, cfg);
+  a.append(view(k, kHeads, n, kDim), view(k, kHeads, n, kDim));
+  b.append({kf.data(), KVDType::f32, kHeads, n, kDim}, {kb.data(), KVDType::bf16, kHeads, n, kDim});
+  EXPECT_TRUE(same_half(a.fetch_keys(), b.fetch_keys()));  // fp32 of fp16 values: same
+  EXPECT_EQ(b.fetch_values().size(), k.size());
+}
+
+TEST(LayerCache, BadInputLeavesCacheUnchanged) {
+  KVCacheConfig cfg;
+  LayerKVCache c(kHeads, kDim, 4, 4, cfg);
+  auto k = kv_walk(kHeads, 10, kDim, 12);
+  c.append(view(k, kHeads, 10, kDim), view(k, kHeads, 10, kDim));
+  auto bad = k;
+  bad[17] = Half{0x7e00};  // NaN
+  EXPECT_THROW(c.append(view(bad, kHeads, 10, kDim), view(k, kHeads, 10, kDim)), Error);
+  std::vector<float> huge(k.size(), 1e6f);
+  EXPECT_THROW(c.append({huge.data(), KVDType::f32, kHeads, 10, kDim}, view(k, kHeads, 10, kDim)),
+               Error);
+  EXPECT_THROW(c.append(view(k, kHeads, 10, kDim), view(k, kHeads, 9, kDim)), Error);
+  EXPECT_THROW(c.append(view(k, 3, 10, kDim), view(k, 3, 10, kDim)), Error);
+  EXPECT_EQ(c.n_tokens(), 10u);
+  EXPECT_TRUE(same_half(c.fetch_keys(), k));
+}
+
+}  // namespace
+}  // namespace cachegen
