@@ -79,11 +79,14 @@ uint64_t gguf_metadata_hash(const std::string& path);
 
 enum class KVDType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
 
-// A read-only view of one K or V block laid out [n_kv_heads, n_tokens, head_dim], row-major.
+// A read-only view of one K or V block, row-major: [n_kv_heads, n_tokens, head_dim] (the
+// reference's layout), or [n_tokens, n_kv_heads, head_dim] when token_major (llama.cpp's and
+// the .npy files' layout).
 struct KVBlockView {
   const void* data = nullptr;
   KVDType dtype = KVDType::f16;
   size_t n_kv_heads = 0, n_tokens = 0, head_dim = 0;
+  bool token_major = false;
 };
 
 // Sizes of one tensor kind (K, V) or both, in bytes.

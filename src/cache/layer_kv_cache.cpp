@@ -37,6 +37,16 @@ std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
     default:
       invalid(std::string(name) + ".dtype is not f32, f16 or bf16");
   }
+  if (x.token_major && x.n_kv_heads > 1) {  // to [heads, tokens, dim]
+    std::vector<Half> t(n);
+    const size_t H = x.n_kv_heads, T = x.n_tokens, D = x.head_dim;
+    for (size_t tok = 0; tok < T; ++tok) {
+      for (size_t h = 0; h < H; ++h) {
+        std::memcpy(t.data() + (h * T + tok) * D, out.data() + (tok * H + h) * D, D * sizeof(Half));
+      }
+    }
+    out.swap(t);
+  }
   for (size_t i = 0; i < n; ++i) {
     if ((out[i].bits & 0x7c00u) == 0x7c00u) {
       invalid(std::string(name) + " holds a NaN, Inf or a value beyond the fp16 range at element " +

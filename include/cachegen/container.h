@@ -1,0 +1,110 @@
+// cachegen: the .cgkv container, a whole model's compressed KV cache in one checksummed,
+// chunked file (byte layout: docs/FORMAT.md, "Container").
+//
+// Readers treat every byte as hostile: every error is a cachegen::Error naming the field,
+// chunk or offset (corrupt_input, truncated_input, unsupported_version); header fields are
+// bounded before anything is allocated; checksums are verified before data is interpreted.
+// Thread safety: a CgkvReader is immutable after opening; any number of threads may call its
+// const functions at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cachegen/half.h"
+#include "cachegen/kv_cache.h"
+
+namespace cachegen {
+
+enum class ContainerCodec : uint8_t {
+  quantized = 0,      // rANS code streams of the quantized codes (lossy)
+  lossless_fp16 = 1,  // the exact fp16 values: byte planes + zstd
+};
+
+// Blob kinds (frozen); readers ignore kinds they do not know.
+enum class BlobKind : uint32_t { token_ids = 1, metadata_json = 2, app_state = 3 };
+
+struct CgkvBlob {
+  uint32_t kind = 0;
+  std::vector<uint8_t> bytes;
+};
+
+struct CgkvLayerInfo {
+  int key_bits = 0, value_bits = 0;  // 0 for non-attention layers and lossless files
+  bool attention = false;
+};
+
+struct CgkvRange {
+  uint64_t offset = 0, bytes = 0, xxh64 = 0;
+};
+
+struct CgkvChunkInfo {
+  CgkvRange range;
+  size_t token_begin = 0, n_tokens = 0;
+};
+
+struct CgkvBlobInfo {
+  uint32_t kind = 0;
+  CgkvRange range;
+};
+
+struct CgkvInfo {
+  uint16_t version = 0;
+  uint64_t file_bytes = 0, header_bytes = 0;
+  int n_layers = 0, n_kv_heads = 0, head_dim = 0;
+  size_t group_size = 0, n_tokens = 0, chunk_tokens = 0;
+  ContainerCodec codec = ContainerCodec::quantized;
+  ParamMode param_mode = ParamMode::compact;
+  std::vector<CgkvLayerInfo> layers;
+  std::vector<CgkvChunkInfo> chunks;
+  std::vector<CgkvBlobInfo> blobs;
+
+  int n_attention_layers() const;
+  // Elements of K and V over all attention layers and tokens.
+  size_t n_elements() const;
+};
+
+// Serialises a cache (every token: sealed blocks as they are, the tail coded now). The chunk
+// size is the cache's block_tokens. Blobs (token ids, metadata...) are stored alongside.
+std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> blobs = {});
+
+// A lossless file: kv holds fp16 [n_attention_layers, 2, n_tokens, n_kv_heads, head_dim]
+// (token-major, K then V). zstd_level trades write speed for size.
+std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
+                                         size_t n_tokens, size_t chunk_tokens,
+                                         std::span<const CgkvBlob> blobs = {}, int zstd_level = 19);
+
+class CgkvReader {
+ public:
+  // Parses and checks the header of an in-memory file (the bytes are kept).
+  static CgkvReader from_bytes(std::vector<uint8_t> bytes);
+  // Opens a file: reads and checks only its header; chunks are read on demand.
+  static CgkvReader open_file(const std::string& path);
+
+  const CgkvInfo& info() const noexcept { return info_; }
+
+  // fp16 [n_attention_layers, 2, end - begin, n_kv_heads, head_dim] for tokens [begin, end)
+  // (token-major, K then V). Reads and verifies only the chunks that overlap the range.
+  std::vector<Half> read_tokens(size_t begin, size_t end) const;
+  // The bytes of the first blob of a kind (checksum verified), or nullopt.
+  std::optional<std::vector<uint8_t>> read_blob(uint32_t kind) const;
+  // Verifies every chunk and blob checksum and decodes every chunk; throws on the first
+  // problem, naming it.
+  void verify() const;
+  // The raw chunk bytes (checksum verified).
+  std::vector<uint8_t> read_chunk(size_t index) const;
+
+  struct Source;  // where the bytes come from (memory or file)
+
+ private:
+  explicit CgkvReader(std::shared_ptr<const Source> src);
+  std::shared_ptr<const Source> src_;
+  CgkvInfo info_;
+};
+
+}  // namespace cachegen

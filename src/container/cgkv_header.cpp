@@ -1,0 +1,218 @@
+// The .cgkv preamble and header: writing, and reading with every field validated.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "cachegen/error.h"
+#include "container/cgkv_bytes.h"
+#include "container/cgkv_internal.h"
+
+namespace cachegen {
+
+int CgkvInfo::n_attention_layers() const {
+  return static_cast<int>(std::count_if(layers.begin(), layers.end(),
+                                        [](const CgkvLayerInfo& l) { return l.attention; }));
+}
+
+size_t CgkvInfo::n_elements() const {
+  return static_cast<size_t>(n_attention_layers()) * 2 * n_tokens *
+         static_cast<size_t>(n_kv_heads) * static_cast<size_t>(head_dim);
+}
+
+namespace detail {
+namespace {
+
+[[noreturn]] void corrupt(const std::string& m) {
+  throw Error(ErrorCode::corrupt_input, "cgkv: " + m);
+}
+
+constexpr size_t kBodyFixedBytes = 4 * 4 + 8 + 4 + 4 + 4;  // through the reserved u16
+constexpr size_t kLayerBytes = 4, kChunkBytes = 24, kBlobBytes = 32;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) corrupt(what);
+}
+
+void check_range(const CgkvRange& r, uint64_t header_bytes, uint64_t file_bytes,
+                 const std::string& name) {
+  check(r.offset >= header_bytes && r.offset <= file_bytes && r.bytes <= file_bytes - r.offset,
+        name + " range [" + std::to_string(r.offset) + ", +" + std::to_string(r.bytes) +
+            ") lies outside the data area [" + std::to_string(header_bytes) + ", " +
+            std::to_string(file_bytes) + ")");
+}
+
+}  // namespace
+
+uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs) {
+  return kPreambleBytes + kBodyFixedBytes + kLayerBytes * n_layers + kChunkBytes * n_chunks + 4 +
+         kBlobBytes * n_blobs + 8;
+}
+
+std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(info.header_bytes));
+  LeWriter w(out);
+  for (uint8_t m : kCgkvMagic) w.u8(m);
+  w.u16(kCgkvVersion);
+  w.u16(0);
+  w.u32(static_cast<uint32_t>(info.header_bytes));
+  w.u32(0);
+  w.u64(info.file_bytes);
+  w.u64(0);
+  w.u32(static_cast<uint32_t>(info.n_layers));
+  w.u32(static_cast<uint32_t>(info.n_kv_heads));
+  w.u32(static_cast<uint32_t>(info.head_dim));
+  w.u32(static_cast<uint32_t>(info.group_size));
+  w.u64(info.n_tokens);
+  w.u32(static_cast<uint32_t>(info.chunk_tokens));
+  w.u32(static_cast<uint32_t>(info.chunks.size()));
+  w.u8(static_cast<uint8_t>(info.codec));
+  w.u8(static_cast<uint8_t>(info.param_mode));
+  w.u16(0);
+  for (const CgkvLayerInfo& l : info.layers) {
+    w.u8(static_cast<uint8_t>(l.key_bits));
+    w.u8(static_cast<uint8_t>(l.value_bits));
+    w.u8(l.attention ? 1 : 0);
+    w.u8(0);
+  }
+  for (const CgkvChunkInfo& c : info.chunks) {
+    w.u64(c.range.offset);
+    w.u64(c.range.bytes);
+    w.u64(c.range.xxh64);
+  }
+  w.u32(static_cast<uint32_t>(info.blobs.size()));
+  for (const CgkvBlobInfo& b : info.blobs) {
+    w.u32(b.kind);
+    w.u32(0);
+    w.u64(b.range.offset);
+    w.u64(b.range.bytes);
+    w.u64(b.range.xxh64);
+  }
+  w.u64(xxh64(out));
+  if (out.size() != info.header_bytes)
+    throw Error(ErrorCode::invalid_argument, "cgkv: header size mismatch");
+  return out;
+}
+
+CgkvInfo parse_header(const CgkvReader::Source& src) {
+  const uint64_t actual = src.size();
+  if (actual < kPreambleBytes) {
+    throw Error(ErrorCode::truncated_input,
+                "cgkv: " + std::to_string(actual) + " bytes, shorter than the 32-byte preamble");
+  }
+  const std::vector<uint8_t> pre = src.read(0, kPreambleBytes);
+  LeReader p(pre, "cgkv preamble");
+  CgkvInfo info;
+  const auto magic = p.take(4, "magic");
+  check(std::equal(magic.begin(), magic.end(), kCgkvMagic), "bad magic (not a .cgkv file)");
+  info.version = p.u16("version");
+  if (info.version != kCgkvVersion) {
+    throw Error(ErrorCode::unsupported_version,
+                "cgkv: format version " + std::to_string(info.version) + " (this build reads 1)");
+  }
+  check(p.u16("flags") == 0, "reserved flags are not zero");
+  info.header_bytes = p.u32("header_bytes");
+  check(p.u32("reserved") == 0, "reserved field at offset 12 is not zero");
+  info.file_bytes = p.u64("file_bytes");
+  check(p.u64("reserved") == 0, "reserved field at offset 24 is not zero");
+  check(info.header_bytes > kPreambleBytes + 8 && info.header_bytes <= kMaxHeaderBytes,
+        "header_bytes " + std::to_string(info.header_bytes) + " out of range");
+  if (actual < info.file_bytes || actual < info.header_bytes) {
+    throw Error(ErrorCode::truncated_input,
+                "cgkv: file has " + std::to_string(actual) + " bytes, its header declares " +
+                    std::to_string(std::max(info.file_bytes, info.header_bytes)));
+  }
+  check(actual == info.file_bytes,
+        "file has " + std::to_string(actual - info.file_bytes) + " bytes after its declared end");
+
+  const std::vector<uint8_t> hdr = src.read(0, static_cast<size_t>(info.header_bytes));
+  const std::span<const uint8_t> signed_part(hdr.data(), hdr.size() - 8);
+  LeReader tail(std::span<const uint8_t>(hdr).subspan(hdr.size() - 8), "cgkv header");
+  check(tail.u64("header_xxh64") == xxh64(signed_part), "header checksum mismatch");
+
+  LeReader r(std::span<const uint8_t>(hdr).subspan(kPreambleBytes, hdr.size() - kPreambleBytes - 8),
+             "cgkv header", kPreambleBytes);
+  const uint32_t n_layers = r.u32("n_layers"), heads = r.u32("n_kv_heads"), dim = r.u32("head_dim");
+  const uint32_t gs = r.u32("group_size");
+  const uint64_t n_tokens = r.u64("n_tokens");
+  const uint32_t chunk_tokens = r.u32("chunk_tokens"), n_chunks = r.u32("n_chunks");
+  const uint8_t codec = r.u8("codec"), param_mode = r.u8("param_mode");
+  check(r.u16("reserved") == 0, "reserved header field is not zero");
+  check(n_layers >= 1 && n_layers <= 4096,
+        "n_layers " + std::to_string(n_layers) + " out of range 1..4096");
+  check(heads >= 1 && heads <= 65536, "n_kv_heads " + std::to_string(heads) + " out of range");
+  check(dim >= 1 && dim <= 65536, "head_dim " + std::to_string(dim) + " out of range");
+  check(gs >= 1 && gs <= 65536, "group_size " + std::to_string(gs) + " out of range");
+  check(n_tokens <= kMaxTokens, "n_tokens " + std::to_string(n_tokens) + " exceeds 2^40");
+  check(chunk_tokens >= 1 && chunk_tokens <= (1u << 24) && chunk_tokens % gs == 0,
+        "chunk_tokens " + std::to_string(chunk_tokens) +
+            " is not a multiple of group_size up to 2^24");
+  check(n_chunks == (n_tokens + chunk_tokens - 1) / chunk_tokens,
+        "n_chunks " + std::to_string(n_chunks) + " does not cover n_tokens " +
+            std::to_string(n_tokens));
+  check(codec <= 1, "unknown codec " + std::to_string(codec));
+  check(param_mode <= 1, "unknown param_mode " + std::to_string(param_mode));
+  // The body's size is fixed by these counts: check it before reading the tables.
+  if (r.remaining() < kLayerBytes * n_layers + kChunkBytes * uint64_t{n_chunks} + 4) {
+    throw Error(ErrorCode::truncated_input,
+                "cgkv: header too short for its layer and chunk tables");
+  }
+  info.n_layers = static_cast<int>(n_layers);
+  info.n_kv_heads = static_cast<int>(heads);
+  info.head_dim = static_cast<int>(dim);
+  info.group_size = gs;
+  info.n_tokens = n_tokens;
+  info.chunk_tokens = chunk_tokens;
+  info.codec = static_cast<ContainerCodec>(codec);
+  info.param_mode = static_cast<ParamMode>(param_mode);
+  for (uint32_t l = 0; l < n_layers; ++l) {
+    CgkvLayerInfo li;
+    li.key_bits = r.u8("key_bits");
+    li.value_bits = r.u8("value_bits");
+    const uint8_t flags = r.u8("layer_flags");
+    check(r.u8("reserved") == 0 && (flags & ~1u) == 0,
+          "layer " + std::to_string(l) + ": reserved bits set");
+    li.attention = flags & 1u;
+    const bool quantized = li.attention && info.codec == ContainerCodec::quantized;
+    const auto bits_ok = [&](int b) { return quantized ? (b >= 1 && b <= 8) : b == 0; };
+    check(bits_ok(li.key_bits) && bits_ok(li.value_bits),
+          "layer " + std::to_string(l) + ": bits " + std::to_string(li.key_bits) + "/" +
+              std::to_string(li.value_bits) + " invalid for its kind");
+    info.layers.push_back(li);
+  }
+  check(info.n_attention_layers() >= 1, "no attention layer");
+  for (uint32_t c = 0; c < n_chunks; ++c) {
+    CgkvChunkInfo ci;
+    ci.range = {r.u64("chunk offset"), r.u64("chunk bytes"), r.u64("chunk xxh64")};
+    ci.token_begin = size_t{c} * chunk_tokens;
+    ci.n_tokens = static_cast<size_t>(std::min<uint64_t>(chunk_tokens, n_tokens - ci.token_begin));
+    check_range(ci.range, info.header_bytes, info.file_bytes, "chunk " + std::to_string(c));
+    info.chunks.push_back(ci);
+  }
+  const uint32_t n_blobs = r.u32("n_blobs");
+  check(n_blobs <= kMaxBlobs, "n_blobs " + std::to_string(n_blobs) + " exceeds 64");
+  for (uint32_t b = 0; b < n_blobs; ++b) {
+    CgkvBlobInfo bi;
+    bi.kind = r.u32("blob kind");
+    check(r.u32("reserved") == 0, "blob " + std::to_string(b) + ": reserved field not zero");
+    bi.range = {r.u64("blob offset"), r.u64("blob bytes"), r.u64("blob xxh64")};
+    check_range(bi.range, info.header_bytes, info.file_bytes, "blob " + std::to_string(b));
+    info.blobs.push_back(bi);
+  }
+  check(r.remaining() == 0,
+        std::to_string(r.remaining()) + " unexplained bytes at the end of the header");
+  // No two data ranges may overlap.
+  std::vector<CgkvRange> all;
+  for (const auto& c : info.chunks) all.push_back(c.range);
+  for (const auto& b : info.blobs) all.push_back(b.range);
+  std::sort(all.begin(), all.end(),
+            [](const CgkvRange& a, const CgkvRange& b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < all.size(); ++i) {
+    check(all[i - 1].offset + all[i - 1].bytes <= all[i].offset,
+          "data ranges overlap at offset " + std::to_string(all[i].offset));
+  }
+  return info;
+}
+
+}  // namespace detail
+}  // namespace cachegen

@@ -1,0 +1,48 @@
+// Internal: the container's frozen constants, header (de)serialisation and chunk payloads.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cachegen/container.h"
+
+namespace cachegen {
+
+// Where a reader's bytes come from: an owned buffer, or a file read with pread.
+struct CgkvReader::Source {
+  virtual ~Source() = default;
+  virtual uint64_t size() const = 0;
+  // Bytes [offset, offset + n); the caller has checked the range against size().
+  virtual std::vector<uint8_t> read(uint64_t offset, size_t n) const = 0;
+};
+
+namespace detail {
+
+inline constexpr uint8_t kCgkvMagic[4] = {'C', 'G', 'K', 'V'};
+inline constexpr uint16_t kCgkvVersion = 1;
+inline constexpr size_t kPreambleBytes = 32;
+inline constexpr uint64_t kMaxHeaderBytes = 64ull << 20;
+inline constexpr uint64_t kMaxTokens = 1ull << 40;
+inline constexpr uint32_t kMaxBlobs = 64;
+
+std::shared_ptr<const CgkvReader::Source> memory_source(std::vector<uint8_t> bytes);
+std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path);
+
+// Serialises a complete header (preamble, body, checksum) for `info`, whose chunk and blob
+// ranges must already be final.
+std::vector<uint8_t> serialize_header(const CgkvInfo& info);
+// Header size for a given layer/chunk/blob count (ranges do not change the size).
+uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs);
+// Parses and validates the header from a source.
+CgkvInfo parse_header(const CgkvReader::Source& src);
+
+uint64_t xxh64(std::span<const uint8_t> bytes);
+
+// Lossless fp16 tensor data: byte planes + zstd; and back (checks the decompressed size).
+std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, int zstd_level);
+void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out,
+                          const std::string& context);
+
+}  // namespace detail
+}  // namespace cachegen

@@ -1,0 +1,152 @@
+// Reading .cgkv files: header on open, chunks on demand, each verified before it is decoded.
+#include <cstring>
+#include <string>
+
+#include "cachegen/codec.h"
+#include "cachegen/error.h"
+#include "container/cgkv_bytes.h"
+#include "container/cgkv_internal.h"
+#include "core/checks.h"
+
+namespace cachegen {
+
+CgkvReader::CgkvReader(std::shared_ptr<const Source> src) : src_(std::move(src)) {
+  info_ = detail::parse_header(*src_);
+}
+
+CgkvReader CgkvReader::from_bytes(std::vector<uint8_t> bytes) {
+  return CgkvReader(detail::memory_source(std::move(bytes)));
+}
+
+CgkvReader CgkvReader::open_file(const std::string& path) {
+  try {
+    return CgkvReader(detail::file_source(path));
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(path) != std::string::npos) throw;
+    throw Error(e.code(), std::string(e.what()) + " (in '" + path + "')");
+  }
+}
+
+std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
+  if (index >= info_.chunks.size()) {
+    detail::invalid("chunk " + std::to_string(index) + " does not exist (" +
+                    std::to_string(info_.chunks.size()) + " chunks)");
+  }
+  const CgkvRange& r = info_.chunks[index].range;
+  std::vector<uint8_t> b = src_->read(r.offset, static_cast<size_t>(r.bytes));
+  if (detail::xxh64(b) != r.xxh64) {
+    throw Error(ErrorCode::corrupt_input,
+                "cgkv: chunk " + std::to_string(index) + " (tokens " +
+                    std::to_string(info_.chunks[index].token_begin) + ".." +
+                    std::to_string(info_.chunks[index].token_begin + info_.chunks[index].n_tokens) +
+                    ") checksum mismatch");
+  }
+  return b;
+}
+
+std::optional<std::vector<uint8_t>> CgkvReader::read_blob(uint32_t kind) const {
+  for (size_t i = 0; i < info_.blobs.size(); ++i) {
+    const CgkvBlobInfo& b = info_.blobs[i];
+    if (b.kind != kind) continue;
+    std::vector<uint8_t> bytes = src_->read(b.range.offset, static_cast<size_t>(b.range.bytes));
+    if (detail::xxh64(bytes) != b.range.xxh64) {
+      throw Error(ErrorCode::corrupt_input, "cgkv: blob " + std::to_string(i) + " (kind " +
+                                                std::to_string(kind) + ") checksum mismatch");
+    }
+    return bytes;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Decodes one tensor of one chunk into out (token-major [rows, heads, dim] rows of the
+// requested window [lo, hi) relative to the chunk).
+void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits, size_t rows,
+                   size_t lo, size_t hi, Half* out, const std::string& ctx) {
+  const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
+  std::vector<Half> head_major(H * rows * D);
+  if (info.codec == ContainerCodec::lossless_fp16) {
+    detail::unpack_fp16_lossless(data, head_major, ctx);  // stored token-major already
+    for (size_t t = lo; t < hi; ++t)
+      std::memcpy(out + (t - lo) * H * D, head_major.data() + t * H * D, H * D * 2);
+    return;
+  }
+  DecodeOptions opt;
+  opt.max_elements = (rows + info.group_size) * D;
+  const std::vector<CodeStream> heads = decode_batch(data, opt);
+  if (heads.size() != H) {
+    throw Error(ErrorCode::corrupt_input, ctx + ": " + std::to_string(heads.size()) +
+                                              " heads, header says " + std::to_string(H));
+  }
+  for (size_t h = 0; h < H; ++h) {
+    const CodeStream& s = heads[h];
+    if (s.n_rows != rows || s.dim != D || s.bits != bits || s.group_size != info.group_size) {
+      throw Error(ErrorCode::corrupt_input,
+                  ctx + ", head " + std::to_string(h) + ": stream shape " +
+                      std::to_string(s.n_rows) + "x" + std::to_string(s.dim) + " bits " +
+                      std::to_string(s.bits) + " group " + std::to_string(s.group_size) +
+                      " does not match the header");
+    }
+    dequant_codes_into(s, std::span<Half>(head_major).subspan(h * rows * D, rows * D));
+  }
+  for (size_t t = lo; t < hi; ++t) {
+    for (size_t h = 0; h < H; ++h) {
+      std::memcpy(out + ((t - lo) * H + h) * D, head_major.data() + (h * rows + t) * D, D * 2);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
+  if (begin > end || end > info_.n_tokens) {
+    detail::invalid("token range " + std::to_string(begin) + ":" + std::to_string(end) +
+                    " is outside 0:" + std::to_string(info_.n_tokens));
+  }
+  const size_t T = end - begin,
+               row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
+  const size_t n_attn = static_cast<size_t>(info_.n_attention_layers());
+  std::vector<Half> out(detail::checked_mul(n_attn * 2 * T, row, "read_tokens output"));
+  for (size_t c = 0; c < info_.chunks.size(); ++c) {
+    const CgkvChunkInfo& ci = info_.chunks[c];
+    if (ci.token_begin >= end || ci.token_begin + ci.n_tokens <= begin) continue;
+    const std::vector<uint8_t> bytes = read_chunk(c);
+    detail::LeReader r(bytes, "cgkv chunk " + std::to_string(c),
+                       static_cast<size_t>(ci.range.offset));
+    const size_t lo = std::max(begin, ci.token_begin) - ci.token_begin;
+    const size_t hi = std::min(end, ci.token_begin + ci.n_tokens) - ci.token_begin;
+    size_t t = 0;
+    for (size_t l = 0; l < info_.layers.size(); ++l) {
+      if (!info_.layers[l].attention) continue;
+      for (int kind = 0; kind < 2; ++kind, ++t) {
+        const std::string ctx = "cgkv chunk " + std::to_string(c) + ", layer " + std::to_string(l) +
+                                (kind ? " V" : " K");
+        const uint64_t len = r.varint("tensor length");
+        if (len > r.remaining()) {
+          throw Error(ErrorCode::corrupt_input,
+                      ctx + ": length " + std::to_string(len) + " runs past the chunk");
+        }
+        const auto data = r.take(static_cast<size_t>(len), "tensor data");
+        const int bits = kind ? info_.layers[l].value_bits : info_.layers[l].key_bits;
+        Half* dst = out.data() + (t * T + (ci.token_begin + lo - begin)) * row;
+        decode_tensor(info_, data, bits, ci.n_tokens, lo, hi, dst, ctx);
+      }
+    }
+    if (r.remaining() != 0) {
+      throw Error(ErrorCode::corrupt_input, "cgkv chunk " + std::to_string(c) + ": " +
+                                                std::to_string(r.remaining()) + " trailing bytes");
+    }
+  }
+  return out;
+}
+
+void CgkvReader::verify() const {
+  for (size_t c = 0; c < info_.chunks.size(); ++c) {
+    const CgkvChunkInfo& ci = info_.chunks[c];
+    read_tokens(ci.token_begin, ci.token_begin + ci.n_tokens);  // checksum + full decode
+  }
+  for (const CgkvBlobInfo& b : info_.blobs) read_blob(b.kind);
+}
+
+}  // namespace cachegen

@@ -1,0 +1,83 @@
+// Byte sources behind CgkvReader, and xxHash64.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "cachegen/error.h"
+#include "container/cgkv_internal.h"
+
+namespace cachegen::detail {
+namespace {
+
+class MemorySource final : public CgkvReader::Source {
+ public:
+  explicit MemorySource(std::vector<uint8_t> b) : b_(std::move(b)) {}
+  uint64_t size() const override { return b_.size(); }
+  std::vector<uint8_t> read(uint64_t offset, size_t n) const override {
+    return {b_.begin() + static_cast<ptrdiff_t>(offset),
+            b_.begin() + static_cast<ptrdiff_t>(offset + n)};
+  }
+
+ private:
+  std::vector<uint8_t> b_;
+};
+
+class FileSource final : public CgkvReader::Source {
+ public:
+  explicit FileSource(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      throw Error(errno == ENOENT ? ErrorCode::not_found : ErrorCode::io_error,
+                  "cannot open '" + path + "': " + std::strerror(errno));
+    }
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw Error(ErrorCode::io_error, "'" + path + "' is not a readable regular file");
+    }
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~FileSource() override { ::close(fd_); }
+  uint64_t size() const override { return size_; }
+  std::vector<uint8_t> read(uint64_t offset, size_t n) const override {
+    std::vector<uint8_t> out(n);
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r =
+          ::pread(fd_, out.data() + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        throw Error(r == 0 ? ErrorCode::truncated_input : ErrorCode::io_error,
+                    "reading '" + path_ + "' at offset " + std::to_string(offset + done) + ": " +
+                        (r == 0 ? std::string("file shrank while open") : std::strerror(errno)));
+      }
+      done += static_cast<size_t>(r);
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<const CgkvReader::Source> memory_source(std::vector<uint8_t> bytes) {
+  return std::make_shared<MemorySource>(std::move(bytes));
+}
+std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path) {
+  return std::make_shared<FileSource>(path);
+}
+
+uint64_t xxh64(std::span<const uint8_t> bytes) {
+  return XXH64(bytes.data(), bytes.size(), 0);
+}
+
+}  // namespace cachegen::detail

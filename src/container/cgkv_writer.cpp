@@ -1,0 +1,128 @@
+// Writing .cgkv files: quantized (from a KVCache) and lossless (from fp16 arrays).
+#include <string>
+
+#include "cachegen/error.h"
+#include "container/cgkv_bytes.h"
+#include "container/cgkv_internal.h"
+#include "core/checks.h"
+
+namespace cachegen {
+namespace {
+
+// Lays out header + chunks + blobs: fills every range and returns the file.
+std::vector<uint8_t> assemble(CgkvInfo& info, const std::vector<std::vector<uint8_t>>& chunks,
+                              std::span<const CgkvBlob> blobs) {
+  if (blobs.size() > detail::kMaxBlobs) detail::invalid("at most 64 blobs per file");
+  info.header_bytes = detail::header_size(info.layers.size(), chunks.size(), blobs.size());
+  if (info.header_bytes > detail::kMaxHeaderBytes)
+    detail::invalid("too many chunks for one header");
+  uint64_t offset = info.header_bytes;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    info.chunks[c].range = {offset, chunks[c].size(), detail::xxh64(chunks[c])};
+    offset += chunks[c].size();
+  }
+  info.blobs.clear();
+  for (const CgkvBlob& b : blobs) {
+    info.blobs.push_back({b.kind, {offset, b.bytes.size(), detail::xxh64(b.bytes)}});
+    offset += b.bytes.size();
+  }
+  info.file_bytes = offset;
+  std::vector<uint8_t> out = detail::serialize_header(info);
+  out.reserve(offset);
+  for (const auto& c : chunks) out.insert(out.end(), c.begin(), c.end());
+  for (const CgkvBlob& b : blobs) out.insert(out.end(), b.bytes.begin(), b.bytes.end());
+  return out;
+}
+
+CgkvInfo base_info(const ModelShape& shape, size_t n_tokens, size_t chunk_tokens,
+                   size_t group_size) {
+  shape.validate();
+  if (n_tokens > detail::kMaxTokens) detail::invalid("n_tokens exceeds 2^40");
+  CgkvInfo info;
+  info.version = detail::kCgkvVersion;
+  info.n_layers = shape.n_layers;
+  info.n_kv_heads = shape.n_kv_heads;
+  info.head_dim = shape.head_dim;
+  info.group_size = group_size;
+  info.n_tokens = n_tokens;
+  info.chunk_tokens = chunk_tokens;
+  const size_t n_chunks = (n_tokens + chunk_tokens - 1) / chunk_tokens;
+  info.chunks.resize(n_chunks);
+  for (size_t c = 0; c < n_chunks; ++c) {
+    info.chunks[c].token_begin = c * chunk_tokens;
+    info.chunks[c].n_tokens = std::min(chunk_tokens, n_tokens - c * chunk_tokens);
+  }
+  info.layers.resize(static_cast<size_t>(shape.n_layers));
+  for (int l = 0; l < shape.n_layers; ++l)
+    info.layers[static_cast<size_t>(l)].attention = shape.has_attention(l);
+  return info;
+}
+
+}  // namespace
+
+std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> blobs) {
+  if (cache.layers.empty()) detail::invalid("write_cgkv: the cache has no layers");
+  const size_t n_tokens = cache.n_tokens();
+  for (const LayerKVCache& l : cache.layers) {
+    if (l.n_tokens() != n_tokens) {
+      detail::invalid("write_cgkv: layers hold different token counts (" +
+                      std::to_string(l.n_tokens()) + " vs " + std::to_string(n_tokens) + ")");
+    }
+  }
+  CgkvInfo info =
+      base_info(cache.shape, n_tokens, cache.config.block_tokens, cache.config.group_size);
+  info.codec = ContainerCodec::quantized;
+  info.param_mode = cache.config.params;
+  for (size_t i = 0; i < cache.layers.size(); ++i) {
+    CgkvLayerInfo& li = info.layers[static_cast<size_t>(cache.layer_index[i])];
+    li.key_bits = cache.layers[i].key_bits();
+    li.value_bits = cache.layers[i].value_bits();
+  }
+  std::vector<std::vector<uint8_t>> chunks(info.chunks.size());
+  for (const LayerKVCache& layer : cache.layers) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const std::vector<CompressedBlock> blocks = layer.snapshot_blocks(kind);
+      if (blocks.size() != chunks.size()) detail::invalid("write_cgkv: block layout mismatch");
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        detail::LeWriter w(chunks[c]);
+        w.varint(blocks[c].bytes.size());
+        w.bytes(blocks[c].bytes);
+      }
+    }
+  }
+  return assemble(info, chunks, blobs);
+}
+
+std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
+                                         size_t n_tokens, size_t chunk_tokens,
+                                         std::span<const CgkvBlob> blobs, int zstd_level) {
+  if (chunk_tokens == 0 || chunk_tokens > (size_t{1} << 24))
+    detail::invalid("chunk_tokens must be in 1..2^24");
+  CgkvInfo info = base_info(shape, n_tokens, chunk_tokens, 1);
+  info.codec = ContainerCodec::lossless_fp16;
+  info.param_mode = ParamMode::reference;
+  const size_t row = static_cast<size_t>(shape.n_kv_heads) * static_cast<size_t>(shape.head_dim);
+  const size_t plane = detail::checked_mul(n_tokens, row, "kv");
+  const size_t n_attn = static_cast<size_t>(shape.n_attention_layers());
+  if (kv.size() != detail::checked_mul(n_attn * 2, plane, "kv")) {
+    detail::invalid("kv has " + std::to_string(kv.size()) +
+                    " values, expected n_attention_layers * 2 * n_tokens * heads * head_dim = " +
+                    std::to_string(n_attn * 2 * plane));
+  }
+  std::vector<std::vector<uint8_t>> chunks(info.chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const CgkvChunkInfo& ci = info.chunks[c];
+    detail::LeWriter w(chunks[c]);
+    for (size_t t = 0; t < n_attn * 2; ++t) {
+      // Chunk rows of tensor t, token-major [rows, heads, dim] as stored in kv.
+      const std::span<const Half> rows =
+          kv.subspan(t * plane + ci.token_begin * row, ci.n_tokens * row);
+      const std::vector<uint8_t> packed = detail::pack_fp16_lossless(rows, zstd_level);
+      w.varint(packed.size());
+      w.bytes(packed);
+    }
+  }
+  return assemble(info, chunks, blobs);
+}
+
+}  // namespace cachegen

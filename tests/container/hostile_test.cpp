@@ -1,0 +1,144 @@
+// Every corrupt, truncated or forged .cgkv gives a clear error: never a crash or a huge
+// allocation.
+#include <gtest/gtest.h>
+
+#include <xxhash.h>
+
+#include "cachegen/error.h"
+#include "container/container_test_util.h"
+
+namespace cachegen {
+namespace {
+
+std::vector<uint8_t> valid_file() {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  return write_cgkv(test::filled_cache(100, cfg).cache, std::vector<CgkvBlob>{{1, {1, 2, 3, 4}}});
+}
+
+// Opens and fully reads; returns the error code (ok when everything decoded).
+ErrorCode outcome(const std::vector<uint8_t>& b, std::string* msg = nullptr) {
+  try {
+    const CgkvReader r = CgkvReader::from_bytes(b);
+    r.verify();
+    return ErrorCode::ok;
+  } catch (const Error& e) {
+    if (msg) *msg = e.what();
+    return e.code();
+  }
+}
+
+void put_u32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put_u64(std::vector<uint8_t>& b, size_t at, uint64_t v) {
+  for (int i = 0; i < 8; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+// Re-signs the header after a deliberate edit (a forged but self-consistent header).
+void resign(std::vector<uint8_t>& b) {
+  const uint32_t hb = b[8] | b[9] << 8 | b[10] << 16 | static_cast<uint32_t>(b[11]) << 24;
+  put_u64(b, hb - 8, XXH64(b.data(), hb - 8, 0));
+}
+
+TEST(Hostile, ValidFileIsAccepted) {
+  EXPECT_EQ(outcome(valid_file()), ErrorCode::ok);
+}
+
+TEST(Hostile, EveryTruncationIsAnError) {
+  const std::vector<uint8_t> f = valid_file();
+  for (size_t n = 0; n < f.size(); ++n) {
+    ASSERT_NE(outcome(std::vector<uint8_t>(f.begin(), f.begin() + n)), ErrorCode::ok) << n;
+  }
+}
+
+TEST(Hostile, EverySingleByteCorruptionIsDetected) {
+  const std::vector<uint8_t> f = valid_file();
+  for (size_t i = 0; i < f.size(); ++i) {
+    std::vector<uint8_t> b = f;
+    b[i] ^= 0x01;
+    ASSERT_NE(outcome(b), ErrorCode::ok) << "flip at " << i;  // checksums cover every byte
+  }
+}
+
+TEST(Hostile, ForgedHeadersNameTheField) {
+  const std::vector<uint8_t> f = valid_file();
+  struct Case {
+    size_t at;
+    int width;
+    uint64_t value;
+    ErrorCode code;
+    const char* needle;
+  };
+  // Offsets: preamble 0..31; body: n_layers 32, heads 36, dim 40, group 44, n_tokens 48,
+  // chunk_tokens 56, n_chunks 60, codec 64, param_mode 65, reserved 66.
+  const Case cases[] = {
+      {4, 2, 2, ErrorCode::unsupported_version, "version"},
+      {6, 2, 1, ErrorCode::corrupt_input, "flags"},
+      {12, 4, 7, ErrorCode::corrupt_input, "reserved"},
+      {32, 4, 0, ErrorCode::corrupt_input, "n_layers"},
+      {36, 4, 1u << 30, ErrorCode::corrupt_input, "n_kv_heads"},
+      {48, 8, uint64_t{1} << 50, ErrorCode::corrupt_input, "n_tokens"},
+      {48, 8, 1000000, ErrorCode::corrupt_input, "n_chunks"},
+      {56, 4, 33, ErrorCode::corrupt_input, "chunk_tokens"},
+      {64, 4, 7, ErrorCode::corrupt_input, "codec"},
+      {72, 4, 0x0109, ErrorCode::corrupt_input, "bits"},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> b = f;
+    if (c.width == 2) {
+      b[c.at] = static_cast<uint8_t>(c.value);
+      b[c.at + 1] = static_cast<uint8_t>(c.value >> 8);
+    } else if (c.width == 4) {
+      put_u32(b, c.at, static_cast<uint32_t>(c.value));
+    } else {
+      put_u64(b, c.at, c.value);
+    }
+    if (c.at >= 32) resign(b);
+    std::string msg;
+    EXPECT_EQ(outcome(b, &msg), c.code) << c.needle << ": " << msg;
+    EXPECT_NE(msg.find(c.needle), std::string::npos) << msg;
+  }
+}
+
+TEST(Hostile, ForgedChunkRangesRejected) {
+  std::vector<uint8_t> f = valid_file();
+  const CgkvInfo info = CgkvReader::from_bytes(f).info();
+  const size_t table = 32 + 36 + 4 * 3;  // first chunk entry: preamble, fixed body, 3 layers
+  {
+    std::vector<uint8_t> b = f;
+    put_u64(b, table, 3);  // chunk 0 starts inside the header
+    resign(b);
+    std::string msg;
+    EXPECT_EQ(outcome(b, &msg), ErrorCode::corrupt_input);
+    EXPECT_NE(msg.find("chunk 0"), std::string::npos) << msg;
+  }
+  {
+    std::vector<uint8_t> b = f;
+    put_u64(b, table + 8, info.file_bytes);  // runs past the end
+    resign(b);
+    EXPECT_EQ(outcome(b), ErrorCode::corrupt_input);
+  }
+  {
+    std::vector<uint8_t> b = f;
+    put_u64(b, table + 24, info.chunks[0].range.offset);  // chunk 1 overlaps chunk 0
+    resign(b);
+    std::string msg;
+    EXPECT_EQ(outcome(b, &msg), ErrorCode::corrupt_input);
+    EXPECT_NE(msg.find("overlap"), std::string::npos) << msg;
+  }
+  {
+    std::vector<uint8_t> b = f;
+    b.push_back(0);  // trailing byte after the declared end
+    EXPECT_EQ(outcome(b), ErrorCode::corrupt_input);
+  }
+}
+
+TEST(Hostile, GarbageAndEmptyInputs) {
+  EXPECT_EQ(outcome({}), ErrorCode::truncated_input);
+  EXPECT_EQ(outcome(std::vector<uint8_t>(31, 0)), ErrorCode::truncated_input);
+  EXPECT_EQ(outcome(std::vector<uint8_t>(4096, 0xff)), ErrorCode::corrupt_input);
+  EXPECT_THROW(CgkvReader::open_file("/nonexistent/x.cgkv"), Error);
+}
+
+}  // namespace
+}  // namespace cachegen

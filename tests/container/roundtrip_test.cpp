@@ -1,0 +1,137 @@
+// .cgkv round trips: quantized and lossless, token ranges, blobs, files.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "cachegen/error.h"
+#include "cachegen/npy.h"
+#include "container/container_test_util.h"
+
+namespace cachegen {
+namespace {
+
+using test::filled_cache;
+
+// The cache's own reconstruction, token-major [n_attn, 2, T, H, D].
+std::vector<Half> cache_fetch(const KVCache& c) {
+  const size_t T = c.n_tokens(), H = 2, D = 8;
+  std::vector<Half> out(c.layers.size() * 2 * T * H * D);
+  size_t t = 0;
+  for (const LayerKVCache& l : c.layers) {
+    for (int kind = 0; kind < 2; ++kind, ++t) {
+      const std::vector<Half> hm = kind ? l.fetch_values() : l.fetch_keys();
+      for (size_t tok = 0; tok < T; ++tok) {
+        for (size_t h = 0; h < H; ++h) {
+          std::memcpy(out.data() + ((t * T + tok) * H + h) * D, hm.data() + (h * T + tok) * D,
+                      D * 2);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+class QuantizedRoundTrip : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(QuantizedRoundTrip, ReadBackEqualsTheCacheExceptTheTail) {
+  const size_t T = GetParam();
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const test::Filled f = filled_cache(T, cfg);
+  const std::vector<uint8_t> file = write_cgkv(f.cache);
+  const CgkvReader r = CgkvReader::from_bytes(file);
+  const CgkvInfo& info = r.info();
+  EXPECT_EQ(info.n_tokens, T);
+  EXPECT_EQ(info.chunks.size(), (T + 63) / 64);
+  EXPECT_EQ(info.n_attention_layers(), 2);
+  EXPECT_EQ(info.layers[0].key_bits, f.cache.layers[0].key_bits());
+  EXPECT_FALSE(info.layers[1].attention);
+  const std::vector<Half> got = r.read_tokens(0, T);
+  const std::vector<Half> want = cache_fetch(f.cache);
+  ASSERT_EQ(got.size(), want.size());
+  // Whole groups are identical; the residual tail (< group) is quantized in the file.
+  const size_t exact = T / 32 * 32, row = 16;
+  for (size_t t = 0; t < 4; ++t) {
+    EXPECT_EQ(0, std::memcmp(got.data() + t * T * row, want.data() + t * T * row, exact * row * 2));
+    for (size_t i = exact * row; i < T * row; ++i) {
+      EXPECT_NEAR(half_to_float(got[t * T * row + i]), half_to_float(want[t * T * row + i]), 0.5f);
+    }
+  }
+  r.verify();
+  // Every sub-range equals the same slice of the whole.
+  for (auto [a, b] : {std::pair<size_t, size_t>{0, 1}, {63, 65}, {T / 3, T}, {T, T}}) {
+    if (b > T) continue;
+    const std::vector<Half> part = r.read_tokens(a, b);
+    for (size_t t = 0; t < 4; ++t) {
+      ASSERT_EQ(0, std::memcmp(part.data() + t * (b - a) * row, got.data() + (t * T + a) * row,
+                               (b - a) * row * 2));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, QuantizedRoundTrip, ::testing::Values(1, 31, 32, 64, 65, 200, 512));
+
+TEST(Container, EmptyCacheWritesAValidFile) {
+  KVCacheConfig cfg;
+  const KVCache c = KVCacheBuilder::for_model(test::small_shape(), cfg);
+  const CgkvReader r = CgkvReader::from_bytes(write_cgkv(c));
+  EXPECT_EQ(r.info().n_tokens, 0u);
+  EXPECT_TRUE(r.read_tokens(0, 0).empty());
+  r.verify();
+}
+
+TEST(Container, LosslessIsExactAndSmallerThanFp16) {
+  const size_t T = 300;
+  KVCacheConfig cfg;
+  const test::Filled f = filled_cache(T, cfg, 5);
+  const std::vector<uint8_t> file = write_cgkv_lossless(test::small_shape(), f.kv, T, 128);
+  const CgkvReader r = CgkvReader::from_bytes(file);
+  EXPECT_EQ(r.info().codec, ContainerCodec::lossless_fp16);
+  const std::vector<Half> got = r.read_tokens(0, T);
+  ASSERT_EQ(got.size(), f.kv.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), f.kv.data(), got.size() * 2));
+  EXPECT_LT(file.size(), f.kv.size() * 2);
+  const std::vector<Half> mid = r.read_tokens(100, 200);
+  EXPECT_EQ(0, std::memcmp(mid.data(), f.kv.data() + 100 * 16, 100 * 16 * 2));
+}
+
+TEST(Container, BlobsRoundTripAndUnknownKindsIgnored) {
+  KVCacheConfig cfg;
+  const test::Filled f = filled_cache(40, cfg);
+  std::vector<CgkvBlob> blobs = {
+      {static_cast<uint32_t>(BlobKind::token_ids), {1, 0, 0, 0, 2, 0, 0, 0}},
+      {static_cast<uint32_t>(BlobKind::metadata_json), {'{', '}'}},
+      {999, {}}};
+  const CgkvReader r = CgkvReader::from_bytes(write_cgkv(f.cache, blobs));
+  EXPECT_EQ(*r.read_blob(1), blobs[0].bytes);
+  EXPECT_EQ(*r.read_blob(2), blobs[1].bytes);
+  EXPECT_TRUE(r.read_blob(999)->empty());
+  EXPECT_FALSE(r.read_blob(3).has_value());
+  r.verify();
+}
+
+TEST(Container, FileReaderReadsOnlyNeededChunks) {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const test::Filled f = filled_cache(256, cfg);
+  std::vector<uint8_t> file = write_cgkv(f.cache);
+  const CgkvInfo info = CgkvReader::from_bytes(file).info();
+  // Damage chunk 3: ranges inside chunks 0-2 still read; a range touching chunk 3 fails.
+  file[info.chunks[3].range.offset + 5] ^= 0x40;
+  const std::string path = ::testing::TempDir() + "/cachegen_partial.cgkv";
+  write_file_atomic(path, file);
+  const CgkvReader r = CgkvReader::open_file(path);
+  EXPECT_EQ(r.read_tokens(0, 192).size(), 2u * 2 * 192 * 16);
+  try {
+    r.read_tokens(150, 200);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_input);
+    EXPECT_NE(std::string(e.what()).find("chunk 3"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(r.verify(), Error);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace cachegen
