@@ -173,6 +173,8 @@ class Model {
   int32_t n_vocab() const;
   // Tokenizes text (with BOS when the model adds one).
   std::vector<int32_t> tokenize(const std::string& text, bool add_bos) const;
+  // Text of token ids (special tokens left out).
+  std::string detokenize(std::span<const int32_t> tokens) const;
 
  private:
   llama_model* model_ = nullptr;

@@ -68,8 +68,10 @@ std::vector<Method> default_methods(size_t n_layer) {
     m.push_back({"codec-" + std::to_string(b) + "b", MethodKind::codec, uniform(n_layer, b),
                  uniform(n_layer, b), kTypeF16, false});
   }
+  // K carries almost all of the damage, so K/V splits give V fewer bits.
   const std::vector<std::pair<int, int>> splits = {{2, 8}, {8, 2}, {6, 4}, {6, 3}, {5, 4},
-                                                   {5, 3}, {5, 2}, {4, 3}, {4, 2}, {3, 2}};
+                                                   {5, 3}, {5, 2}, {4, 3}, {4, 2}, {3, 2},
+                                                   {5, 1}, {4, 1}, {3, 1}};
   for (auto [kb, vb] : splits) {
     m.push_back({"codec-K" + std::to_string(kb) + "V" + std::to_string(vb), MethodKind::codec,
                  uniform(n_layer, kb), uniform(n_layer, vb), kTypeF16, false});

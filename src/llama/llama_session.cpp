@@ -103,6 +103,21 @@ std::vector<int32_t> Model::tokenize(const std::string& text, bool add_bos) cons
   return tokens;
 }
 
+std::string Model::detokenize(std::span<const int32_t> tokens) const {
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  std::string text(tokens.size() * 16 + 16, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int32_t n = llama_detokenize(vocab, tokens.data(), static_cast<int32_t>(tokens.size()),
+                                       text.data(), static_cast<int32_t>(text.size()), true, false);
+    if (n >= 0) {
+      text.resize(static_cast<size_t>(n));
+      return text;
+    }
+    text.resize(static_cast<size_t>(-n));
+  }
+  throw Error(ErrorCode::invalid_argument, "llama: detokenization failed");
+}
+
 Context::Context(const Model& model, const ContextSettings& settings)
     : model_(model), settings_(settings) {
   llama_context_params p = llama_context_default_params();

@@ -186,9 +186,9 @@ void add_demo(CLI::App& llama_cmd) {
         "greedy continuation from the restored cache matches the exact one on %zu/%zu "
         "tokens\n",
         same, a_out.size());
-    std::printf("token ids (restored): ");
-    for (int32_t t : b_out) std::printf("%d ", t);
-    std::printf("\n");
+    std::printf("prompt:    %s\n", a->prompt.c_str());
+    std::printf("exact:     ...%s\n", model.detokenize(a_out).c_str());
+    std::printf("restored:  ...%s\n", model.detokenize(b_out).c_str());
   });
 }
 
