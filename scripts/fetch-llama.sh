@@ -25,6 +25,10 @@ if [[ -d "$DEST/.git" ]]; then
   rm -rf "$DEST"
 fi
 
+for tool in npm git tar sha512sum base64 od; do
+  command -v "$tool" >/dev/null || { echo "fetch-llama: '$tool' not found (run scripts/install-deps.sh)" >&2; exit 1; }
+done
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "fetch-llama: npm pack $NPM_PACKAGE"
