@@ -12,6 +12,11 @@ void add_bench_seed(CLI::App& bench);
 // `cachegen bench codec`: codec speed and size next to zstd and memcpy.
 void add_bench_codec(CLI::App& bench);
 
+// `cachegen encode | decode | inspect | verify`.
+void add_kv_commands(CLI::App& app);
+// `cachegen store put | get | list | rm`.
+void add_store_commands(CLI::App& app);
+
 // Where the CLI finds its data (the seed benchmark inputs): --data, $CACHEGEN_DATA_DIR, the
 // installed share/cachegen, then the source tree's tests/data.
 std::string find_data_file(const std::string& explicit_dir, const std::string& relative);

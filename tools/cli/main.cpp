@@ -6,6 +6,7 @@
 
 #include "cachegen/error.h"
 #include "commands.h"
+#include "kv_io.h"
 
 namespace cachegen::cli {
 
@@ -38,6 +39,11 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   cachegen::cli::add_bench_seed(*bench);
   cachegen::cli::add_bench_codec(*bench);
+  cachegen::cli::add_kv_commands(app);
+  cachegen::cli::add_store_commands(app);
+  app.footer(
+      "Exit codes: 0 ok, 1 other error, 2 bad arguments, 3 file or key not found, "
+      "4 corrupt/truncated/unsupported input, 5 I/O or server failure.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -45,7 +51,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   } catch (const cachegen::Error& e) {
     std::fprintf(stderr, "cachegen: error: %s\n", e.what());
-    return 1;
+    return cachegen::cli::exit_code_for(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cachegen: error: %s\n", e.what());
     return 1;

@@ -1,0 +1,281 @@
+// `cachegen encode | decode | inspect | verify`: .npy KV arrays <-> .cgkv containers, in files
+// or in a store (--store file://DIR | redis://HOST:PORT[/DB]; the file argument is the key).
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cachegen/container.h"
+#include "cachegen/kv_cache.h"
+#include "commands.h"
+#include "kv_io.h"
+
+namespace cachegen::cli {
+namespace {
+
+struct EncodeOptions {
+  std::string input, output, store;
+  int bits = 4, layer_groups = 3;
+  size_t group_size = 32, chunk_tokens = 256;
+  std::string params = "compact";
+  bool lossless = false;
+};
+
+KVDType npy_kv_dtype(const NpyArray& a, const std::string& path) {
+  switch (a.dtype) {
+    case NpyDType::f16:
+      return KVDType::f16;
+    case NpyDType::bf16:
+      return KVDType::bf16;
+    case NpyDType::f32:
+      return KVDType::f32;
+    default:
+      throw Error(ErrorCode::invalid_argument,
+                  path + ": KV arrays must be float16, bfloat16 or float32");
+  }
+}
+
+void run_encode(const EncodeOptions& o) {
+  const NpyArray a = read_npy(o.input);
+  if (a.shape.size() != 5 || a.shape[1] != 2) {
+    throw Error(ErrorCode::invalid_argument,
+                o.input + ": expected shape [n_layers, 2, n_tokens, n_kv_heads, head_dim]");
+  }
+  const KVDType dtype = npy_kv_dtype(a, o.input);
+  ModelShape shape;
+  shape.architecture = "npy";
+  shape.n_layers = static_cast<int>(a.shape[0]);
+  shape.n_kv_heads = static_cast<int>(a.shape[3]);
+  shape.head_dim = static_cast<int>(a.shape[4]);
+  shape.validate();
+  const size_t T = a.shape[2], H = a.shape[3], D = a.shape[4];
+  const size_t esize = npy_dtype_size(a.dtype), plane = T * H * D * esize;
+  std::vector<uint8_t> file;
+  if (o.lossless) {
+    if (a.dtype != NpyDType::f16)
+      throw Error(ErrorCode::invalid_argument, "--lossless needs a float16 array");
+    const auto kv = a.as<Half>();
+    file = write_cgkv_lossless(shape, kv, T, o.chunk_tokens);
+  } else {
+    KVCacheConfig cfg;
+    cfg.base_bits = o.bits;
+    cfg.layer_groups = o.layer_groups;
+    cfg.group_size = o.group_size;
+    cfg.block_tokens = o.chunk_tokens;
+    if (o.params == "reference")
+      cfg.params = ParamMode::reference;
+    else if (o.params != "compact")
+      throw Error(ErrorCode::invalid_argument, "--params must be compact or reference");
+    KVCache cache = KVCacheBuilder::for_model(shape, cfg);
+    Progress progress("encoding", shape.n_layers * T);
+    for (size_t l = 0; l < cache.layers.size(); ++l) {
+      // Feed one block at a time: the progress bar moves, the result is the same (results
+      // do not depend on how tokens arrive).
+      for (size_t t = 0; t < T; t += cfg.block_tokens) {
+        const size_t n = std::min(cfg.block_tokens, T - t);
+        const uint8_t* base = a.data.data() + 2 * l * plane + t * H * D * esize;
+        cache.layers[l].append({base, dtype, H, n, D, true}, {base + plane, dtype, H, n, D, true});
+        progress.update(l * T + t + n);
+      }
+    }
+    file = write_cgkv(cache);
+  }
+  save_output(o.output, o.store, file);
+  const double fp16 = 2.0 * static_cast<double>(a.size());
+  std::fprintf(stderr, "%s: %zu bytes (%.3f bits/element, %.2fx smaller than fp16)\n",
+               o.output.c_str(), file.size(),
+               8.0 * static_cast<double>(file.size()) / static_cast<double>(a.size()),
+               fp16 / static_cast<double>(file.size()));
+}
+
+struct DecodeOptions {
+  std::string input, output, store, tokens;
+};
+
+void parse_range(const std::string& s, size_t n, size_t& a, size_t& b) {
+  a = 0;
+  b = n;
+  if (s.empty()) return;
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) throw Error(ErrorCode::invalid_argument, "--tokens must be A:B");
+  try {
+    if (colon > 0) a = std::stoull(s.substr(0, colon));
+    if (colon + 1 < s.size()) b = std::stoull(s.substr(colon + 1));
+  } catch (const std::exception&) {
+    throw Error(ErrorCode::invalid_argument, "--tokens '" + s + "' is not A:B with numbers");
+  }
+  if (a > b || b > n) {
+    throw Error(ErrorCode::invalid_argument,
+                "--tokens " + s + " is outside 0:" + std::to_string(n));
+  }
+}
+
+CgkvReader open_reader(const std::string& name, const std::string& store) {
+  return store.empty() ? CgkvReader::open_file(name)
+                       : CgkvReader::from_bytes(load_input(name, store));
+}
+
+void run_decode(const DecodeOptions& o) {
+  const CgkvReader r = open_reader(o.input, o.store);
+  const CgkvInfo& info = r.info();
+  size_t a, b;
+  parse_range(o.tokens, info.n_tokens, a, b);
+  const std::vector<Half> kv = r.read_tokens(a, b);
+  NpyArray out;
+  out.dtype = NpyDType::f16;
+  out.shape = {static_cast<size_t>(info.n_attention_layers()), 2, b - a,
+               static_cast<size_t>(info.n_kv_heads), static_cast<size_t>(info.head_dim)};
+  out.data.resize(kv.size() * 2);
+  std::memcpy(out.data.data(), kv.data(), out.data.size());
+  write_npy(o.output, out);
+}
+
+struct InspectOptions {
+  std::string input, store;
+  bool json = false;
+};
+
+void run_inspect(const InspectOptions& o) {
+  const CgkvReader r = open_reader(o.input, o.store);
+  const CgkvInfo& info = r.info();
+  // Per-tensor bytes, from the chunk payloads' length prefixes.
+  const size_t n_attn = static_cast<size_t>(info.n_attention_layers());
+  std::vector<size_t> bytes(n_attn * 2, 0);
+  for (size_t c = 0; c < info.chunks.size(); ++c) {
+    const std::vector<uint8_t> chunk = r.read_chunk(c);
+    size_t pos = 0;
+    for (size_t t = 0; t < n_attn * 2; ++t) {
+      uint64_t len = 0;
+      for (int shift = 0; pos < chunk.size() && shift < 64; shift += 7) {
+        const uint8_t byte = chunk[pos++];
+        len |= static_cast<uint64_t>(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) break;
+      }
+      if (len > chunk.size() - pos)
+        throw Error(ErrorCode::corrupt_input, "chunk " + std::to_string(c) + " is malformed");
+      bytes[t] += len;
+      pos += len;
+    }
+  }
+  const size_t per_tensor =
+      info.n_tokens * static_cast<size_t>(info.n_kv_heads) * static_cast<size_t>(info.head_dim);
+  const double fp16_total = 2.0 * static_cast<double>(per_tensor) * 2 * static_cast<double>(n_attn);
+  nlohmann::json j;
+  j["file_bytes"] = info.file_bytes;
+  j["header_bytes"] = info.header_bytes;
+  j["codec"] = info.codec == ContainerCodec::quantized ? "quantized" : "lossless_fp16";
+  j["n_layers"] = info.n_layers;
+  j["n_kv_heads"] = info.n_kv_heads;
+  j["head_dim"] = info.head_dim;
+  j["n_tokens"] = info.n_tokens;
+  j["group_size"] = info.group_size;
+  j["chunk_tokens"] = info.chunk_tokens;
+  j["n_chunks"] = info.chunks.size();
+  j["bits_per_element"] =
+      per_tensor ? 8.0 * static_cast<double>(info.file_bytes) /
+                       (static_cast<double>(per_tensor) * 2 * static_cast<double>(n_attn))
+                 : 0.0;
+  j["ratio_vs_fp16"] = info.file_bytes ? fp16_total / static_cast<double>(info.file_bytes) : 0.0;
+  j["layers"] = nlohmann::json::array();
+  size_t t = 0;
+  for (size_t l = 0; l < info.layers.size(); ++l) {
+    const CgkvLayerInfo& li = info.layers[l];
+    nlohmann::json lj = {{"layer", l}, {"attention", li.attention}};
+    if (li.attention) {
+      const size_t kb = bytes[t], vb = bytes[t + 1];
+      t += 2;
+      lj["key_bits"] = li.key_bits;
+      lj["value_bits"] = li.value_bits;
+      lj["key_bytes"] = kb;
+      lj["value_bytes"] = vb;
+      lj["key_bits_per_element"] =
+          per_tensor ? 8.0 * static_cast<double>(kb) / static_cast<double>(per_tensor) : 0.0;
+      lj["value_bits_per_element"] =
+          per_tensor ? 8.0 * static_cast<double>(vb) / static_cast<double>(per_tensor) : 0.0;
+      if (li.key_bits > 0) {
+        const double fixed =
+            static_cast<double>(per_tensor) * (li.key_bits + 1);  // + fp16 scale/zero per 32
+        lj["key_savings_vs_fixed"] = fixed > 0 ? 1.0 - 8.0 * static_cast<double>(kb) / fixed : 0.0;
+      }
+    }
+    j["layers"].push_back(lj);
+  }
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf(
+      "%s: %s, %d layers x %d KV heads x %d dims, %zu tokens, group %zu, %zu chunks of %zu "
+      "tokens\n",
+      o.input.c_str(), j["codec"].get<std::string>().c_str(), info.n_layers, info.n_kv_heads,
+      info.head_dim, info.n_tokens, info.group_size, info.chunks.size(), info.chunk_tokens);
+  std::printf("%5s %6s %6s %12s %12s %10s %10s\n", "layer", "K bits", "V bits", "K bytes",
+              "V bytes", "K bits/el", "V bits/el");
+  for (const auto& lj : j["layers"]) {
+    if (!lj["attention"].get<bool>()) {
+      std::printf("%5zu %s\n", lj["layer"].get<size_t>(), "  (no attention)");
+      continue;
+    }
+    std::printf("%5zu %6d %6d %12zu %12zu %10.3f %10.3f\n", lj["layer"].get<size_t>(),
+                lj["key_bits"].get<int>(), lj["value_bits"].get<int>(),
+                lj["key_bytes"].get<size_t>(), lj["value_bytes"].get<size_t>(),
+                lj["key_bits_per_element"].get<double>(),
+                lj["value_bits_per_element"].get<double>());
+  }
+  std::printf("total %llu bytes, %.3f bits/element, %.2fx smaller than fp16\n",
+              static_cast<unsigned long long>(info.file_bytes), j["bits_per_element"].get<double>(),
+              j["ratio_vs_fp16"].get<double>());
+}
+
+}  // namespace
+
+void add_kv_commands(CLI::App& app) {
+  auto enc = std::make_shared<EncodeOptions>();
+  CLI::App* e = app.add_subcommand(
+      "encode", "compress a KV .npy [n_layers, 2, n_tokens, n_kv_heads, head_dim] into .cgkv");
+  e->add_option("input", enc->input, "KV array (.npy; float16, bfloat16 or float32)")->required();
+  e->add_option("-o,--output", enc->output, "output .cgkv file (or key, with --store)")->required();
+  e->add_option("--bits", enc->bits,
+                "bits of the shallowest layers (deeper layer groups get fewer)")
+      ->check(CLI::Range(1, 8));
+  e->add_option("--layer-groups", enc->layer_groups, "layer groups of the bit schedule")
+      ->check(CLI::Range(1, 4096));
+  e->add_option("--group-size", enc->group_size, "tokens per quantization group")
+      ->check(CLI::Range(1, 65536));
+  e->add_option("--chunk-tokens", enc->chunk_tokens,
+                "tokens per chunk (a multiple of --group-size)");
+  e->add_option("--params", enc->params,
+                "compact (default) or reference (bit-exact reference quantizer)");
+  e->add_flag("--lossless", enc->lossless, "store the exact fp16 values (byte planes + zstd)");
+  e->add_option("--store", enc->store, "put into a store: file://DIR or redis://HOST:PORT[/DB]");
+  e->callback([enc] { run_encode(*enc); });
+
+  auto dec = std::make_shared<DecodeOptions>();
+  CLI::App* d = app.add_subcommand("decode", "decompress .cgkv into a float16 .npy");
+  d->add_option("input", dec->input, ".cgkv file (or key, with --store)")->required();
+  d->add_option("-o,--output", dec->output, "output .npy")->required();
+  d->add_option("--tokens", dec->tokens, "token range A:B (reads only the chunks it needs)");
+  d->add_option("--store", dec->store, "read from a store: file://DIR or redis://HOST:PORT[/DB]");
+  d->callback([dec] { run_decode(*dec); });
+
+  auto ins = std::make_shared<InspectOptions>();
+  CLI::App* i = app.add_subcommand("inspect", "per-layer bits and sizes of a .cgkv");
+  i->add_option("input", ins->input, ".cgkv file (or key, with --store)")->required();
+  i->add_flag("--json", ins->json, "print JSON");
+  i->add_option("--store", ins->store, "read from a store");
+  i->callback([ins] { run_inspect(*ins); });
+
+  auto ver = std::make_shared<InspectOptions>();
+  CLI::App* v = app.add_subcommand("verify", "check every checksum and decode every chunk");
+  v->add_option("input", ver->input, ".cgkv file (or key, with --store)")->required();
+  v->add_option("--store", ver->store, "read from a store");
+  v->callback([ver] {
+    const CgkvReader r = open_reader(ver->input, ver->store);
+    r.verify();
+    std::printf("%s: OK (%zu chunks, %zu tokens, %llu bytes)\n", ver->input.c_str(),
+                r.info().chunks.size(), r.info().n_tokens,
+                static_cast<unsigned long long>(r.info().file_bytes));
+  });
+}
+
+}  // namespace cachegen::cli
