@@ -34,11 +34,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "cachegen/container.h"
 #include "cachegen/half.h"
+#include "cachegen/kv_cache.h"
 
 struct llama_model;
 struct llama_context;
@@ -213,6 +216,50 @@ KvSnapshot capture_seq_state(Context& ctx, std::span<const int32_t> tokens, int3
 // (identity), with another V layout (flash attention), other K/V types, or more cells than
 // n_ctx. Throws corrupt_input if llama.cpp still rejects the bytes.
 void restore_seq_state(Context& ctx, const KvSnapshot& snapshot, int32_t seq_id = 0);
+
+// ---- Snapshots in the .cgkv container (src/llama/cgkv_bridge.cpp) -----------------------
+//
+// A snapshot becomes one .cgkv file: the K/V of its data stream (the one stream holding cells)
+// in the container's chunks, the token ids in a token_ids blob, the model identity in a
+// metadata_json blob, and everything else build_state needs (state kind, seq_id, arch tag,
+// cells, per-layer types and row sizes, V layout) in an app_state blob. The blob layouts are
+// in docs/FORMAT.md, "llama.cpp state blobs". Container shape: n_layers = the state's layers,
+// n_kv_heads x head_dim from the identity when they multiply to the row width, else 1 x row
+// width (state files packed without a model). K and V rows must have equal widths in every
+// layer.
+
+// How the K/V of a snapshot are stored.
+struct CgkvLevel {
+  // true: write_cgkv_lossless (byte planes + zstd); K and V must be f16 in every layer
+  // (other types are refused with invalid_argument: use a quantized level). Rebuilt state bytes
+  // are identical to the original.
+  bool lossless = false;
+  KVCacheConfig quantized;  // used when !lossless: bits, group size, block (= chunk) tokens
+  int zstd_level = 19;      // lossless only
+  size_t lossless_chunk_tokens = 256;
+
+  // Uniform `bits` for every layer, K and V (layer_groups = 1).
+  static CgkvLevel bits(int bits, size_t group_size = 32);
+  static CgkvLevel exact();
+};
+
+// Serialises a snapshot with `identity` recorded as the model (pass snapshot.model for
+// captures; a partial identity for state files packed without a model). Throws
+// invalid_argument for an empty state, several streams with cells, unequal K/V widths, a
+// lossless level on non-f16 K/V, or an invalid KVCacheConfig.
+std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIdentity& identity,
+                                      const CgkvLevel& level);
+
+// Rebuilds a snapshot from a file written by snapshot_to_cgkv: K/V decoded and converted back
+// to each layer's stored type (f16 from a lossless file: the exact bits), model identity from
+// the metadata blob (empty when absent, so restore_seq_state refuses it), tokens from the
+// token_ids blob. Every blob is treated as hostile: a missing or malformed app_state, malformed
+// metadata JSON, or fields inconsistent with the container header throw corrupt_input /
+// truncated_input / unsupported_version naming the blob and field. `limits` bounds counts.
+KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits = {});
+
+// The model identity recorded in a file's metadata blob (std::nullopt when there is none).
+std::optional<ModelIdentity> cgkv_model_identity(const CgkvReader& reader);
 
 // ---- Quality evaluation (`cachegen eval`) -----------------------------------------------
 

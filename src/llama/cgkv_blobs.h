@@ -1,0 +1,23 @@
+// Internal: the llama-specific blobs of a .cgkv file (docs/FORMAT.md, "llama.cpp state blobs").
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cachegen/llama.h"
+
+namespace cachegen::llama::detail {
+
+// app_state: kind, seq_id, arch tag, cell_ext, and per stream its cells, V layout and
+// per-layer types/row sizes (no K/V data, no tokens). decode_app_state returns a snapshot
+// whose layers have empty k/v; throws corrupt_input / truncated_input / unsupported_version
+// naming the field ("app_state.<field>").
+std::vector<uint8_t> encode_app_state(const KvSnapshot& snapshot);
+KvSnapshot decode_app_state(std::span<const uint8_t> bytes, const ParseOptions& limits);
+
+// metadata_json: {"format":"cachegen.llama","version":1,"architecture",...} (UTF-8 JSON).
+std::vector<uint8_t> encode_metadata(const ModelIdentity& identity, const KvSnapshot& snapshot);
+ModelIdentity decode_metadata(std::span<const uint8_t> bytes);
+
+}  // namespace cachegen::llama::detail

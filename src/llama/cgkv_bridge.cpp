@@ -1,0 +1,235 @@
+// KvSnapshot <-> .cgkv: K/V through the cache layer (quantized) or the lossless fp16 writer,
+// the rest of the state in blobs (src/llama/cgkv_blobs.cpp). Contracts: cachegen/llama.h.
+#include <ggml.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "cachegen/error.h"
+#include "cachegen/llama.h"
+#include "llama/cgkv_blobs.h"
+
+namespace cachegen::llama {
+namespace {
+
+[[noreturn]] void invalid(const std::string& why) {
+  throw Error(ErrorCode::invalid_argument, "llama cgkv: " + why);
+}
+[[noreturn]] void corrupt(const std::string& why) {
+  throw Error(ErrorCode::corrupt_input, "llama cgkv: " + why);
+}
+
+// The container shape of a stream: every layer an attention layer, K and V rows of equal
+// width split into heads as the identity says when it fits, else one head of the row width.
+ModelShape container_shape(const KvStream& stream, const ModelIdentity& id,
+                           const std::string& arch) {
+  const size_t width = k_row_elements(stream.layers[0]);
+  for (size_t il = 0; il < stream.layers.size(); ++il) {
+    const KvLayer& l = stream.layers[il];
+    if (k_row_elements(l) != width || v_row_elements(l) != width) {
+      invalid("layer " + std::to_string(il) + " has K width " + std::to_string(k_row_elements(l)) +
+              " and V width " + std::to_string(v_row_elements(l)) + ", layer 0 K width " +
+              std::to_string(width) + ": the container needs one K/V width for all layers");
+    }
+  }
+  ModelShape shape;
+  shape.architecture = arch;
+  shape.n_layers = static_cast<int>(stream.layers.size());
+  const bool identity_fits =
+      id.n_head_kv > 0 && id.head_dim > 0 && size_t{id.n_head_kv} * id.head_dim == width;
+  shape.n_kv_heads = identity_fits ? static_cast<int>(id.n_head_kv) : 1;
+  shape.head_dim = identity_fits ? static_cast<int>(id.head_dim) : static_cast<int>(width);
+  return shape;
+}
+
+std::vector<CgkvBlob> make_blobs(const KvSnapshot& s, const ModelIdentity& id) {
+  std::vector<CgkvBlob> blobs(3);
+  blobs[0].kind = static_cast<uint32_t>(BlobKind::token_ids);
+  blobs[0].bytes.resize(s.tokens.size() * 4);
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    const uint32_t t = static_cast<uint32_t>(s.tokens[i]);
+    for (int b = 0; b < 4; ++b) blobs[0].bytes[i * 4 + b] = static_cast<uint8_t>(t >> (8 * b));
+  }
+  blobs[1].kind = static_cast<uint32_t>(BlobKind::metadata_json);
+  blobs[1].bytes = detail::encode_metadata(id, s);
+  blobs[2].kind = static_cast<uint32_t>(BlobKind::app_state);
+  blobs[2].bytes = detail::encode_app_state(s);
+  return blobs;
+}
+
+std::vector<uint8_t> write_lossless(const KvStream& stream, const ModelShape& shape,
+                                    const CgkvLevel& level, std::span<const CgkvBlob> blobs) {
+  const size_t n = stream.cells.size();
+  const size_t row = static_cast<size_t>(shape.n_kv_heads) * static_cast<size_t>(shape.head_dim);
+  std::vector<Half> kv(stream.layers.size() * 2 * n * row);
+  Half* dst = kv.data();
+  for (size_t il = 0; il < stream.layers.size(); ++il) {
+    const KvLayer& l = stream.layers[il];
+    if (l.k_type != kTypeF16 || l.v_type != kTypeF16) {
+      invalid("the lossless level stores f16 K/V only; layer " + std::to_string(il) +
+              " holds K type " + std::to_string(l.k_type) + ", V type " + std::to_string(l.v_type) +
+              " (use a quantized level)");
+    }
+    // f16 rows are [n_kv_heads, head_dim] halves, token-major: the container's layout.
+    std::memcpy(dst, l.k.data(), n * row * sizeof(Half));
+    dst += n * row;
+    std::memcpy(dst, l.v.data(), n * row * sizeof(Half));
+    dst += n * row;
+  }
+  return write_cgkv_lossless(shape, kv, n, level.lossless_chunk_tokens, blobs, level.zstd_level);
+}
+
+std::vector<uint8_t> write_quantized(const KvStream& stream, const ModelShape& shape,
+                                     const CgkvLevel& level, std::span<const CgkvBlob> blobs) {
+  KVCache cache = KVCacheBuilder::for_model(shape, level.quantized);
+  const size_t n = stream.cells.size();
+  for (size_t il = 0; il < stream.layers.size(); ++il) {
+    const std::vector<float> k = layer_k_float(stream.layers[il]);
+    const std::vector<float> v = layer_v_float(stream.layers[il]);
+    const auto view = [&](const std::vector<float>& x) {
+      return KVBlockView{x.data(),
+                         KVDType::f32,
+                         static_cast<size_t>(shape.n_kv_heads),
+                         n,
+                         static_cast<size_t>(shape.head_dim),
+                         true};
+    };
+    cache.layers[il].append(view(k), view(v));
+  }
+  return write_cgkv(cache, blobs);
+}
+
+// Checks that the app_state's stream agrees with the container header before any K/V is
+// allocated from it.
+void check_against_header(const KvStream& stream, const CgkvInfo& info) {
+  if (static_cast<size_t>(info.n_layers) != stream.layers.size() ||
+      static_cast<size_t>(info.n_attention_layers()) != stream.layers.size()) {
+    corrupt("app_state has " + std::to_string(stream.layers.size()) +
+            " layers, the container header " + std::to_string(info.n_layers) + " (" +
+            std::to_string(info.n_attention_layers()) + " with attention)");
+  }
+  if (info.n_tokens != stream.cells.size()) {
+    corrupt("app_state has " + std::to_string(stream.cells.size()) +
+            " cells, the container header " + std::to_string(info.n_tokens) + " tokens");
+  }
+  const size_t width = static_cast<size_t>(info.n_kv_heads) * static_cast<size_t>(info.head_dim);
+  for (size_t il = 0; il < stream.layers.size(); ++il) {
+    const KvLayer& l = stream.layers[il];
+    const std::string where = "app_state layer " + std::to_string(il);
+    // Types were validated by the app_state decoder; rows must be whole blocks of them.
+    for (const auto& [type, bytes] :
+         {std::pair{l.k_type, l.k_row_bytes}, {l.v_type, l.v_row_bytes}}) {
+      const ggml_type_traits* t = ggml_get_type_traits(static_cast<ggml_type>(type));
+      if (bytes == 0 || bytes % t->type_size != 0 ||
+          bytes / t->type_size * static_cast<uint64_t>(t->blck_size) != width) {
+        corrupt(where + ": " + std::to_string(bytes) + "-byte " + t->type_name +
+                " rows do not hold " + std::to_string(width) + " elements");
+      }
+    }
+    if (stream.v_trans) {
+      const ggml_type_traits* t = ggml_get_type_traits(static_cast<ggml_type>(l.v_type));
+      if (t->blck_size != 1 || l.v_elem_bytes != t->type_size || l.n_embd_v != width) {
+        corrupt(where +
+                ": transposed V needs a one-element type, v_elem_bytes == its size and "
+                "n_embd_v == " +
+                std::to_string(width));
+      }
+    }
+  }
+}
+
+std::vector<int32_t> decode_tokens(std::span<const uint8_t> b, const ParseOptions& limits) {
+  if (b.size() % 4 != 0) {
+    corrupt("token_ids blob holds " + std::to_string(b.size()) + " bytes, not a multiple of 4");
+  }
+  if (b.size() / 4 > limits.max_tokens) {
+    corrupt("token_ids blob holds " + std::to_string(b.size() / 4) + " tokens, over the limit " +
+            std::to_string(limits.max_tokens));
+  }
+  std::vector<int32_t> tokens(b.size() / 4);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(b[i * 4] | (b[i * 4 + 1] << 8) | (b[i * 4 + 2] << 16) |
+                                     (static_cast<uint32_t>(b[i * 4 + 3]) << 24));
+  }
+  return tokens;
+}
+
+}  // namespace
+
+CgkvLevel CgkvLevel::bits(int bits, size_t group_size) {
+  CgkvLevel level;
+  level.quantized.base_bits = bits;
+  level.quantized.layer_groups = 1;
+  level.quantized.group_size = group_size;
+  level.quantized.block_tokens = (256 + group_size - 1) / group_size * group_size;
+  return level;
+}
+
+CgkvLevel CgkvLevel::exact() {
+  CgkvLevel level;
+  level.lossless = true;
+  return level;
+}
+
+std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIdentity& identity,
+                                      const CgkvLevel& level) {
+  const KvStream& stream = snapshot.data_stream();  // throws for no cells / several streams
+  if (stream.layers.empty()) invalid("the state has no layers");
+  if (!level.lossless) level.quantized.validate();
+  const std::string arch =
+      identity.architecture.empty() ? snapshot.arch_tag : identity.architecture;
+  const ModelShape shape = container_shape(stream, identity, arch);
+  const std::vector<CgkvBlob> blobs = make_blobs(snapshot, identity);
+  return level.lossless ? write_lossless(stream, shape, level, blobs)
+                        : write_quantized(stream, shape, level, blobs);
+}
+
+std::optional<ModelIdentity> cgkv_model_identity(const CgkvReader& reader) {
+  const auto meta = reader.read_blob(static_cast<uint32_t>(BlobKind::metadata_json));
+  if (!meta) return std::nullopt;
+  return detail::decode_metadata(*meta);
+}
+
+KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits) {
+  const auto app = reader.read_blob(static_cast<uint32_t>(BlobKind::app_state));
+  if (!app) {
+    corrupt("no app_state blob (kind 3): the file was not written from a llama.cpp state");
+  }
+  KvSnapshot s = detail::decode_app_state(*app, limits);
+  if (const std::optional<ModelIdentity> id = cgkv_model_identity(reader)) s.model = *id;
+  if (const auto tokens = reader.read_blob(static_cast<uint32_t>(BlobKind::token_ids))) {
+    s.tokens = decode_tokens(*tokens, limits);
+  }
+  KvStream& stream = s.data_stream();  // the app_state decoder keeps streams consistent
+  const CgkvInfo& info = reader.info();
+  check_against_header(stream, info);
+
+  const size_t n = stream.cells.size();
+  const size_t row = static_cast<size_t>(info.n_kv_heads) * static_cast<size_t>(info.head_dim);
+  const std::vector<Half> kv = reader.read_tokens(0, n);
+  const bool exact = info.codec == ContainerCodec::lossless_fp16;
+  std::vector<float> values(n * row);
+  for (size_t il = 0; il < stream.layers.size(); ++il) {
+    KvLayer& l = stream.layers[il];
+    for (int kind = 0; kind < 2; ++kind) {
+      const Half* src = kv.data() + (il * 2 + static_cast<size_t>(kind)) * n * row;
+      std::vector<uint8_t>& data = kind == 0 ? l.k : l.v;
+      const int32_t type = kind == 0 ? l.k_type : l.v_type;
+      data.assign(n * (kind == 0 ? l.k_row_bytes : l.v_row_bytes), 0);
+      if (exact && type == kTypeF16) {  // the stored bits, NaN payloads and -0 included
+        std::memcpy(data.data(), src, n * row * sizeof(Half));
+        continue;
+      }
+      for (size_t i = 0; i < values.size(); ++i) values[i] = half_to_float(src[i]);
+      if (kind == 0) {
+        set_layer_k_float(l, values);
+      } else {
+        set_layer_v_float(l, values);
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace cachegen::llama
