@@ -1,8 +1,12 @@
 // `cachegen eval`: the rate–quality table on a real model.
 // `cachegen llama inspect STATE`: what a llama.cpp state file holds.
-// `cachegen llama demo`: capture a real KV cache, compress it, restore it, continue generating.
+// `cachegen llama pack STATE -o STATE.cgkv` / `unpack STATE.cgkv -o STATE`: state files in the
+// .cgkv container (llama::snapshot_to_cgkv / cgkv_to_snapshot).
+// `cachegen llama demo`: capture a real KV cache, write it as a .cgkv, read it back, restore it
+// into a fresh context, continue generating.
 #include "llama_commands.h"
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "cachegen/codec.h"
+#include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
 
@@ -124,23 +128,157 @@ void add_inspect(CLI::App& llama_cmd) {
   });
 }
 
-void add_demo(CLI::App& llama_cmd) {
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f.write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()))) {
+    throw Error(ErrorCode::io_error, "cannot write '" + path + "'");
+  }
+}
+
+// K+V elements of a snapshot's data stream.
+size_t kv_elements(const llama::KvSnapshot& s) {
+  size_t n = 0;
+  for (const llama::KvLayer& l : s.data_stream().layers) {
+    n += s.n_cells() * (llama::k_row_elements(l) + llama::v_row_elements(l));
+  }
+  return n;
+}
+
+// The level chosen by --lossless / --bits / --group-size.
+llama::CgkvLevel make_level(bool lossless, int bits, size_t group_size) {
+  return lossless ? llama::CgkvLevel::exact() : llama::CgkvLevel::bits(bits, group_size);
+}
+
+std::string level_name(bool lossless, int bits) {
+  return lossless ? std::string("lossless") : std::to_string(bits) + "-bit";
+}
+
+struct LevelArgs {
+  bool lossless = false;
+  int bits = 6;
+  size_t group_size = 32;
+};
+
+void add_level_options(CLI::App* cmd, LevelArgs& a) {
+  CLI::Option* bits = cmd->add_option("--bits", a.bits, "quantization bits for K and V (1..8)")
+                          ->capture_default_str();
+  cmd->add_flag("--lossless", a.lossless, "store the exact f16 K/V (byte planes + zstd)")
+      ->excludes(bits);
+  cmd->add_option("--group-size", a.group_size, "tokens per quantization group")
+      ->capture_default_str();
+}
+
+void add_pack(CLI::App& llama_cmd) {
   struct Args {
-    std::string model, prompt = "Once upon a time, there was a little girl named Lily.";
-    int bits = 6, n_generate = 32;
+    std::string in, out, model;
+    LevelArgs level;
   };
   auto* a = new Args;
   CLI::App* cmd = llama_cmd.add_subcommand(
-      "demo", "capture a KV cache, compress it, restore it into a fresh context, generate");
+      "pack", "compress a llama.cpp sequence or session state file into a .cgkv");
+  cmd->add_option("STATE", a->in, "file from llama_state_seq_save_file / llama_state_save_file")
+      ->required();
+  cmd->add_option("-o,--output", a->out, "the .cgkv to write")->required();
+  cmd->add_option("--model", a->model,
+                  "GGUF model that wrote the state: recorded so restores into another model are "
+                  "refused (optional)");
+  add_level_options(cmd, a->level);
+  cmd->callback([a] {
+    const std::vector<uint8_t> bytes = read_file(a->in);
+    llama::ModelIdentity identity;
+    llama::ParseOptions options;
+    if (!a->model.empty()) {
+      const llama::Model model(a->model);
+      identity = model.identity();
+      options.cell_ext = model.cell_ext();
+    }
+    const llama::KvSnapshot s = llama::parse_state_file(bytes, options);
+    if (a->model.empty()) {
+      identity.architecture = s.arch_tag;
+      identity.n_layer = static_cast<uint32_t>(s.data_stream().layers.size());
+    }
+    const std::vector<uint8_t> out = llama::snapshot_to_cgkv(
+        s, identity, make_level(a->level.lossless, a->level.bits, a->level.group_size));
+    write_file(a->out, out);
+    const size_t elements = kv_elements(s);
+    std::printf(
+        "%s state file, %zu tokens, %zu cells: %zu bytes -> %zu bytes (%.2fx smaller), %s, "
+        "%.3f bits per K/V element (%.2fx vs fp16)\n",
+        s.kind == llama::StateKind::sequence ? "sequence" : "session", s.tokens.size(), s.n_cells(),
+        bytes.size(), out.size(),
+        static_cast<double>(bytes.size()) / static_cast<double>(out.size()),
+        level_name(a->level.lossless, a->level.bits).c_str(),
+        8.0 * static_cast<double>(out.size()) / static_cast<double>(elements),
+        static_cast<double>(elements * 2) / static_cast<double>(out.size()));
+  });
+}
+
+void add_unpack(CLI::App& llama_cmd) {
+  struct Args {
+    std::string in, out;
+  };
+  auto* a = new Args;
+  CLI::App* cmd = llama_cmd.add_subcommand(
+      "unpack", "rebuild a llama.cpp state file from a .cgkv written by pack (or demo)");
+  cmd->add_option("CGKV", a->in, "the .cgkv file")->required();
+  cmd->add_option("-o,--output", a->out, "the state file to write")->required();
+  cmd->callback([a] {
+    const CgkvReader reader = CgkvReader::open_file(a->in);
+    const llama::KvSnapshot s = llama::cgkv_to_snapshot(reader);
+    const std::vector<uint8_t> bytes = llama::build_state_file(s);
+    write_file(a->out, bytes);
+    std::printf(
+        "%s state file, %zu tokens, %zu cells, %s: %zu bytes written to %s\n",
+        s.kind == llama::StateKind::sequence ? "sequence" : "session", s.tokens.size(), s.n_cells(),
+        reader.info().codec == ContainerCodec::lossless_fp16 ? "exact (lossless)" : "dequantized",
+        bytes.size(), a->out.c_str());
+  });
+}
+
+void add_demo(CLI::App& llama_cmd) {
+  struct Args {
+    std::string model, text, out, save_state,
+        prompt = "Once upon a time, there was a little girl named Lily.";
+    int prefix = 448, n_generate = 32;
+    LevelArgs level;
+  };
+  auto* a = new Args;
+  CLI::App* cmd = llama_cmd.add_subcommand(
+      "demo",
+      "capture a KV cache, store it in a .cgkv, read it back, restore it into a fresh "
+      "context, generate");
   cmd->add_option("--model", a->model, "GGUF model (default: $CACHEGEN_MODEL)");
-  cmd->add_option("--prompt", a->prompt, "prompt text")->capture_default_str();
-  cmd->add_option("--bits", a->bits, "quantization bits for K and V")->capture_default_str();
+  CLI::Option* text =
+      cmd->add_option("--text", a->text, "take the first --prefix tokens of this UTF-8 file");
+  cmd->add_option("--prompt", a->prompt, "prompt text (without --text)")
+      ->capture_default_str()
+      ->excludes(text);
+  cmd->add_option("--prefix", a->prefix, "tokens captured with --text")->capture_default_str();
   cmd->add_option("--generate", a->n_generate, "tokens to generate")->capture_default_str();
+  cmd->add_option("-o,--output", a->out, "where the .cgkv goes (default: a temporary file)");
+  cmd->add_option("--save-state", a->save_state,
+                  "also write the captured state as a llama.cpp sequence state file (the bytes "
+                  "llama_state_seq_save_file writes), e.g. to try `llama pack`");
+  add_level_options(cmd, a->level);
   cmd->callback([a] {
     const llama::Model model(resolve_model(a->model));
-    const std::vector<int32_t> prompt = model.tokenize(a->prompt, true);
+    std::vector<int32_t> tokens;
+    if (a->text.empty()) {
+      tokens = model.tokenize(a->prompt, true);
+    } else {
+      const std::vector<uint8_t> t = read_file(a->text);
+      tokens = model.tokenize(std::string(t.begin(), t.end()), true);
+      if (a->prefix < 1 || tokens.size() < static_cast<size_t>(a->prefix) + 1) {
+        throw Error(ErrorCode::invalid_argument,
+                    "--text '" + a->text + "' has " + std::to_string(tokens.size()) +
+                        " tokens, --prefix " + std::to_string(a->prefix) + " needs one more");
+      }
+      tokens.resize(static_cast<size_t>(a->prefix) + 1);
+    }
+    if (tokens.size() < 2) throw Error(ErrorCode::invalid_argument, "the prompt is too short");
     llama::ContextSettings cs;
-    cs.n_ctx = static_cast<uint32_t>((prompt.size() + a->n_generate + 255) / 256 * 256);
+    cs.n_ctx = static_cast<uint32_t>((tokens.size() + a->n_generate + 255) / 256 * 256);
     const auto generate = [&](llama::Context& ctx, int32_t first, int32_t pos, int n) {
       std::vector<int32_t> out{first};
       for (int i = 0; i < n; ++i) {
@@ -151,42 +289,52 @@ void add_demo(CLI::App& llama_cmd) {
       return out;
     };
     llama::Context original(model, cs);
-    const std::span<const int32_t> head(prompt.data(), prompt.size() - 1);
+    const std::span<const int32_t> head(tokens.data(), tokens.size() - 1);
     original.decode(head, 0, false);
-    llama::KvSnapshot snap = llama::capture_seq_state(original, head);
-    size_t fp16_bytes = 0, coded_bytes = 0;
-    for (llama::KvLayer& layer : snap.data_stream().layers) {
-      for (int kv = 0; kv < 2; ++kv) {
-        std::vector<float> x = kv == 0 ? llama::layer_k_float(layer) : llama::layer_v_float(layer);
-        const size_t n_embd = kv == 0 ? llama::k_row_elements(layer) : llama::v_row_elements(layer);
-        const std::vector<uint8_t> coded = encode_values(x, head.size(), n_embd, a->bits);
-        const std::vector<Half> rec = decode_to_half(coded);
-        for (size_t i = 0; i < x.size(); ++i) x[i] = half_to_float(rec[i]);
-        fp16_bytes += x.size() * 2;
-        coded_bytes += coded.size();
-        if (kv == 0)
-          llama::set_layer_k_float(layer, x);
-        else
-          llama::set_layer_v_float(layer, x);
-      }
-    }
+    const llama::KvSnapshot snap = llama::capture_seq_state(original, head);
+    if (!a->save_state.empty()) write_file(a->save_state, llama::build_state_file(snap));
+
+    const std::string path = !a->out.empty()
+                                 ? a->out
+                                 : (std::filesystem::temp_directory_path() /
+                                    ("cachegen_demo_" + std::to_string(::getpid()) + ".cgkv"))
+                                       .string();
+    const auto t0 = std::chrono::steady_clock::now();
+    write_file(path, llama::snapshot_to_cgkv(
+                         snap, snap.model,
+                         make_level(a->level.lossless, a->level.bits, a->level.group_size)));
+    const auto t1 = std::chrono::steady_clock::now();
+    const CgkvReader reader = CgkvReader::open_file(path);
+    const llama::KvSnapshot back = llama::cgkv_to_snapshot(reader);
     llama::Context restored(model, cs);
-    llama::restore_seq_state(restored, snap);
+    llama::restore_seq_state(restored, back);
+    const auto t2 = std::chrono::steady_clock::now();
+    const double file_bytes = static_cast<double>(reader.info().file_bytes);
+    const size_t elements = kv_elements(snap);
+    const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    std::printf("captured %zu tokens x %zu layers from %s (%s, flash attention off)\n", head.size(),
+                snap.data_stream().layers.size(), a->text.empty() ? "the prompt" : a->text.c_str(),
+                model.identity().architecture.c_str());
+    std::printf(
+        "wrote %s: %.0f bytes, %s, %.3f bits/element, %.2fx smaller than fp16 K/V (%zu bytes), "
+        "state bytes %zu; write %.1f ms, read+restore %.1f ms\n",
+        path.c_str(), file_bytes, level_name(a->level.lossless, a->level.bits).c_str(),
+        8 * file_bytes / static_cast<double>(elements),
+        static_cast<double>(elements * 2) / file_bytes, elements * 2,
+        llama::build_state(snap).size(), ms(t1 - t0), ms(t2 - t1));
+    if (a->out.empty()) std::filesystem::remove(path);
     const int32_t pos = static_cast<int32_t>(head.size());
-    const std::vector<int32_t> a_out = generate(original, prompt.back(), pos, a->n_generate);
-    const std::vector<int32_t> b_out = generate(restored, prompt.back(), pos, a->n_generate);
+    const std::vector<int32_t> a_out = generate(original, tokens.back(), pos, a->n_generate);
+    const std::vector<int32_t> b_out = generate(restored, tokens.back(), pos, a->n_generate);
     size_t same = 0;
-    for (size_t i = 0; i < a_out.size(); ++i) same += a_out[i] == b_out[i] ? 1 : 0;
+    while (same < a_out.size() && a_out[same] == b_out[same]) ++same;
+    size_t agree = 0;
+    for (size_t i = 0; i < a_out.size(); ++i) agree += a_out[i] == b_out[i] ? 1 : 0;
     std::printf(
-        "captured %zu tokens x %u layers; K+V fp16 %zu bytes -> %zu coded bytes (%.2fx) "
-        "at %d bits\n",
-        head.size(), model.identity().n_layer, fp16_bytes, coded_bytes,
-        static_cast<double>(fp16_bytes) / static_cast<double>(coded_bytes), a->bits);
-    std::printf(
-        "greedy continuation from the restored cache matches the exact one on %zu/%zu "
-        "tokens\n",
-        same, a_out.size());
-    std::printf("prompt:    %s\n", a->prompt.c_str());
+        "greedy continuation from the restored cache: first %zu/%zu tokens identical, %zu/%zu "
+        "positions agree\n",
+        same, a_out.size(), agree, a_out.size());
+    if (a->text.empty()) std::printf("prompt:    %s\n", a->prompt.c_str());
     std::printf("exact:     ...%s\n", model.detokenize(a_out).c_str());
     std::printf("restored:  ...%s\n", model.detokenize(b_out).c_str());
   });
@@ -199,6 +347,8 @@ void add_llama_commands(CLI::App& app) {
   CLI::App* llama_cmd = app.add_subcommand("llama", "llama.cpp KV caches and state files");
   llama_cmd->require_subcommand(1);
   add_inspect(*llama_cmd);
+  add_pack(*llama_cmd);
+  add_unpack(*llama_cmd);
   add_demo(*llama_cmd);
 }
 

@@ -6,7 +6,8 @@
 
 namespace cachegen::cli {
 
-// Registers `eval` and `llama` (with `inspect` and `demo`) on the top-level app.
+// Registers `eval` and `llama` (with `inspect`, `pack`, `unpack` and `demo`) on the top-level
+// app.
 void add_llama_commands(CLI::App& app);
 
 }  // namespace cachegen::cli
