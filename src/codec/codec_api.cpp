@@ -1,6 +1,7 @@
 // Public entry points of the codec layer (cachegen/codec.h).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "cachegen/codec.h"
@@ -69,37 +70,50 @@ CodeStream quantize_for_codec(std::span<const float> x, size_t n_rows, size_t di
   return quantize_with_params(x, n_rows, dim, bits, group_size, scale, zero);
 }
 
-void encode_values_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
-                        size_t group_size, const EncodeOptions& options, CodeStream* quantized,
-                        std::vector<uint8_t>& out) {
-  ParamPrecision precision;
+// Quantizes for the codec and picks the exact parameter precision that codes smallest.
+CodeStream quantize_and_pick(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                             size_t group_size, const EncodeOptions& options,
+                             ParamPrecision& precision) {
   CodeStream s = quantize_for_codec(x, n_rows, dim, bits, group_size, options, precision);
-  std::vector<uint8_t> head;
-  if (precision == ParamPrecision::compact) {
-    // fp16 parameters may still code smaller (e.g. tiny streams); both are exact here.
-    detail::encode_head_exact(s, options, head);
-  } else {
-    detail::encode_head(s, precision, options.scale_mantissa_bits, options.zero_step_log2,
-                        options.allow_delta, head);
-  }
-  out.insert(out.end(), head.begin(), head.end());
-  if (quantized) *quantized = std::move(s);
+  // fp16 parameters may still code smaller (e.g. tiny streams); both are exact here.
+  if (precision == ParamPrecision::compact) precision = detail::exact_param_precision(s, options);
+  return s;
 }
 
-// Splits a batch into its head records.
-std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> bytes) {
+struct BatchHeader {
+  uint64_t n_heads = 0;
+  uint8_t layout = 0;
+  size_t body_offset = 0;  // after the layout byte
+};
+
+BatchHeader read_batch_header(std::span<const uint8_t> bytes) {
   const auto body = detail::check_magic(bytes, detail::kBatchMagic, "codec batch");
   detail::ByteReader r(body, 5);
-  const uint64_t n_heads = r.varint("n_heads");
-  if (n_heads > r.remaining()) {  // every length takes >= 1 byte
-    detail::fail(ErrorCode::truncated_input, "codec batch: " + std::to_string(n_heads) +
+  BatchHeader h;
+  h.n_heads = r.varint("n_heads");
+  h.layout = r.u8("batch layout");
+  if (h.layout > detail::kBatchShared) {
+    detail::fail(ErrorCode::corrupt_input, "codec batch: layout " + std::to_string(h.layout) +
+                                               " at offset " + std::to_string(r.offset() - 1) +
+                                               " unknown");
+  }
+  if (h.n_heads > r.remaining()) {  // every head takes >= 1 byte either way
+    detail::fail(ErrorCode::truncated_input, "codec batch: " + std::to_string(h.n_heads) +
                                                  " heads but only " +
                                                  std::to_string(r.remaining()) + " bytes follow");
   }
-  std::vector<uint64_t> lengths(n_heads);
+  h.body_offset = r.offset();
+  return h;
+}
+
+// Splits an independent-layout batch into its head records.
+std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> bytes,
+                                                     const BatchHeader& h) {
+  detail::ByteReader r(bytes.subspan(h.body_offset), h.body_offset);
+  std::vector<uint64_t> lengths(h.n_heads);
   for (auto& len : lengths) len = r.varint("head record length");
   std::vector<std::pair<size_t, size_t>> records;
-  records.reserve(n_heads);
+  records.reserve(h.n_heads);
   size_t offset = r.offset();
   for (uint64_t len : lengths) {
     if (len > bytes.size() - offset) {
@@ -119,13 +133,38 @@ std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> by
   return records;
 }
 
-std::vector<uint8_t> assemble_batch(std::vector<std::vector<uint8_t>>& heads) {
+// Shared layout when the heads share a shape and it is estimated smaller, else G records.
+std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
+                                     std::span<const ParamPrecision> precisions,
+                                     const EncodeOptions& options) {
   std::vector<uint8_t> out = with_magic(detail::kBatchMagic);
   detail::ByteWriter w(out);
-  w.varint(heads.size());
+  w.varint(streams.size());
+  w.u8(detail::kBatchShared);
+  if (detail::encode_batch_shared(streams, precisions, options, out)) return out;
+  out.back() = detail::kBatchIndependent;
+  std::vector<std::vector<uint8_t>> heads(streams.size());
+  detail::parallel_for(streams.size(), [&](size_t i) {
+    detail::encode_head(streams[i], precisions[i], options.scale_mantissa_bits,
+                        options.zero_step_log2, options.allow_delta, heads[i]);
+  });
   for (const auto& h : heads) w.varint(h.size());
   for (const auto& h : heads) w.bytes(h);
   return out;
+}
+
+// One head record (no magic) at `offset` -> its CodeStream, padding rows restored.
+CodeStream decode_record(std::span<const uint8_t> record, size_t offset,
+                         const DecodeOptions& options) {
+  detail::ParsedHead h = detail::parse_head(record, offset, options);
+  CodeStream& s = h.stream;
+  const size_t n = s.n_rows * s.dim;
+  s.codes.resize(s.n_groups() * s.group_size * s.dim);
+  detail::decode_head_symbols(h, std::span<uint8_t>(s.codes.data(), n));
+  detail::symbols_to_codes_in_place(s.codes.data(), s, h.is_delta.data());
+  for (size_t t = s.n_rows; t < s.n_groups() * s.group_size; ++t)
+    std::memcpy(s.codes.data() + t * s.dim, s.codes.data() + (s.n_rows - 1) * s.dim, s.dim);
+  return std::move(s);
 }
 
 }  // namespace
@@ -143,27 +182,40 @@ std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size
                                    CodeStream* quantized) {
   check_options(options);
   std::vector<uint8_t> out = with_magic(detail::kStreamMagic);
-  encode_values_into(x, n_rows, dim, bits, group_size, options, quantized, out);
+  ParamPrecision precision;
+  CodeStream s = quantize_and_pick(x, n_rows, dim, bits, group_size, options, precision);
+  detail::encode_head(s, precision, options.scale_mantissa_bits, options.zero_step_log2,
+                      options.allow_delta, out);
+  if (quantized) *quantized = std::move(s);
   return out;
 }
 
 CodeStream decode(std::span<const uint8_t> bytes, const DecodeOptions& options) {
   const auto body = detail::check_magic(bytes, detail::kStreamMagic, "codec stream");
-  return detail::decode_head(body, 5, options).stream;
+  return decode_record(body, 5, options);
 }
 
 std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options) {
-  return dequant_codes(decode(bytes, options));
+  const auto body = detail::check_magic(bytes, detail::kStreamMagic, "codec stream");
+  const detail::ParsedHead h = detail::parse_head(body, 5, options);
+  const size_t n = h.stream.n_rows * h.stream.dim;
+  uint8_t* codes = detail::scratch_bytes(n);
+  detail::decode_head_symbols(h, std::span<uint8_t>(codes, n));
+  detail::symbols_to_codes_in_place(codes, h.stream, h.is_delta.data());
+  std::vector<Half> out(n);
+  detail::dequant_real_rows(h.stream, codes, out.data());
+  return out;
 }
 
 std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
                                   const EncodeOptions& options) {
   check_options(options);
   for (const auto& s : streams) validate(s);
-  std::vector<std::vector<uint8_t>> heads(streams.size());
-  detail::parallel_for(streams.size(),
-                       [&](size_t i) { detail::encode_head_exact(streams[i], options, heads[i]); });
-  return assemble_batch(heads);
+  std::vector<ParamPrecision> precisions(streams.size());
+  detail::parallel_for(streams.size(), [&](size_t i) {
+    precisions[i] = detail::exact_param_precision(streams[i], options);
+  });
+  return encode_batch_of(streams, precisions, options);
 }
 
 std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
@@ -175,35 +227,59 @@ std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_head
     detail::invalid("x has " + std::to_string(x.size()) +
                     " values, expected n_heads * n_rows * dim");
   }
-  std::vector<std::vector<uint8_t>> heads(n_heads);
+  std::vector<CodeStream> streams(n_heads);
+  std::vector<ParamPrecision> precisions(n_heads);
   detail::parallel_for(n_heads, [&](size_t h) {
-    encode_values_into(x.subspan(h * per_head, per_head), n_rows, dim, bits, group_size, options,
-                       nullptr, heads[h]);
+    streams[h] = quantize_and_pick(x.subspan(h * per_head, per_head), n_rows, dim, bits, group_size,
+                                   options, precisions[h]);
   });
-  return assemble_batch(heads);
+  return encode_batch_of(streams, precisions, options);
 }
 
 std::vector<CodeStream> decode_batch(std::span<const uint8_t> bytes, const DecodeOptions& options) {
-  const auto records = batch_records(bytes);
+  const BatchHeader bh = read_batch_header(bytes);
+  if (bh.layout == detail::kBatchShared) {
+    return detail::decode_batch_shared(bytes.subspan(bh.body_offset), bh.body_offset, bh.n_heads,
+                                       options);
+  }
+  const auto records = batch_records(bytes, bh);
   std::vector<CodeStream> out(records.size());
   detail::parallel_for(records.size(), [&](size_t i) {
-    out[i] = detail::decode_head(bytes.subspan(records[i].first, records[i].second),
-                                 records[i].first, options)
-                 .stream;
+    out[i] = decode_record(bytes.subspan(records[i].first, records[i].second), records[i].first,
+                           options);
   });
   return out;
 }
 
 std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
                                        const DecodeOptions& options) {
-  const std::vector<CodeStream> streams = decode_batch(bytes, options);
-  for (const auto& s : streams) {
-    if (s.n_rows != streams[0].n_rows || s.dim != streams[0].dim) {
+  const BatchHeader bh = read_batch_header(bytes);
+  if (bh.layout == detail::kBatchShared) {
+    return detail::decode_batch_shared_to_half(bytes.subspan(bh.body_offset), bh.body_offset,
+                                               bh.n_heads, options);
+  }
+  const auto records = batch_records(bytes, bh);
+  std::vector<detail::ParsedHead> heads(records.size());
+  detail::parallel_for(records.size(), [&](size_t i) {
+    heads[i] = detail::parse_head(bytes.subspan(records[i].first, records[i].second),
+                                  records[i].first, options);
+  });
+  for (const auto& h : heads) {
+    if (h.stream.n_rows != heads[0].stream.n_rows || h.stream.dim != heads[0].stream.dim) {
       detail::fail(ErrorCode::corrupt_input,
                    "codec batch: heads differ in shape; decode_batch_to_half needs one shape");
     }
   }
-  return dequant_codes_batch(streams);
+  if (heads.empty()) return {};
+  const size_t n = heads[0].stream.n_rows * heads[0].stream.dim;
+  std::vector<Half> out(detail::checked_mul(heads.size(), n, "batch output"));
+  detail::parallel_for(heads.size(), [&](size_t i) {
+    uint8_t* codes = detail::scratch_bytes(n);
+    detail::decode_head_symbols(heads[i], std::span<uint8_t>(codes, n));
+    detail::symbols_to_codes_in_place(codes, heads[i].stream, heads[i].is_delta.data());
+    detail::dequant_real_rows(heads[i].stream, codes, out.data() + i * n);
+  });
+  return out;
 }
 
 }  // namespace cachegen

@@ -29,14 +29,26 @@ struct ChannelTable {
   std::vector<uint16_t> cum;   // [2^bits]
 };
 
-// Decoding tables for all channels, flattened. Entry layout (uint32):
+// Decoding tables for all channels.
+//
+// Alphabets of up to kMaxSearchSymbols symbols (bits <= 4, the widths CacheGen uses) are
+// decoded by comparing the slot against the channel's cumulative frequencies: no per-slot
+// table (which costs 2^t entries per channel, megabytes for 128 channels at t = 12, and
+// random gathers to read), and SIMD kernels compare 32 lanes of 16-bit slots at once.
+// Larger alphabets use a slot table. Entry layout (uint32):
 //   bits 0..7 symbol, bits 8..19 freq_t - 1, bits 20..31 cum_t.
 // Channel c's entries start at base[c] and are indexed by slot >> shift[c].
+inline constexpr int kMaxSearchSymbols = 16;
 struct DecodeTables {
   int precision = 0;  // p
+  int n_syms = 0;     // 2^bits
+  // [dim][n_syms + 1]: cumulative frequency at precision p; cum[c][n_syms] = 2^p.
+  std::vector<uint16_t> cum;
+  // Slot table, only when n_syms > kMaxSearchSymbols.
   std::vector<uint32_t> entries;
   std::vector<uint32_t> base;   // [dim]
   std::vector<uint32_t> shift;  // [dim], p - t_c
+  bool uses_search() const noexcept { return n_syms <= kMaxSearchSymbols; }
 };
 DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int precision);
 

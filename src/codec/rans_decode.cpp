@@ -11,6 +11,17 @@ namespace cachegen::detail {
 DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int precision) {
   DecodeTables tables;
   tables.precision = precision;
+  tables.n_syms = channels.empty() ? 0 : static_cast<int>(channels[0].freq.size());
+  const size_t n_syms = static_cast<size_t>(tables.n_syms);
+  tables.cum.resize(channels.size() * (n_syms + 1));
+  for (size_t c = 0; c < channels.size(); ++c) {
+    const ChannelTable& ch = channels[c];
+    const int up = precision - ch.t;
+    uint16_t* cum = tables.cum.data() + c * (n_syms + 1);
+    for (size_t s = 0; s < n_syms; ++s) cum[s] = static_cast<uint16_t>(ch.cum[s] << up);
+    cum[n_syms] = static_cast<uint16_t>(1u << precision);
+  }
+  if (tables.uses_search()) return tables;
   size_t total = 0;
   for (const auto& ch : channels) total += size_t{1} << ch.t;
   tables.entries.resize(total);
@@ -36,15 +47,29 @@ void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t 
                         size_t begin, size_t end, uint8_t* symbols) {
   const uint32_t p = static_cast<uint32_t>(tables.precision);
   const uint32_t mask = (1u << p) - 1;
+  const bool search = tables.uses_search();
+  const size_t stride = static_cast<size_t>(tables.n_syms) + 1;
   size_t lane = 0;  // begin is a multiple of n_lanes
   size_t channel = begin % dim;
   for (size_t i = begin; i < end; ++i) {
     uint32_t x = st.x[lane];
     const uint32_t slot = x & mask;
-    const uint32_t sh = tables.shift[channel];
-    const uint32_t e = tables.entries[tables.base[channel] + (slot >> sh)];
-    const uint32_t f = (((e >> 8) & 0xfff) + 1) << sh;
-    const uint32_t start = (e >> 20) << sh;
+    uint32_t sym, f, start;
+    if (search) {
+      // The symbol is the number of cumulative starts <= slot (absent symbols share their
+      // successor's start, so they are skipped); the SIMD kernels compute the same count.
+      const uint16_t* cum = tables.cum.data() + channel * stride;
+      sym = 0;
+      for (size_t s = 1; s + 1 < stride; ++s) sym += slot >= cum[s] ? 1u : 0u;
+      start = cum[sym];
+      f = cum[sym + 1] - start;
+    } else {
+      const uint32_t sh = tables.shift[channel];
+      const uint32_t e = tables.entries[tables.base[channel] + (slot >> sh)];
+      sym = e & 0xff;
+      f = (((e >> 8) & 0xfff) + 1) << sh;
+      start = (e >> 20) << sh;
+    }
     x = f * (x >> p) + slot - start;
     if (x < kRansLow) {
       if (st.cursor >= st.n_words) {
@@ -56,7 +81,7 @@ void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t 
       x = (x << 16) | w;
     }
     st.x[lane] = x;
-    symbols[i] = static_cast<uint8_t>(e);
+    symbols[i] = static_cast<uint8_t>(sym);
     if (++lane == static_cast<size_t>(n_lanes)) lane = 0;
     if (++channel == dim) channel = 0;
   }

@@ -54,6 +54,9 @@ inline __m256i decode8(__m256i x, const uint32_t* base, const uint32_t* shift,
 
 size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                         size_t end, uint8_t* symbols) {
+  // Search-decoded alphabets have no slot table; the scalar kernel serves them on AVX2
+  // (the AVX2 twin of the AVX-512 search kernel is still to be written).
+  if (tables.uses_search()) return begin;
   const LanePattern pattern = make_lane_pattern(tables, dim, begin);
   if (pattern.period == 0) return begin;
   const __m128i p = _mm_cvtsi32_si128(tables.precision);

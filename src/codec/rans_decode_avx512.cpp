@@ -33,10 +33,80 @@ inline __m512i decode16(__m512i x, const uint32_t* base, const uint32_t* shift,
   return x;
 }
 
+// Renormalises 16 lanes: lanes below 2^16 take the next words in lane order.
+inline __m512i renorm16(__m512i x, RansDecodeState& st) {
+  const __mmask16 renorm =
+      _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(kRansLow)));
+  const __m512i words = _mm512_cvtepu16_epi32(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.words + st.cursor)));
+  const __m512i w = _mm512_maskz_expand_epi32(renorm, words);
+  st.cursor += static_cast<size_t>(__builtin_popcount(renorm));
+  return _mm512_mask_mov_epi32(x, renorm, _mm512_or_si512(_mm512_slli_epi32(x, 16), w));
+}
+
+// Search kernel for alphabets of NT + 1 <= 16 symbols: all 32 slots as one vector of u16,
+// compared against the lanes' cumulative starts (no table lookups, no gathers).
+template <int NT>
+size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                     size_t end, uint8_t* symbols) {
+  const ThresholdPattern pattern = make_threshold_pattern(tables, dim, begin);
+  if (pattern.period == 0) return begin;
+  const __m128i p = _mm_cvtsi32_si128(tables.precision);
+  const __m512i mask = _mm512_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
+  const __m512i top = _mm512_set1_epi16(static_cast<short>(1u << tables.precision));
+  const __m512i one = _mm512_set1_epi16(1);
+  __m512i x0 = _mm512_loadu_si512(st.x);
+  __m512i x1 = _mm512_loadu_si512(st.x + 16);
+  size_t i = begin, k = 0;
+  while (i + kMaxLanes <= end && st.cursor + kMaxLanes <= st.n_words) {
+    const uint16_t* th = pattern.thresholds.data() + k * NT * kMaxLanes;
+    const __m512i s0 = _mm512_and_si512(x0, mask), s1 = _mm512_and_si512(x1, mask);
+    const __m512i slot = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(s0)),
+                                            _mm512_cvtepi32_epi16(s1), 1);
+    __m512i sym = _mm512_setzero_si512(), start = _mm512_setzero_si512(), stop = top;
+    for (int j = 0; j < NT; ++j) {
+      const __m512i c = _mm512_loadu_si512(th + j * kMaxLanes);
+      const __mmask32 ge = _mm512_cmpge_epu16_mask(slot, c);
+      sym = _mm512_mask_add_epi16(sym, ge, sym, one);
+      start = _mm512_mask_mov_epi16(start, ge, c);
+      stop = _mm512_mask_min_epu16(stop, static_cast<__mmask32>(~ge), stop, c);
+    }
+    const __m512i f = _mm512_sub_epi16(stop, start);
+    const __m512i f0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(f));
+    const __m512i f1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(f, 1));
+    const __m512i c0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(start));
+    const __m512i c1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(start, 1));
+    x0 =
+        _mm512_add_epi32(_mm512_mullo_epi32(f0, _mm512_srl_epi32(x0, p)), _mm512_sub_epi32(s0, c0));
+    x1 =
+        _mm512_add_epi32(_mm512_mullo_epi32(f1, _mm512_srl_epi32(x1, p)), _mm512_sub_epi32(s1, c1));
+    x0 = renorm16(x0, st);
+    x1 = renorm16(x1, st);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(symbols + i), _mm512_cvtepi16_epi8(sym));
+    i += kMaxLanes;
+    if (++k == pattern.period) k = 0;
+  }
+  _mm512_storeu_si512(st.x, x0);
+  _mm512_storeu_si512(st.x + 16, x1);
+  return i;
+}
+
 }  // namespace
 
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols) {
+  switch (tables.n_syms) {
+    case 2:
+      return decode_search<1>(st, tables, dim, begin, end, symbols);
+    case 4:
+      return decode_search<3>(st, tables, dim, begin, end, symbols);
+    case 8:
+      return decode_search<7>(st, tables, dim, begin, end, symbols);
+    case 16:
+      return decode_search<15>(st, tables, dim, begin, end, symbols);
+    default:
+      break;
+  }
   const LanePattern pattern = make_lane_pattern(tables, dim, begin);
   if (pattern.period == 0) return begin;
   const __m128i p = _mm_cvtsi32_si128(tables.precision);

@@ -1,6 +1,6 @@
-// Internal: per-lane channel bases/shifts for the 32-lane SIMD decoders. Lane l of step k
-// decodes element begin + 32k + l, whose channel repeats with period dim / gcd(dim, 32) steps,
-// so the kernels load these rows instead of gathering per-lane channel data.
+// Internal: per-lane channel data for the 32-lane SIMD decoders. Lane l of step k decodes
+// element begin + 32k + l, whose channel repeats with period dim / gcd(dim, 32) steps, so the
+// kernels load these rows instead of gathering per-lane channel data.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,16 @@
 
 namespace cachegen::detail {
 
+// Longest tabulated period (steps); longer ones (dim with a large odd factor) make kernels
+// decline and leave the work to the scalar kernel.
+inline constexpr size_t kMaxLanePeriod = 4096;
+
+inline size_t lane_period(size_t dim) {
+  const size_t period = dim / std::gcd(dim, size_t{kMaxLanes});
+  return period > kMaxLanePeriod ? 0 : period;
+}
+
+// Slot-table kernels (alphabets above kMaxSearchSymbols).
 struct LanePattern {
   size_t period = 0;                  // steps; 0 = too long to tabulate (kernels then decline)
   std::vector<uint32_t> base, shift;  // [period * 32]
@@ -19,8 +29,8 @@ struct LanePattern {
 
 inline LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin) {
   LanePattern p;
-  const size_t period = dim / std::gcd(dim, size_t{kMaxLanes});
-  if (period > 4096) return p;
+  const size_t period = lane_period(dim);
+  if (period == 0) return p;
   p.period = period;
   p.base.resize(period * kMaxLanes);
   p.shift.resize(period * kMaxLanes);
@@ -29,6 +39,31 @@ inline LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t b
     p.base[i] = t.base[c];
     p.shift[i] = t.shift[c];
   }
+  return p;
+}
+
+// Search kernels: for step k and threshold j (1..n_syms-1), the 32 lanes' cumulative starts
+// cum[channel(lane)][j] as u16, at thresholds[(k * (n_syms - 1) + j - 1) * 32 + lane].
+struct ThresholdPattern {
+  size_t period = 0;
+  int n_thresholds = 0;
+  std::vector<uint16_t> thresholds;
+};
+
+inline ThresholdPattern make_threshold_pattern(const DecodeTables& t, size_t dim, size_t begin) {
+  ThresholdPattern p;
+  const size_t period = lane_period(dim);
+  if (period == 0) return p;
+  p.period = period;
+  p.n_thresholds = t.n_syms - 1;
+  const size_t nt = static_cast<size_t>(p.n_thresholds), stride = static_cast<size_t>(t.n_syms) + 1;
+  p.thresholds.resize(period * nt * kMaxLanes);
+  for (size_t k = 0; k < period; ++k)
+    for (size_t j = 0; j < nt; ++j)
+      for (size_t l = 0; l < size_t{kMaxLanes}; ++l) {
+        const size_t c = (begin + k * kMaxLanes + l) % dim;
+        p.thresholds[(k * nt + j) * kMaxLanes + l] = t.cum[c * stride + j + 1];
+      }
   return p;
 }
 

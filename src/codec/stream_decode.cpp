@@ -1,4 +1,5 @@
 // Decoder of one head record. Every field is bounded before it sizes an allocation.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -7,6 +8,7 @@
 #include "codec/rans.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
+#include "quant/kernels.h"
 
 namespace cachegen::detail {
 namespace {
@@ -57,10 +59,10 @@ std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8
   return bytes.subspan(5);
 }
 
-DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,
-                        const DecodeOptions& options) {
+ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
+                      const DecodeOptions& options) {
   ByteReader r(record, record_offset);
-  DecodedHead h;
+  ParsedHead h;
   CodeStream& s = h.stream;
   const uint64_t n_rows = r.varint("n_rows");
   const uint64_t dim = r.varint("dim");
@@ -121,36 +123,113 @@ DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,
   }
   const size_t bits_after_params = side_bytes * 8 - bits_in.bits_left();
   h.models.resize(dim);
-  std::vector<ChannelTable> tables(dim);
-  std::vector<uint8_t> is_delta(dim);
+  h.is_delta.resize(dim);
   for (size_t c = 0; c < dim; ++c) {
     h.models[c] = read_channel_model(bits_in, bits, n_rows);
     if (h.models[c].table.t > coder_precision)
       corrupt("channel " + std::to_string(c) + " table precision above coder_precision");
-    tables[c] = h.models[c].table;
-    is_delta[c] = h.models[c].kind == ChannelKind::delta_table;
+    h.is_delta[c] = h.models[c].kind == ChannelKind::delta_table;
   }
   bits_in.finish("side information");
   h.param_bytes = params_end - (record_offset + h.header_bytes) + bits_after_params / 8;
   h.model_bytes = r.offset() - params_end - bits_after_params / 8;
   h.payload_bytes = r.remaining();
 
-  h.symbols.resize(n);
-  const auto payload = r.bytes(r.remaining(), "rANS payload");
-  if (n == 0) {
-    if (!payload.empty())
-      corrupt(std::to_string(payload.size()) + " trailing bytes after an empty stream");
-  } else {
-    const DecodeTables dt = build_decode_tables(tables, coder_precision);
-    rans_decode(payload, side_offset + side_bytes, dt, dim, n_lanes, h.symbols);
-  }
-  s.codes.resize(n_groups * group_size * dim);
-  symbols_to_codes(h.symbols.data(), n_rows, dim, bits, group_size, s.scale, s.zero,
-                   is_delta.data(), s.codes.data());
-  // Padding rows repeat the last real row.
-  for (size_t t = n_rows; t < n_groups * group_size; ++t)
-    std::memcpy(s.codes.data() + t * dim, s.codes.data() + (n_rows - 1) * dim, dim);
+  h.coder_precision = coder_precision;
+  h.n_lanes = n_lanes;
+  h.payload = r.bytes(r.remaining(), "rANS payload");
+  h.payload_offset = side_offset + side_bytes;
+  if (n == 0 && !h.payload.empty())
+    corrupt(std::to_string(h.payload.size()) + " trailing bytes after an empty stream");
   return h;
+}
+
+void read_param_block(ByteReader& r, CodeStream& s) {
+  const uint8_t precision_byte = r.u8("param_precision");
+  if (precision_byte > 2) corrupt("param_precision " + std::to_string(precision_byte) + " unknown");
+  const auto precision = static_cast<ParamPrecision>(precision_byte);
+  const size_t n_params = s.n_groups() * s.dim;
+  if (precision == ParamPrecision::compact) {
+    CompactGrid grid;
+    grid.scale_mantissa_bits = r.u8("scale_mantissa_bits");
+    grid.zero_step_log2 = r.u8("zero_step_log2");
+    if (grid.scale_mantissa_bits < 1 || grid.scale_mantissa_bits > 23 || grid.zero_step_log2 > 8)
+      corrupt("compact grid (" + std::to_string(grid.scale_mantissa_bits) + ", " +
+              std::to_string(grid.zero_step_log2) + ") out of range");
+    const uint64_t len = r.varint("compact parameter bytes");
+    if (len > r.remaining()) r.need(r.remaining() + 1, "compact parameters");
+    if (n_params > len * 4) corrupt("too many compact parameters for their section");
+    const size_t offset = r.offset();
+    BitReader bits_in(r.bytes(len, "compact parameters"), offset);
+    read_params_compact(bits_in, s.n_groups(), s.dim, grid, s.scale, s.zero);
+    bits_in.finish("compact parameters");
+  } else {
+    const size_t width = precision == ParamPrecision::fp16 ? 2 : 4;
+    r.need(n_params * width * 2, "fixed-width group parameters");
+    s.scale.resize(n_params);
+    s.zero.resize(n_params);
+    read_float_params(r, precision, s.scale, "scale");
+    read_float_params(r, precision, s.zero, "zero");
+    check_decoded_params(s.scale, s.zero);
+  }
+}
+
+void decode_head_symbols(const ParsedHead& h, std::span<uint8_t> symbols) {
+  if (symbols.empty()) return;
+  std::vector<ChannelTable> tables(h.models.size());
+  for (size_t c = 0; c < tables.size(); ++c) tables[c] = h.models[c].table;
+  const DecodeTables dt = build_decode_tables(tables, h.coder_precision);
+  rans_decode(h.payload, h.payload_offset, dt, h.stream.dim, h.n_lanes, symbols);
+}
+
+DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,
+                        const DecodeOptions& options) {
+  ParsedHead p = parse_head(record, record_offset, options);
+  DecodedHead h;
+  h.symbols.resize(p.stream.n_rows * p.stream.dim);
+  decode_head_symbols(p, h.symbols);
+  std::vector<uint8_t> codes = h.symbols;
+  symbols_to_codes_in_place(codes.data(), p.stream, p.is_delta.data());
+  h.stream = std::move(p.stream);
+  set_codes_with_padding(h.stream, codes.data());
+  h.models = std::move(p.models);
+  h.header_bytes = p.header_bytes;
+  h.param_bytes = p.param_bytes;
+  h.model_bytes = p.model_bytes;
+  h.payload_bytes = p.payload_bytes;
+  return h;
+}
+
+void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& s, const uint8_t* is_delta) {
+  symbols_to_codes(symbols, s.n_rows, s.dim, s.bits, s.group_size, s.scale, s.zero, is_delta,
+                   symbols);
+}
+
+void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes) {
+  const size_t n = s.n_rows * s.dim;
+  const size_t padded = s.n_groups() * s.group_size * s.dim;
+  s.codes.resize(padded);
+  if (n == 0) return;
+  std::memcpy(s.codes.data(), real_codes, n);
+  for (size_t t = s.n_rows; t < s.n_groups() * s.group_size; ++t)
+    std::memcpy(s.codes.data() + t * s.dim, real_codes + (s.n_rows - 1) * s.dim, s.dim);
+}
+
+void dequant_real_rows(const CodeStream& s, const uint8_t* codes, Half* out) {
+  const QuantKernels& k = quant_kernels();
+  uint16_t* o = reinterpret_cast<uint16_t*>(out);
+  for (size_t g = 0; g < s.n_groups(); ++g) {
+    const size_t row0 = g * s.group_size;
+    const size_t rows = std::min(s.group_size, s.n_rows - row0);
+    k.dequant_rows(codes + row0 * s.dim, rows, s.dim, s.scale.data() + g * s.dim,
+                   s.zero.data() + g * s.dim, o + row0 * s.dim);
+  }
+}
+
+uint8_t* scratch_bytes(size_t n) {
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
 }
 
 }  // namespace cachegen::detail

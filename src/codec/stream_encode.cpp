@@ -11,16 +11,6 @@
 namespace cachegen::detail {
 namespace {
 
-// Lanes: enough to keep SIMD decoders busy on long streams, few enough that the 4-byte final
-// state per lane stays a small share of short ones.
-int choose_lanes(size_t n_elements) {
-  if (n_elements == 0) return 0;
-  if (n_elements >= 16384) return 32;
-  if (n_elements >= 4096) return 8;
-  if (n_elements >= 512) return 4;
-  return 1;
-}
-
 void write_float_params(ByteWriter& w, std::span<const float> values, ParamPrecision precision) {
   for (float v : values) {
     if (precision == ParamPrecision::fp16) {
@@ -34,6 +24,51 @@ void write_float_params(ByteWriter& w, std::span<const float> values, ParamPreci
 }
 
 }  // namespace
+
+int choose_lanes(size_t n_elements) {
+  if (n_elements == 0) return 0;
+  if (n_elements >= 16384) return 32;
+  if (n_elements >= 4096) return 8;
+  if (n_elements >= 512) return 4;
+  return 1;
+}
+
+void stream_symbols(const CodeStream& s, std::span<const ChannelModel> models,
+                    std::span<const uint8_t> delta, uint8_t* symbols) {
+  const size_t n = s.n_rows * s.dim;
+  std::memcpy(symbols, s.codes.data(), n);
+  std::vector<uint8_t> use_delta(s.dim);
+  bool any = false;
+  for (size_t c = 0; c < s.dim; ++c) {
+    use_delta[c] = models[c].kind == ChannelKind::delta_table ? 0xff : 0;
+    any = any || use_delta[c];
+  }
+  if (!any) return;
+  for (size_t t = 0; t < s.n_rows; ++t) {
+    uint8_t* row = symbols + t * s.dim;
+    const uint8_t* d = delta.data() + t * s.dim;
+    for (size_t c = 0; c < s.dim; ++c)
+      row[c] = static_cast<uint8_t>((d[c] & use_delta[c]) | (row[c] & ~use_delta[c]));
+  }
+}
+
+void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
+                       std::vector<uint8_t>& out) {
+  ByteWriter w(out);
+  w.u8(static_cast<uint8_t>(precision));
+  if (precision == ParamPrecision::compact) {
+    w.u8(static_cast<uint8_t>(grid.scale_mantissa_bits));
+    w.u8(static_cast<uint8_t>(grid.zero_step_log2));
+    BitWriter bits;
+    write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+    const std::vector<uint8_t> side = bits.finish();
+    w.varint(side.size());
+    w.bytes(side);
+  } else {
+    write_float_params(w, s.scale, precision);
+    write_float_params(w, s.zero, precision);
+  }
+}
 
 void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantissa_bits,
                  int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out) {
@@ -58,13 +93,11 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
     }
     models[c] = choose_channel_model(raw_counts, delta_counts, s.n_rows, s.bits);
   }
-  std::vector<uint8_t> symbols(s.codes.begin(), s.codes.begin() + static_cast<ptrdiff_t>(n));
+  std::vector<uint8_t> symbols(n);
+  if (n > 0) stream_symbols(s, models, delta, symbols.data());
   int precision_bits = 0;
   std::vector<ChannelTable> tables(s.dim);
   for (size_t c = 0; c < s.dim; ++c) {
-    if (models[c].kind == ChannelKind::delta_table) {
-      for (size_t t = 0; t < s.n_rows; ++t) symbols[t * s.dim + c] = delta[t * s.dim + c];
-    }
     precision_bits = std::max(precision_bits, models[c].table.t);
     tables[c] = models[c].table;
   }
@@ -99,8 +132,7 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
   if (n > 0) rans_encode(symbols, s.dim, tables, precision_bits, n_lanes, out);
 }
 
-void encode_head_exact(const CodeStream& s, const EncodeOptions& options,
-                       std::vector<uint8_t>& out) {
+ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& options) {
   // Only the parameter section depends on the precision, so pick it by that section's size.
   const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
   const size_t n_params = s.scale.size();
@@ -112,8 +144,13 @@ void encode_head_exact(const CodeStream& s, const EncodeOptions& options,
     write_params_compact(trial, s.scale, s.zero, s.n_groups(), s.dim, grid);
     if (trial.bit_count() + 16 <= best_bits) best = ParamPrecision::compact;
   }
-  encode_head(s, best, options.scale_mantissa_bits, options.zero_step_log2, options.allow_delta,
-              out);
+  return best;
+}
+
+void encode_head_exact(const CodeStream& s, const EncodeOptions& options,
+                       std::vector<uint8_t>& out) {
+  encode_head(s, exact_param_precision(s, options), options.scale_mantissa_bits,
+              options.zero_step_log2, options.allow_delta, out);
 }
 
 }  // namespace cachegen::detail

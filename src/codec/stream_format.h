@@ -1,4 +1,5 @@
-// Internal: the codec stream's head record (docs/FORMAT.md, "Codec stream").
+// Internal: the codec stream's head record and shared-model batch (docs/FORMAT.md, "Codec
+// stream").
 #pragma once
 
 #include <cstddef>
@@ -7,7 +8,9 @@
 #include <vector>
 
 #include "cachegen/codec.h"
+#include "codec/bit_io.h"
 #include "codec/channel_model.h"
+#include "codec/params_codec.h"
 
 namespace cachegen::detail {
 
@@ -15,6 +18,13 @@ namespace cachegen::detail {
 inline constexpr uint8_t kStreamMagic[4] = {'C', 'G', 'C', 'S'};
 inline constexpr uint8_t kBatchMagic[4] = {'C', 'G', 'C', 'B'};
 inline constexpr uint8_t kFormatVersion = 1;
+// Batch layouts (u8 after the head count).
+inline constexpr uint8_t kBatchIndependent = 0;  // G head records
+inline constexpr uint8_t kBatchShared = 1;       // one shape, shared models, sliced payloads
+
+// Lanes for a payload of n elements: enough to keep SIMD decoders busy on long payloads, few
+// enough that the 4-byte final state per lane stays a small share of short ones.
+int choose_lanes(size_t n_elements);
 
 // Appends one head record. Params are stored in `precision` (the caller has checked that it
 // represents stream.scale/zero exactly); grid is used for compact.
@@ -23,10 +33,31 @@ void encode_head(const CodeStream& stream, ParamPrecision precision, int scale_m
 
 // The smallest exact parameter precision for this stream (compact, fp16, fp32 in that order
 // of preference when they code equally).
+ParamPrecision exact_param_precision(const CodeStream& stream, const EncodeOptions& options);
 void encode_head_exact(const CodeStream& stream, const EncodeOptions& options,
                        std::vector<uint8_t>& out);
 
-// A parsed head record; models and symbols are kept for size reports.
+// Token-delta symbols of every element, or the codes themselves for raw channels: the
+// representation each channel's model codes. models.size() == stream.dim.
+void stream_symbols(const CodeStream& s, std::span<const ChannelModel> models,
+                    std::span<const uint8_t> delta, uint8_t* symbols);
+
+// A parsed head record: everything but the rANS payload decoded.
+struct ParsedHead {
+  CodeStream stream;  // codes left empty
+  std::vector<ChannelModel> models;
+  std::vector<uint8_t> is_delta;  // [dim]
+  int coder_precision = 0, n_lanes = 0;
+  std::span<const uint8_t> payload;
+  size_t payload_offset = 0;
+  size_t header_bytes = 0, param_bytes = 0, model_bytes = 0, payload_bytes = 0;
+};
+ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
+                      const DecodeOptions& options);
+// Decodes the payload to symbols [n_rows * dim].
+void decode_head_symbols(const ParsedHead& head, std::span<uint8_t> symbols);
+
+// A parsed head record with its symbols, for size reports.
 struct DecodedHead {
   CodeStream stream;
   std::vector<ChannelModel> models;
@@ -36,8 +67,36 @@ struct DecodedHead {
 DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,
                         const DecodeOptions& options);
 
+// Turns decoded symbols of real rows (in place) into codes.
+void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& params, const uint8_t* is_delta);
+// Codes of real rows -> the CodeStream's codes with padding rows (copies of the last row).
+void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes);
+// fp16 [n_rows, dim] of real-row codes with the stream's parameters (as dequant_codes).
+void dequant_real_rows(const CodeStream& params, const uint8_t* codes, Half* out);
+
+// Per-head parameter block of a shared batch.
+void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
+                       std::vector<uint8_t>& out);
+void read_param_block(ByteReader& r, CodeStream& s);
+
+// Shared-model batch (layout 1): heads must share n_rows, dim, bits and group_size.
+// Returns false (writing nothing) when the heads cannot or should not share: mismatched
+// shapes, or when independent records are estimated to code smaller.
+bool encode_batch_shared(std::span<const CodeStream> streams,
+                         std::span<const ParamPrecision> precisions, const EncodeOptions& options,
+                         std::vector<uint8_t>& out);
+// `body` starts after the layout byte; offsets are relative to the batch start.
+std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
+                                            size_t n_heads, const DecodeOptions& options);
+// fp16 [G, n_rows, dim].
+std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset,
+                                              size_t n_heads, const DecodeOptions& options);
+
 // Checks magic and version; returns the bytes after them.
 std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8_t (&magic)[4],
                                      const char* what);
+
+// Thread-local scratch that keeps its pages between calls (fresh large vectors page-fault).
+uint8_t* scratch_bytes(size_t n);
 
 }  // namespace cachegen::detail

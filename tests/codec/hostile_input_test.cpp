@@ -113,5 +113,34 @@ TEST(CodecHostile, BatchTruncationsAndCorruptions) {
   }
 }
 
+TEST(CodecHostile, SharedBatchTruncationsAndCorruptions) {
+  const auto x = test::random_walk(5 * 256, 8, 0.1f, 6);
+  const auto bytes = encode_values_batch(x, 5, 256, 8, 3);
+  ASSERT_EQ(bytes.at(6), 1);  // the shared-model layout
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    EXPECT_THROW(decode_batch(std::span<const uint8_t>(bytes.data(), len)), Error) << len;
+  }
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (uint8_t flip : {uint8_t{0x01}, uint8_t{0x5a}, uint8_t{0xff}}) {
+      std::vector<uint8_t> bad = bytes;
+      bad[i] ^= flip;
+      expect_error_or_valid([](auto b) { return decode_batch(b); }, bad);
+      expect_error_or_valid([](auto b) { return decode_batch_to_half(b); }, bad);
+    }
+  }
+  // Unknown layout, zero heads_per_slice and oversized shapes are named errors.
+  auto bad_layout = bytes;
+  bad_layout[6] = 7;
+  EXPECT_THROW(decode_batch(bad_layout), Error);
+  DecodeOptions small;
+  small.max_elements = 100;
+  try {
+    decode_batch(bytes, small);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  }
+}
+
 }  // namespace
 }  // namespace cachegen

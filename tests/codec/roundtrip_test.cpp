@@ -119,3 +119,70 @@ TEST(Codec, RejectsBadOptions) {
 
 }  // namespace
 }  // namespace cachegen
+
+namespace cachegen {
+namespace {
+
+// Byte 6 of a batch (after magic, version and a one-byte G) is the layout.
+uint8_t batch_layout(const std::vector<uint8_t>& bytes) {
+  return bytes.at(6);
+}
+
+TEST(CodecSharedBatch, ShortSameShapeHeadsShareModelsAndRoundTrip) {
+  // Real-KV-like: many short heads of 8 channels; slices of 4 heads, G not a multiple of 4.
+  for (size_t heads : {size_t{2}, size_t{5}, size_t{11}}) {
+    for (int bits : {2, 3, 4, 6}) {
+      const size_t rows = 512, dim = 8;
+      const auto x = test::random_walk(heads * rows, dim, 0.1f, static_cast<uint32_t>(heads));
+      const auto streams = quantize_to_codes_batch(x, heads, rows, dim, bits, 32);
+      const auto bytes = encode_batch(streams);
+      SCOPED_TRACE("heads " + std::to_string(heads) + " bits " + std::to_string(bits));
+      EXPECT_EQ(batch_layout(bytes), 1);
+      size_t independent = 0;
+      for (const auto& s : streams) independent += encode(s).size();
+      EXPECT_LT(bytes.size(), independent);
+      const auto back = decode_batch(bytes);
+      ASSERT_EQ(back.size(), heads);
+      for (size_t h = 0; h < heads; ++h) test::expect_same_stream(back[h], streams[h]);
+      const auto ref = dequant_codes_batch(streams);
+      const auto got = decode_batch_to_half(bytes);
+      ASSERT_EQ(ref.size(), got.size());
+      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(ref[i].bits, got[i].bits) << i;
+      // encode_values_batch takes the same path and stays consistent with its quantization.
+      const auto vbytes = encode_values_batch(x, heads, rows, dim, bits);
+      EXPECT_EQ(batch_layout(vbytes), 1);
+      EXPECT_EQ(decode_batch_to_half(vbytes).size(), heads * rows * dim);
+    }
+  }
+}
+
+TEST(CodecSharedBatch, MixedShapesFallBackToIndependentRecords) {
+  const auto a = quantize_to_codes(test::random_walk(100, 8, 0.1f, 1), 100, 8, 3, 32);
+  const auto b = quantize_to_codes(test::random_walk(60, 8, 0.1f, 2), 60, 8, 3, 32);
+  const std::vector<CodeStream> streams = {a, b};
+  const auto bytes = encode_batch(streams);
+  EXPECT_EQ(batch_layout(bytes), 0);
+  const auto back = decode_batch(bytes);
+  test::expect_same_stream(back[0], a);
+  test::expect_same_stream(back[1], b);
+  EXPECT_THROW(decode_batch_to_half(bytes), Error);
+}
+
+TEST(CodecSharedBatch, IndependentOfThreads) {
+  const size_t heads = 7, rows = 700, dim = 16;
+  const auto x = test::random_walk(heads * rows, dim, 0.1f, 9);
+  const auto streams = quantize_to_codes_batch(x, heads, rows, dim, 3, 32);
+  set_thread_count(1);
+  const auto one = encode_batch(streams);
+  const auto half_one = decode_batch_to_half(one);
+  set_thread_count(3);
+  const auto three = encode_batch(streams);
+  const auto half_three = decode_batch_to_half(one);
+  set_thread_count(0);
+  EXPECT_EQ(one, three);
+  ASSERT_EQ(half_one.size(), half_three.size());
+  for (size_t i = 0; i < half_one.size(); ++i) ASSERT_EQ(half_one[i].bits, half_three[i].bits);
+}
+
+}  // namespace
+}  // namespace cachegen

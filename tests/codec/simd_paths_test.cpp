@@ -22,7 +22,8 @@ TEST(CodecSimd, EncodeByDecodePathMatrix) {
     size_t rows, dim;
     int bits;
   };
-  const Shape shapes[] = {{4096, 8, 3}, {1024, 128, 4}, {777, 100, 8}, {2000, 33, 1}, {600, 64, 2}};
+  const Shape shapes[] = {{4096, 8, 3}, {1024, 128, 4}, {777, 100, 8}, {2000, 33, 1},
+                          {600, 64, 2}, {1024, 32, 2},  {1500, 24, 4}};
   for (const auto& sh : shapes) {
     const auto x = test::random_walk(sh.rows, sh.dim, 0.15f, static_cast<uint32_t>(sh.dim));
     const CodeStream q = quantize_to_codes(x, sh.rows, sh.dim, sh.bits, 32);
@@ -36,6 +37,37 @@ TEST(CodecSimd, EncodeByDecodePathMatrix) {
         set_simd_path(dec);
         SCOPED_TRACE(std::string(simd_path_name(enc)) + " -> " + simd_path_name(dec));
         test::expect_same_stream(decode(bytes), q);
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
+TEST(CodecSimd, SharedBatchEncodeByDecodePathMatrix) {
+  // Every search-kernel alphabet (bits 1..4) and a slot-table one, 32-lane slices.
+  for (int bits : {1, 2, 3, 4, 5}) {
+    for (size_t dim : {size_t{8}, size_t{100}}) {
+      const size_t heads = 6, rows = 1024;
+      const auto x = test::random_walk(heads * rows, dim, 0.15f, static_cast<uint32_t>(bits));
+      const auto streams = quantize_to_codes_batch(x, heads, rows, dim, bits, 32);
+      std::vector<uint8_t> reference;
+      std::vector<Half> reference_half;
+      for (SimdPath enc : paths()) {
+        set_simd_path(enc);
+        const auto bytes = encode_batch(streams);
+        if (reference.empty()) reference = bytes;
+        EXPECT_EQ(bytes, reference) << "encode path " << simd_path_name(enc);
+        for (SimdPath dec : paths()) {
+          set_simd_path(dec);
+          SCOPED_TRACE(std::string(simd_path_name(enc)) + " -> " + simd_path_name(dec) + " bits " +
+                       std::to_string(bits) + " dim " + std::to_string(dim));
+          const auto back = decode_batch(bytes);
+          for (size_t h = 0; h < heads; ++h) test::expect_same_stream(back[h], streams[h]);
+          const auto half = decode_batch_to_half(bytes);
+          if (reference_half.empty()) reference_half = half;
+          ASSERT_EQ(half.size(), reference_half.size());
+          for (size_t i = 0; i < half.size(); ++i) ASSERT_EQ(half[i].bits, reference_half[i].bits);
+        }
       }
     }
   }

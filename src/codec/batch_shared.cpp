@@ -1,0 +1,288 @@
+// The shared-model batch (layout 1): G heads of one shape share one model per channel and are
+// coded as slices of consecutive heads, each slice one interleaved rANS payload. Sharing
+// removes the per-head table tax of short heads, and slices of >= kSliceElements elements
+// give SIMD decoders 32 lanes however short a head is, while keeping slices independent so
+// that threads decode them in parallel.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "codec/rans.h"
+#include "codec/stream_format.h"
+#include "codec/token_delta_transform.h"
+#include "core/parallel.h"
+
+namespace cachegen::detail {
+namespace {
+
+// Elements per slice the encoder aims for (32 lanes from here on, see choose_lanes).
+constexpr size_t kSliceElements = 16384;
+
+[[noreturn]] void corrupt(const std::string& what) {
+  fail(ErrorCode::corrupt_input, "codec batch: " + what);
+}
+
+// Per-channel histograms [dim][n_syms] of a [n_rows, dim] symbol matrix, added to `counts`.
+void add_histograms(const uint8_t* symbols, size_t n_rows, size_t dim, size_t n_syms,
+                    uint32_t* counts) {
+  for (size_t t = 0; t < n_rows; ++t) {
+    const uint8_t* row = symbols + t * dim;
+    for (size_t c = 0; c < dim; ++c) ++counts[c * n_syms + row[c]];
+  }
+}
+
+uint64_t model_cost_bytes(std::span<const ChannelModel> models) {
+  uint64_t fp = 0;
+  for (const auto& m : models) fp += m.cost_fp;
+  return ((fp >> 16) + 7) / 8;
+}
+
+std::vector<ChannelModel> choose_models(const uint32_t* raw, const uint32_t* delta, size_t dim,
+                                        size_t n_syms, size_t n_rows, int bits) {
+  std::vector<ChannelModel> models(dim);
+  for (size_t c = 0; c < dim; ++c) {
+    models[c] = choose_channel_model(
+        std::span<const uint32_t>(raw + c * n_syms, n_syms),
+        delta ? std::span<const uint32_t>(delta + c * n_syms, n_syms) : std::span<const uint32_t>(),
+        n_rows, bits);
+  }
+  return models;
+}
+
+// A parsed layout-1 batch.
+struct SharedBatch {
+  std::vector<CodeStream> heads;  // params only
+  std::vector<ChannelModel> models;
+  std::vector<uint8_t> is_delta;
+  DecodeTables tables;
+  size_t heads_per_slice = 0;
+  struct Slice {
+    int n_lanes = 0;
+    std::span<const uint8_t> payload;
+    size_t offset = 0;
+  };
+  std::vector<Slice> slices;
+};
+
+size_t bounded_mul(size_t a, size_t b, size_t limit, const char* what) {
+  size_t r;
+  if (__builtin_mul_overflow(a, b, &r) || r > limit) {
+    fail(ErrorCode::invalid_argument,
+         std::string("codec batch: ") + what + " (" + std::to_string(a) + " * " +
+             std::to_string(b) +
+             ") exceeds DecodeOptions::max_elements = " + std::to_string(limit));
+  }
+  return r;
+}
+
+SharedBatch parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
+                         const DecodeOptions& options) {
+  ByteReader r(body, body_offset);
+  SharedBatch b;
+  const uint64_t n_rows = r.varint("n_rows");
+  const uint64_t dim = r.varint("dim");
+  const uint64_t group_size = r.varint("group_size");
+  const uint8_t bits = r.u8("bits");
+  if (group_size == 0) corrupt("group_size is 0");
+  if (bits < 1 || bits > 8) corrupt("bits " + std::to_string(bits) + " outside 1..8");
+  if (n_heads == 0) corrupt("a shared batch needs at least one head");
+  const size_t limit = options.max_elements;
+  const size_t n = bounded_mul(n_rows, dim, limit, "n_rows * dim");
+  if (n == 0) corrupt("a shared batch needs at least one element per head");
+  const size_t n_groups = (n_rows + group_size - 1) / group_size;
+  bounded_mul(bounded_mul(n_groups, group_size, limit, "padded rows"), dim, limit,
+              "padded rows * dim");
+  size_t total_elements;
+  if (__builtin_mul_overflow(n_heads, n, &total_elements))
+    corrupt("n_heads * n_rows * dim overflows");
+  const size_t total_rows = n_heads * n_rows;
+  b.heads.resize(n_heads);
+  for (auto& s : b.heads) {
+    s.n_rows = n_rows;
+    s.dim = dim;
+    s.group_size = group_size;
+    s.bits = bits;
+    read_param_block(r, s);
+  }
+  const int coder_precision = r.u8("coder_precision");
+  if (coder_precision < 1 || coder_precision > kMaxPrecision)
+    corrupt("coder_precision " + std::to_string(coder_precision) + " outside 1..12");
+  const uint64_t side_bytes = r.varint("model_bytes");
+  if (side_bytes > r.remaining()) r.need(r.remaining() + 1, "channel models");
+  if (dim > side_bytes * 4) corrupt("dim " + std::to_string(dim) + " exceeds the model section");
+  const size_t side_offset = r.offset();
+  BitReader bits_in(r.bytes(side_bytes, "channel models"), side_offset);
+  b.models.resize(dim);
+  b.is_delta.resize(dim);
+  std::vector<ChannelTable> tables(dim);
+  for (size_t c = 0; c < dim; ++c) {
+    b.models[c] = read_channel_model(bits_in, bits, total_rows);
+    if (b.models[c].table.t > coder_precision)
+      corrupt("channel " + std::to_string(c) + " table precision above coder_precision");
+    b.is_delta[c] = b.models[c].kind == ChannelKind::delta_table;
+    tables[c] = b.models[c].table;
+  }
+  bits_in.finish("channel models");
+  b.heads_per_slice = r.varint("heads_per_slice");
+  if (b.heads_per_slice < 1 || b.heads_per_slice > n_heads)
+    corrupt("heads_per_slice " + std::to_string(b.heads_per_slice) + " outside 1.." +
+            std::to_string(n_heads));
+  const size_t n_slices = (n_heads + b.heads_per_slice - 1) / b.heads_per_slice;
+  if (n_slices > r.remaining()) r.need(r.remaining() + 1, "slice table");
+  b.slices.resize(n_slices);
+  std::vector<uint64_t> lengths(n_slices);
+  for (size_t i = 0; i < n_slices; ++i) {
+    b.slices[i].n_lanes = r.u8("slice n_lanes");
+    if (b.slices[i].n_lanes < 1 || b.slices[i].n_lanes > kMaxLanes)
+      corrupt("slice " + std::to_string(i) + " n_lanes " + std::to_string(b.slices[i].n_lanes) +
+              " outside 1..32");
+    lengths[i] = r.varint("slice payload length");
+  }
+  for (size_t i = 0; i < n_slices; ++i) {
+    if (lengths[i] > r.remaining()) r.need(r.remaining() + 1, "slice payload");
+    b.slices[i].offset = r.offset();
+    b.slices[i].payload = r.bytes(lengths[i], "slice payload");
+  }
+  if (r.remaining() != 0)
+    corrupt(std::to_string(r.remaining()) + " trailing bytes at offset " +
+            std::to_string(r.offset()));
+  b.tables = build_decode_tables(tables, coder_precision);
+  return b;
+}
+
+// Decodes slice `i` and hands each of its heads' codes (real rows) to fn(head, codes).
+template <typename Fn>
+void decode_slices(const SharedBatch& b, Fn&& fn) {
+  const size_t n = b.heads[0].n_rows * b.heads[0].dim;
+  parallel_for(b.slices.size(), [&](size_t i) {
+    const size_t h0 = i * b.heads_per_slice;
+    const size_t h1 = std::min(b.heads.size(), h0 + b.heads_per_slice);
+    uint8_t* symbols = scratch_bytes((h1 - h0) * n);
+    rans_decode(b.slices[i].payload, b.slices[i].offset, b.tables, b.heads[0].dim,
+                b.slices[i].n_lanes, std::span<uint8_t>(symbols, (h1 - h0) * n));
+    for (size_t h = h0; h < h1; ++h) {
+      uint8_t* codes = symbols + (h - h0) * n;
+      symbols_to_codes_in_place(codes, b.heads[h], b.is_delta.data());
+      fn(h, codes);
+    }
+  });
+}
+
+}  // namespace
+
+bool encode_batch_shared(std::span<const CodeStream> streams,
+                         std::span<const ParamPrecision> precisions, const EncodeOptions& options,
+                         std::vector<uint8_t>& out) {
+  const size_t G = streams.size();
+  if (G < 2) return false;
+  const CodeStream& first = streams[0];
+  for (const auto& s : streams) {
+    if (s.n_rows != first.n_rows || s.dim != first.dim || s.bits != first.bits ||
+        s.group_size != first.group_size)
+      return false;
+  }
+  const size_t n = first.n_rows * first.dim, dim = first.dim;
+  if (n == 0) return false;
+  const size_t n_syms = size_t{1} << first.bits;
+  const bool allow_delta = options.allow_delta;
+  // Per head: delta symbols and histograms.
+  std::vector<std::vector<uint8_t>> delta(G);
+  std::vector<std::vector<uint32_t>> raw_counts(G), delta_counts(G);
+  parallel_for(G, [&](size_t h) {
+    const CodeStream& s = streams[h];
+    raw_counts[h].assign(dim * n_syms, 0);
+    add_histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
+    if (allow_delta) {
+      delta[h].resize(n);
+      compute_delta_symbols(s.codes.data(), s.n_rows, dim, s.bits, s.group_size, s.scale, s.zero,
+                            delta[h].data());
+      delta_counts[h].assign(dim * n_syms, 0);
+      add_histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
+    }
+  });
+  // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
+  std::vector<uint64_t> head_cost(G);
+  parallel_for(G, [&](size_t h) {
+    const auto m =
+        choose_models(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr, dim,
+                      n_syms, first.n_rows, first.bits);
+    head_cost[h] = model_cost_bytes(m) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
+  });
+  uint64_t independent = 0;
+  for (uint64_t c : head_cost) independent += c;
+  // Shared.
+  std::vector<uint32_t> raw(dim * n_syms, 0), del(allow_delta ? dim * n_syms : 0, 0);
+  for (size_t h = 0; h < G; ++h) {
+    for (size_t i = 0; i < raw.size(); ++i) raw[i] += raw_counts[h][i];
+    for (size_t i = 0; i < del.size(); ++i) del[i] += delta_counts[h][i];
+  }
+  const size_t total_rows = G * first.n_rows;
+  const std::vector<ChannelModel> models = choose_models(
+      raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits);
+  const size_t heads_per_slice = std::min(G, std::max<size_t>(1, (kSliceElements + n - 1) / n));
+  const size_t n_slices = (G + heads_per_slice - 1) / heads_per_slice;
+  uint64_t shared = model_cost_bytes(models) + 4;
+  for (size_t i = 0; i < n_slices; ++i) {
+    const size_t heads = std::min(G, (i + 1) * heads_per_slice) - i * heads_per_slice;
+    shared += 4 * static_cast<uint64_t>(choose_lanes(heads * n)) + 4;
+  }
+  if (shared > independent) return false;
+
+  int precision = 1;
+  std::vector<ChannelTable> tables(dim);
+  for (size_t c = 0; c < dim; ++c) {
+    precision = std::max(precision, models[c].table.t);
+    tables[c] = models[c].table;
+  }
+  std::vector<std::vector<uint8_t>> payloads(n_slices);
+  parallel_for(n_slices, [&](size_t i) {
+    const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
+    std::vector<uint8_t> symbols((h1 - h0) * n);
+    for (size_t h = h0; h < h1; ++h)
+      stream_symbols(streams[h], models, delta[h], symbols.data() + (h - h0) * n);
+    rans_encode(symbols, dim, tables, precision, choose_lanes(symbols.size()), payloads[i]);
+  });
+
+  ByteWriter w(out);
+  w.varint(first.n_rows);
+  w.varint(dim);
+  w.varint(first.group_size);
+  w.u8(static_cast<uint8_t>(first.bits));
+  const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
+  for (size_t h = 0; h < G; ++h) write_param_block(streams[h], precisions[h], grid, out);
+  w.u8(static_cast<uint8_t>(precision));
+  BitWriter bits;
+  for (const auto& m : models) write_channel_model(bits, m, first.bits);
+  const std::vector<uint8_t> side = bits.finish();
+  w.varint(side.size());
+  w.bytes(side);
+  w.varint(heads_per_slice);
+  for (size_t i = 0; i < n_slices; ++i) {
+    const size_t heads = std::min(G, (i + 1) * heads_per_slice) - i * heads_per_slice;
+    w.u8(static_cast<uint8_t>(choose_lanes(heads * n)));
+    w.varint(payloads[i].size());
+  }
+  for (const auto& p : payloads) w.bytes(p);
+  return true;
+}
+
+std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
+                                            size_t n_heads, const DecodeOptions& options) {
+  SharedBatch b = parse_shared(body, body_offset, n_heads, options);
+  decode_slices(b,
+                [&](size_t h, const uint8_t* codes) { set_codes_with_padding(b.heads[h], codes); });
+  return std::move(b.heads);
+}
+
+std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset,
+                                              size_t n_heads, const DecodeOptions& options) {
+  const SharedBatch b = parse_shared(body, body_offset, n_heads, options);
+  const size_t n = b.heads[0].n_rows * b.heads[0].dim;
+  std::vector<Half> out(n_heads * n);
+  decode_slices(b, [&](size_t h, const uint8_t* codes) {
+    dequant_real_rows(b.heads[h], codes, out.data() + h * n);
+  });
+  return out;
+}
+
+}  // namespace cachegen::detail
