@@ -236,7 +236,7 @@ struct CgkvLevel {
   bool lossless = false;
   KVCacheConfig quantized;  // used when !lossless: bits, group size, block (= chunk) tokens
   int zstd_level = 19;      // lossless only
-  size_t lossless_chunk_tokens = 256;
+  size_t lossless_chunk_tokens = 1024;  // longer chunks: better zstd, coarser range reads
 
   // Uniform `bits` for every layer, K and V (layer_groups = 1).
   static CgkvLevel bits(int bits, size_t group_size = 32);

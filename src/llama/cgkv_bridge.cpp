@@ -169,6 +169,9 @@ CgkvLevel CgkvLevel::bits(int bits, size_t group_size) {
 CgkvLevel CgkvLevel::exact() {
   CgkvLevel level;
   level.lossless = true;
+  // zstd models each byte plane better over longer runs: on stories260K's 448-token state,
+  // 256-token chunks cost 1.8% more than one chunk (252600 vs 248159 bytes).
+  level.lossless_chunk_tokens = 1024;
   return level;
 }
 

@@ -146,8 +146,14 @@ size_t kv_elements(const llama::KvSnapshot& s) {
 }
 
 // The level chosen by --lossless / --bits / --group-size.
-llama::CgkvLevel make_level(bool lossless, int bits, size_t group_size) {
-  return lossless ? llama::CgkvLevel::exact() : llama::CgkvLevel::bits(bits, group_size);
+llama::CgkvLevel make_level(bool lossless, int bits, size_t group_size, size_t chunk_tokens) {
+  llama::CgkvLevel level =
+      lossless ? llama::CgkvLevel::exact() : llama::CgkvLevel::bits(bits, group_size);
+  if (chunk_tokens != 0) {
+    level.lossless_chunk_tokens = chunk_tokens;
+    level.quantized.block_tokens = chunk_tokens;
+  }
+  return level;
 }
 
 std::string level_name(bool lossless, int bits) {
@@ -158,6 +164,7 @@ struct LevelArgs {
   bool lossless = false;
   int bits = 6;
   size_t group_size = 32;
+  size_t chunk_tokens = 0;  // 0: the level's default
 };
 
 void add_level_options(CLI::App* cmd, LevelArgs& a) {
@@ -167,6 +174,9 @@ void add_level_options(CLI::App* cmd, LevelArgs& a) {
       ->excludes(bits);
   cmd->add_option("--group-size", a.group_size, "tokens per quantization group")
       ->capture_default_str();
+  cmd->add_option("--chunk-tokens", a.chunk_tokens,
+                  "tokens per container chunk (a multiple of --group-size when quantized; "
+                  "default: 256 quantized, 1024 lossless)");
 }
 
 void add_pack(CLI::App& llama_cmd) {
@@ -199,7 +209,8 @@ void add_pack(CLI::App& llama_cmd) {
       identity.n_layer = static_cast<uint32_t>(s.data_stream().layers.size());
     }
     const std::vector<uint8_t> out = llama::snapshot_to_cgkv(
-        s, identity, make_level(a->level.lossless, a->level.bits, a->level.group_size));
+        s, identity,
+        make_level(a->level.lossless, a->level.bits, a->level.group_size, a->level.chunk_tokens));
     write_file(a->out, out);
     const size_t elements = kv_elements(s);
     std::printf(
@@ -300,9 +311,10 @@ void add_demo(CLI::App& llama_cmd) {
                                     ("cachegen_demo_" + std::to_string(::getpid()) + ".cgkv"))
                                        .string();
     const auto t0 = std::chrono::steady_clock::now();
-    write_file(path, llama::snapshot_to_cgkv(
-                         snap, snap.model,
-                         make_level(a->level.lossless, a->level.bits, a->level.group_size)));
+    write_file(path,
+               llama::snapshot_to_cgkv(snap, snap.model,
+                                       make_level(a->level.lossless, a->level.bits,
+                                                  a->level.group_size, a->level.chunk_tokens)));
     const auto t1 = std::chrono::steady_clock::now();
     const CgkvReader reader = CgkvReader::open_file(path);
     const llama::KvSnapshot back = llama::cgkv_to_snapshot(reader);
