@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -17,6 +20,7 @@
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
 #include "cachegen/quant.h"
+#include "cachegen/transform.h"
 
 namespace cachegen::llama {
 namespace {
@@ -31,9 +35,15 @@ enum class MethodKind { exact, reference, codec, ggml_type };
 struct Method {
   std::string name;
   MethodKind kind = MethodKind::exact;
-  std::vector<int> k_bits, v_bits;  // per layer (reference / codec)
-  int32_t ggml_type = kTypeF16;     // ggml_type methods
-  bool estimate_only = false;       // reference row priced by the reference's estimate
+  // Per layer (reference / codec); 16 = kept as fp16, 0 = recomputed from the token ids.
+  std::vector<int> k_bits, v_bits;
+  int32_t ggml_type = kTypeF16;  // ggml_type methods
+  bool estimate_only = false;    // reference row priced by the reference's estimate
+  // Codec methods only:
+  size_t k_group = 0, v_group = 0;  // 0 = EvalOptions::group_size; SIZE_MAX = whole prefix
+  EncodeOptions encode;
+  bool key_pre_rope = false;  // quantize keys with RoPE undone
+  bool key_hadamard = false;  // ... and/or rotated by a per-head Hadamard transform
 };
 
 struct Accum {
@@ -51,41 +61,230 @@ std::vector<int> uniform(size_t n, int bits) {
 
 std::string schedule_name(const std::vector<int>& bits) {
   std::string s;
-  for (int b : bits) s += std::to_string(b);
+  for (int b : bits) s += b == 16 ? "F" : b == 0 ? "R" : std::to_string(b);
   return s;
+}
+
+// "K<schedule>V<schedule>" (written with append: g++ 12 warns falsely on "lit" + string&&).
+std::string kv_name(const std::vector<int>& k, const std::vector<int>& v) {
+  std::string s = "K";
+  s.append(schedule_name(k)).append("V").append(schedule_name(v));
+  return s;
+}
+
+Method plain_method(std::string name, MethodKind kind, std::vector<int> k_bits,
+                    std::vector<int> v_bits, int32_t ggml_type, bool estimate_only) {
+  Method m;
+  m.name = std::move(name);
+  m.kind = kind;
+  m.k_bits = std::move(k_bits);
+  m.v_bits = std::move(v_bits);
+  m.ggml_type = ggml_type;
+  m.estimate_only = estimate_only;
+  return m;
+}
+
+Method codec_method(std::string name, std::vector<int> k_bits, std::vector<int> v_bits) {
+  Method m;
+  m.name = std::move(name);
+  m.kind = MethodKind::codec;
+  m.k_bits = std::move(k_bits);
+  m.v_bits = std::move(v_bits);
+  return m;
+}
+
+// A quality level's settings as an eval method (row named "level-<name>").
+Method level_method(QualityLevel level, size_t n_layer) {
+  const QualityLevelSpec q = quality_level_spec(level, static_cast<int>(n_layer));
+  Method m =
+      codec_method(std::string("level-") + quality_level_name(level), q.key_bits, q.value_bits);
+  if (level == QualityLevel::lossless) m.kind = MethodKind::exact;
+  m.k_group = q.key_group_size;
+  m.v_group = q.value_group_size;
+  m.encode = q.encode;
+  m.key_pre_rope = q.key_pre_rope;
+  return m;
+}
+
+// The rows of the exploration behind docs/QUALITY_LEVELS.md, chosen with $CACHEGEN_EVAL_SWEEP
+// (comma-separated: layers, groups, params, transforms, schedules; "all").
+// A method written as K<bits per layer>V<bits per layer>[:g<N>][:kg<N>][:vg<N>][:m<N>][:z<N>]
+// [:pre][:had], bits one character per layer (F = fp16, R = recomputed, else 1..8), groups of
+// N tokens (0 = the whole prefix); e.g. "KR3333VR2222:g128:pre". Empty when malformed.
+std::optional<Method> parse_method(const std::string& spec, size_t n_layer) {
+  const size_t colon = std::min(spec.find(':'), spec.size());
+  const std::string bits = spec.substr(0, colon);
+  const size_t vpos = bits.find('V');
+  if (bits.empty() || bits[0] != 'K' || vpos == std::string::npos) return std::nullopt;
+  const auto layer_bits = [&](const std::string& b) -> std::optional<std::vector<int>> {
+    if (b.size() != n_layer) return std::nullopt;
+    std::vector<int> out;
+    for (char c : b) {
+      if (c == 'F')
+        out.push_back(16);
+      else if (c == 'R')
+        out.push_back(0);
+      else if (c >= '1' && c <= '8')
+        out.push_back(c - '0');
+      else
+        return std::nullopt;
+    }
+    return out;
+  };
+  const auto k = layer_bits(bits.substr(1, vpos - 1)), v = layer_bits(bits.substr(vpos + 1));
+  if (!k || !v) return std::nullopt;
+  Method x = codec_method(spec, *k, *v);
+  std::stringstream opts(spec.substr(colon));
+  std::string o;
+  while (std::getline(opts, o, ':')) {
+    if (o.empty()) continue;
+    const auto num = [&](size_t from) {
+      const size_t n = std::strtoull(o.c_str() + from, nullptr, 10);
+      return n == 0 ? SIZE_MAX : n;
+    };
+    if (o == "pre")
+      x.key_pre_rope = true;
+    else if (o == "had")
+      x.key_hadamard = true;
+    else if (o.rfind("kg", 0) == 0)
+      x.k_group = num(2);
+    else if (o.rfind("vg", 0) == 0)
+      x.v_group = num(2);
+    else if (o[0] == 'g')
+      x.k_group = x.v_group = num(1);
+    else if (o[0] == 'm')
+      x.encode.scale_mantissa_bits = std::atoi(o.c_str() + 1);
+    else if (o[0] == 'z')
+      x.encode.zero_step_log2 = std::atoi(o.c_str() + 1);
+    else
+      return std::nullopt;
+  }
+  return x;
+}
+
+void add_sweep(const std::string& sweep, size_t n_layer, std::vector<Method>& m) {
+  {
+    std::stringstream items(sweep);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+      if (item.empty() || item[0] != 'K') continue;
+      const std::optional<Method> x = parse_method(item, n_layer);
+      if (!x) throw Error(ErrorCode::invalid_argument, "eval: bad method spec '" + item + "'");
+      m.push_back(*x);
+    }
+  }
+  std::string list = ",";
+  list += sweep;
+  list += ",";
+  const auto on = [&](const char* what) {
+    std::string needle = ",";
+    needle += what;
+    needle += ",";
+    return sweep == "all" || list.find(needle) != std::string::npos;
+  };
+  const int nl = static_cast<int>(n_layer);
+  if (on("layers")) {
+    // One layer's K (or V) at 2 bits, everything else kept: each layer's share of the damage.
+    for (int l = 0; l < nl; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        std::vector<int> k = uniform(n_layer, 16), v = uniform(n_layer, 16);
+        (kv == 0 ? k : v)[static_cast<size_t>(l)] = 2;
+        std::string name = kv == 0 ? "K" : "V";
+        name.append("2@layer").append(std::to_string(l));
+        m.push_back(codec_method(name, k, v));
+        if (kv == 0) {
+          m.push_back(m.back());
+          m.back().name += " pre-rope";
+          m.back().key_pre_rope = true;
+        }
+      }
+    }
+    Method r =
+        codec_method("layer0 recomputed, rest fp16", uniform(n_layer, 16), uniform(n_layer, 16));
+    r.k_bits[0] = r.v_bits[0] = 0;
+    m.push_back(r);
+  }
+  if (on("transforms")) {
+    for (auto [kb, vb] : std::vector<std::pair<int, int>>{{4, 16}, {3, 16}, {2, 16}, {3, 2}}) {
+      for (int t = 0; t < 4; ++t) {
+        Method x = codec_method("", uniform(n_layer, kb), uniform(n_layer, vb));
+        x.key_pre_rope = (t & 1) != 0;
+        x.key_hadamard = (t & 2) != 0;
+        x.name = kv_name(uniform(1, kb), uniform(1, vb)) + (x.key_pre_rope ? " pre-rope" : "") +
+                 (x.key_hadamard ? " hadamard" : "");
+        m.push_back(x);
+      }
+    }
+  }
+  if (on("groups")) {
+    for (size_t g : {size_t{32}, size_t{64}, size_t{128}, SIZE_MAX}) {
+      const std::string gn = g == SIZE_MAX ? "all" : std::to_string(g);
+      for (auto [kb, vb] : std::vector<std::pair<int, int>>{{4, 16}, {16, 2}, {16, 3}}) {
+        Method x = codec_method(kv_name(uniform(1, kb), uniform(1, vb)) + " g" + gn,
+                                uniform(n_layer, kb), uniform(n_layer, vb));
+        x.k_group = x.v_group = g;
+        x.key_pre_rope = true;
+        m.push_back(x);
+      }
+    }
+  }
+  if (on("params")) {
+    for (auto [mb, zs] : std::vector<std::pair<int, int>>{{6, 4}, {4, 2}, {3, 1}, {2, 0}}) {
+      Method x =
+          codec_method("K4V2 g64 pre-rope m" + std::to_string(mb) + " z" + std::to_string(zs),
+                       uniform(n_layer, 4), uniform(n_layer, 2));
+      x.k_group = x.v_group = 64;
+      x.key_pre_rope = true;
+      x.encode.scale_mantissa_bits = mb;
+      x.encode.zero_step_log2 = zs;
+      m.push_back(x);
+    }
+  }
+  if (on("schedules")) {
+    // K/V bit schedules with layer 0 recomputed, keys pre-RoPE, groups of 64.
+    const std::vector<std::pair<std::vector<int>, std::vector<int>>> sched = {
+        {{0, 6, 6, 6, 6}, {0, 4, 4, 4, 4}}, {{0, 6, 6, 5, 5}, {0, 4, 4, 3, 3}},
+        {{0, 5, 5, 5, 5}, {0, 4, 4, 3, 3}}, {{0, 5, 5, 5, 5}, {0, 3, 3, 3, 3}},
+        {{0, 5, 5, 4, 4}, {0, 3, 3, 3, 3}}, {{0, 4, 4, 4, 4}, {0, 3, 3, 3, 3}},
+        {{0, 4, 4, 4, 4}, {0, 2, 2, 2, 2}}, {{0, 4, 4, 3, 3}, {0, 2, 2, 2, 2}},
+        {{0, 3, 3, 3, 3}, {0, 2, 2, 2, 2}}, {{0, 3, 3, 3, 3}, {0, 2, 2, 1, 1}},
+        {{0, 3, 3, 2, 2}, {0, 2, 2, 1, 1}}, {{0, 2, 2, 2, 2}, {0, 2, 2, 1, 1}}};
+    for (const auto& [k, v] : sched) {
+      if (k.size() != n_layer) break;
+      for (size_t g : {size_t{64}, size_t{128}}) {
+        Method x = codec_method(kv_name(k, v) + " g" + std::to_string(g) + " pre-rope", k, v);
+        x.k_group = x.v_group = g;
+        x.key_pre_rope = true;
+        m.push_back(x);
+      }
+    }
+  }
 }
 
 std::vector<Method> default_methods(size_t n_layer) {
   std::vector<Method> m;
-  m.push_back({"fp16 (restored, lossless)", MethodKind::exact, {}, {}, kTypeF16, false});
-  for (int b : {8, 6, 5, 4, 3, 2}) {
-    m.push_back({"ref-" + std::to_string(b) + "b", MethodKind::reference, uniform(n_layer, b),
-                 uniform(n_layer, b), kTypeF16, false});
+  m.push_back(
+      plain_method("fp16 (restored, lossless)", MethodKind::exact, {}, {}, kTypeF16, false));
+  for (int b : {6, 4}) {
+    m.push_back(plain_method("ref-" + std::to_string(b) + "b", MethodKind::reference,
+                             uniform(n_layer, b), uniform(n_layer, b), kTypeF16, false));
   }
-  m.push_back({"ref-4b (reference estimate)", MethodKind::reference, uniform(n_layer, 4),
-               uniform(n_layer, 4), kTypeF16, true});
-  for (int b : {8, 6, 5, 4, 3}) {
-    m.push_back({"codec-" + std::to_string(b) + "b", MethodKind::codec, uniform(n_layer, b),
-                 uniform(n_layer, b), kTypeF16, false});
+  m.push_back(plain_method("ref-4b (reference estimate)", MethodKind::reference,
+                           uniform(n_layer, 4), uniform(n_layer, 4), kTypeF16, true));
+  for (int b : {8, 4, 3}) {
+    m.push_back(
+        codec_method("codec-" + std::to_string(b) + "b", uniform(n_layer, b), uniform(n_layer, b)));
   }
-  // K carries almost all of the damage, so K/V splits give V fewer bits.
-  const std::vector<std::pair<int, int>> splits = {{2, 8}, {8, 2}, {6, 4}, {6, 3}, {5, 4},
-                                                   {5, 3}, {5, 2}, {4, 3}, {4, 2}, {3, 2},
-                                                   {5, 1}, {4, 1}, {3, 1}};
-  for (auto [kb, vb] : splits) {
-    m.push_back({"codec-K" + std::to_string(kb) + "V" + std::to_string(vb), MethodKind::codec,
-                 uniform(n_layer, kb), uniform(n_layer, vb), kTypeF16, false});
+  m.push_back(codec_method("codec-K3V2", uniform(n_layer, 3), uniform(n_layer, 2)));
+  for (QualityLevel l :
+       {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
+    m.push_back(level_method(l, n_layer));
   }
-  const int nl = static_cast<int>(n_layer);
-  for (auto [kb, vb] : std::vector<std::pair<int, int>>{{6, 4}, {6, 3}, {5, 3}}) {
-    Method x{
-        "",   MethodKind::codec, layer_group_bits(nl, kb, 3), layer_group_bits(nl, vb, 3), kTypeF16,
-        false};
-    x.name = "codec-K" + schedule_name(x.k_bits) + "-V" + schedule_name(x.v_bits);
-    m.push_back(std::move(x));
+  if (const char* sweep = std::getenv("CACHEGEN_EVAL_SWEEP"); sweep != nullptr && *sweep != 0) {
+    add_sweep(sweep, n_layer, m);
   }
-  m.push_back({"llama.cpp q8_0", MethodKind::ggml_type, {}, {}, kTypeQ8_0, false});
-  m.push_back({"llama.cpp q4_0", MethodKind::ggml_type, {}, {}, kTypeQ4_0, false});
+  m.push_back(plain_method("llama.cpp q8_0", MethodKind::ggml_type, {}, {}, kTypeQ8_0, false));
+  m.push_back(plain_method("llama.cpp q4_0", MethodKind::ggml_type, {}, {}, kTypeQ4_0, false));
   return m;
 }
 
@@ -94,9 +293,18 @@ double ggml_type_bits(int32_t type) {
   return type == kTypeQ8_0 ? 8.5 : type == kTypeQ4_0 ? 4.5 : 16;
 }
 
+// What a window's KV needs besides the values: positions (for RoPE) and, for recomputed
+// layers, layer 0 rebuilt from the token ids.
+struct WindowInfo {
+  std::vector<int32_t> positions;
+  RopeParams rope;
+  const KvLayer* recomputed_layer0 = nullptr;
+};
+
 // Replaces one [n_rows, n_embd] matrix by a method's reconstruction; returns its coded bits.
 double compress_matrix(const Method& m, int bits, size_t group, std::vector<float>& x,
                        size_t n_rows, size_t n_embd, Accum& acc) {
+  if (bits == 16) return 16.0 * static_cast<double>(x.size());
   std::vector<Half> rec;
   double coded_bits = 0;
   auto t0 = Clock::now();
@@ -109,8 +317,9 @@ double compress_matrix(const Method& m, int bits, size_t group, std::vector<floa
     rec = dequant_codes(s);
     acc.decode_ms += ms_since(t0);
   } else {
+    group = std::min(group, std::max<size_t>(n_rows, 1));
     const std::vector<uint8_t> bytes =
-        encode_values(std::span<const float>(x), n_rows, n_embd, bits, group);
+        encode_values(std::span<const float>(x), n_rows, n_embd, bits, group, m.encode);
     acc.encode_ms += ms_since(t0);
     coded_bits = 8.0 * static_cast<double>(bytes.size());
     t0 = Clock::now();
@@ -121,10 +330,31 @@ double compress_matrix(const Method& m, int bits, size_t group, std::vector<floa
   return coded_bits;
 }
 
+// Keys through the method's transforms, the codec, and back.
+double compress_keys(const Method& m, int bits, size_t group, std::vector<float>& k, size_t n_rows,
+                     size_t k_embd, size_t head_dim, const WindowInfo& info, Accum& acc) {
+  if (bits == 16 || (!m.key_pre_rope && !m.key_hadamard)) {
+    return compress_matrix(m, bits, group, k, n_rows, k_embd, acc);
+  }
+  const size_t n_heads = k_embd / head_dim;
+  const auto t0 = Clock::now();
+  if (m.key_pre_rope) rope_rows(k, n_rows, n_heads, head_dim, info.positions, info.rope, true);
+  if (m.key_hadamard) hadamard_heads(k, n_rows, n_heads, head_dim);
+  acc.encode_ms += ms_since(t0);
+  const double coded = compress_matrix(m, bits, group, k, n_rows, k_embd, acc);
+  const auto t1 = Clock::now();
+  if (m.key_hadamard) hadamard_heads(k, n_rows, n_heads, head_dim);
+  if (m.key_pre_rope) rope_rows(k, n_rows, n_heads, head_dim, info.positions, info.rope, false);
+  acc.decode_ms += ms_since(t1);
+  return coded;
+}
+
 // The method's reconstruction of every layer's K and V in place.
-void apply_method(const Method& m, size_t group, KvSnapshot& s, Accum& acc) {
+void apply_method(const Method& m, size_t group, size_t head_dim, const WindowInfo& info,
+                  KvSnapshot& s, Accum& acc) {
   KvStream& stream = s.data_stream();
   const size_t n_rows = stream.cells.size();
+  const auto group_of = [&](size_t g) { return g == 0 ? group : g; };
   for (size_t il = 0; il < stream.layers.size(); ++il) {
     KvLayer& layer = stream.layers[il];
     std::vector<float> k = layer_k_float(layer), v = layer_v_float(layer);
@@ -157,13 +387,86 @@ void apply_method(const Method& m, size_t group, KvSnapshot& s, Accum& acc) {
       acc.v_bits_sum += 16.0 * static_cast<double>(v.size());
       continue;
     } else {
-      acc.k_bits_sum += compress_matrix(m, m.k_bits[il], group, k, n_rows, k_embd, acc);
-      acc.v_bits_sum += compress_matrix(m, m.v_bits[il], group, v, n_rows, v_embd, acc);
+      // Recomputed layers cost no bits: K and V come from the token ids (recompute_layer0).
+      if (m.k_bits[il] == 0) k = layer_k_float(*info.recomputed_layer0);
+      if (m.v_bits[il] == 0) v = layer_v_float(*info.recomputed_layer0);
+      if (m.k_bits[il] != 0) {
+        acc.k_bits_sum += compress_keys(m, m.k_bits[il], group_of(m.k_group), k, n_rows, k_embd,
+                                        head_dim, info, acc);
+      }
+      if (m.v_bits[il] != 0) {
+        acc.v_bits_sum +=
+            compress_matrix(m, m.v_bits[il], group_of(m.v_group), v, n_rows, v_embd, acc);
+      }
     }
     set_layer_k_float(layer, k);
     set_layer_v_float(layer, v);
   }
 }
+
+// The model's RoPE as llama.cpp applies it to keys (from the GGUF metadata).
+RopeParams model_rope(const Model& model) {
+  RopeParams r;
+  const std::string arch = model.identity().architecture;
+  char buf[64];
+  if (llama_model_meta_val_str(model.get(), (arch + ".rope.freq_base").c_str(), buf, sizeof buf) >
+      0) {
+    r.freq_base = std::strtof(buf, nullptr);
+  }
+  if (llama_model_meta_val_str(model.get(), (arch + ".rope.dimension_count").c_str(), buf,
+                               sizeof buf) > 0) {
+    r.n_rot = std::atoi(buf);
+  }
+  r.neox = llama_model_rope_type(model.get()) == LLAMA_ROPE_TYPE_NEOX;
+  return r;
+}
+
+// Layer 0's K and V depend only on the token id (embedding -> norm -> projections, then RoPE
+// by position on K): rebuilt from a table of each token decoded alone at position 0, where RoPE
+// is the identity. Returns a copy of `captured`'s layer 0 with K and V recomputed.
+class Layer0Table {
+ public:
+  Layer0Table(const Model& model, const ContextSettings& cs) : ctx_(model, small(cs)) {}
+  KvLayer rebuild(const KvSnapshot& captured, const RopeParams& rope, size_t head_dim) {
+    const KvStream& st = captured.data_stream();
+    const KvLayer& l0 = st.layers.at(0);
+    const size_t n = st.cells.size(), ke = k_row_elements(l0), ve = v_row_elements(l0);
+    std::vector<float> k(n * ke), v(n * ve);
+    std::vector<int32_t> pos(n);
+    for (size_t i = 0; i < n; ++i) {
+      const Entry& e = entry(captured.tokens.at(i));
+      std::copy(e.k.begin(), e.k.end(), k.begin() + static_cast<ptrdiff_t>(i * ke));
+      std::copy(e.v.begin(), e.v.end(), v.begin() + static_cast<ptrdiff_t>(i * ve));
+      pos[i] = st.cells[i].pos;
+    }
+    rope_rows(k, n, ke / head_dim, head_dim, pos, rope, false);
+    KvLayer out = l0;
+    set_layer_k_float(out, k);
+    set_layer_v_float(out, v);
+    return out;
+  }
+
+ private:
+  struct Entry {
+    std::vector<float> k, v;
+  };
+  static ContextSettings small(ContextSettings cs) {
+    cs.n_ctx = 256;
+    return cs;
+  }
+  const Entry& entry(int32_t token) {
+    auto it = table_.find(token);
+    if (it != table_.end()) return it->second;
+    ctx_.clear();
+    const int32_t tok[1] = {token};
+    ctx_.decode(tok, 0, false);
+    const KvSnapshot s = capture_seq_state(ctx_, tok);
+    const KvLayer& l0 = s.data_stream().layers.at(0);
+    return table_[token] = Entry{layer_k_float(l0), layer_v_float(l0)};
+  }
+  Context ctx_;
+  std::map<int32_t, Entry> table_;
+};
 
 std::vector<double> log_softmax(const float* logits, size_t n) {
   const float mx = *std::max_element(logits, logits + n);
@@ -241,6 +544,19 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
     }
   }
 
+  const size_t head_dim = model.identity().head_dim;
+  const RopeParams rope = model_rope(model);
+  std::unique_ptr<Layer0Table> layer0;
+  for (const Method& m : methods) {
+    const auto recomputes = [](const std::vector<int>& b) {
+      return std::find(b.begin(), b.end(), 0) != b.end();
+    };
+    if (recomputes(m.k_bits) || recomputes(m.v_bits)) {
+      layer0 = std::make_unique<Layer0Table>(model, cs);
+      break;
+    }
+  }
+
   const size_t n_vocab = static_cast<size_t>(model.n_vocab());
   for (int w = 0; w < o.n_contexts; ++w) {
     // Window: BOS + (window - 1) text tokens; the prefix includes BOS.
@@ -257,6 +573,19 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
     ctx.clear();
     restore_seq_state(ctx, captured);
     const std::vector<float> exact = ctx.decode(cont, o.prefix, true);
+    WindowInfo info;
+    info.rope = rope;
+    for (const KvCell& c : captured.data_stream().cells) info.positions.push_back(c.pos);
+    KvLayer rebuilt;
+    double layer0_err = 0;
+    if (layer0) {
+      rebuilt = layer0->rebuild(captured, rope, head_dim);
+      info.recomputed_layer0 = &rebuilt;
+      const KvLayer& l0 = captured.data_stream().layers.at(0);
+      const std::vector<float> a = layer_k_float(l0), b = layer_k_float(rebuilt);
+      for (size_t i = 0; i < a.size(); ++i)
+        layer0_err = std::max(layer0_err, double{std::abs(a[i] - b[i])});
+    }
 
     for (size_t mi = 0; mi < methods.size(); ++mi) {
       std::vector<float> got;
@@ -272,14 +601,17 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
         acc[mi].v_bits_sum += ggml_type_bits(methods[mi].ggml_type) * el / 2;
       } else {
         KvSnapshot s = captured;
-        apply_method(methods[mi], o.group_size, s, acc[mi]);
+        apply_method(methods[mi], o.group_size, head_dim, info, s, acc[mi]);
         ctx.clear();
         restore_seq_state(ctx, s);
         got = ctx.decode(cont, o.prefix, true);
       }
       score(exact, got, n_vocab, targets, acc[mi]);
     }
-    if (progress) progress("window " + std::to_string(w + 1) + "/" + std::to_string(o.n_contexts));
+    if (progress) {
+      progress("window " + std::to_string(w + 1) + "/" + std::to_string(o.n_contexts) +
+               (layer0 ? ", layer 0 recomputed: max |K error| " + std::to_string(layer0_err) : ""));
+    }
   }
 
   std::vector<EvalRow> rows;

@@ -44,6 +44,15 @@ TEST(Eval, SmallRunGivesSaneTable) {
   EXPECT_NEAR(find("llama.cpp q8_0").bits_per_element, 8.5, 1e-9);
   EXPECT_LT(find("codec-8b").kl, find("codec-3b").kl);
   EXPECT_LT(find("codec-4b").bits_per_element, find("codec-8b").bits_per_element);
+  // Quality levels: lossless exact, then strictly smaller and no better in KL.
+  EXPECT_EQ(find("level-lossless").kl, 0.0);
+  EXPECT_DOUBLE_EQ(find("level-lossless").bits_per_element, 16.0);
+  EXPECT_LT(find("level-high").bits_per_element, find("codec-8b").bits_per_element);
+  EXPECT_LT(find("level-medium").bits_per_element, find("level-high").bits_per_element);
+  EXPECT_LT(find("level-low").bits_per_element, find("level-medium").bits_per_element);
+  EXPECT_LT(find("level-high").kl, find("level-low").kl);
+  // The high level keeps the distributions close even on this short run.
+  EXPECT_LT(find("level-high").kl, 0.01);
   for (const EvalRow& r : rows) {
     EXPECT_GE(r.kl, 0.0) << r.method;
     EXPECT_GT(r.ppl, 0.0) << r.method;

@@ -1,0 +1,66 @@
+// cachegen: reversible transforms applied to K/V before quantization, and the quality levels
+// chosen from the measured rate–quality curve (docs/QUALITY_LEVELS.md).
+//
+// Layout: every transform works in place on token-major fp32 rows [n_rows, n_heads, head_dim]
+// (llama.cpp's K/V row layout). Each has an exact mathematical inverse; in fp32 the round trip
+// is exact to a few ulps (tests bound it well inside fp16 rounding).
+//
+// Thread safety: all functions are re-entrant. Errors: Error(invalid_argument) naming the bad
+// argument for mismatched sizes or unsupported shapes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cachegen/codec.h"
+#include "cachegen/kv_cache.h"
+
+namespace cachegen {
+
+// Orthonormal Walsh–Hadamard transform over head_dim of every head (QuaRot-style rotation that
+// spreads outlier channels); head_dim must be a power of two. It is its own inverse.
+void hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim);
+
+// Rotary position embedding as llama.cpp applies it to keys (ggml_rope_ext, no context
+// extension): per head, channel pairs rotated by pos * freq_base^(-2i/n_rot).
+struct RopeParams {
+  float freq_base = 10000.0f;
+  int n_rot = 0;      // rotated channels per head (<= head_dim, even); 0 = head_dim
+  bool neox = false;  // pairs (i, i + n_rot/2) (NEOX) instead of adjacent (i, i + 1) (NORM)
+};
+// Rotates rows by their positions (positions.size() == n_rows); inverse undoes it, giving the
+// pre-RoPE keys that the model's K projection produced.
+void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
+               std::span<const int32_t> positions, const RopeParams& rope, bool inverse);
+
+// ---- Quality levels -----------------------------------------------------------------------
+
+enum class QualityLevel : uint8_t {
+  lossless = 0,  // fp16 restored bit for bit (no quantization)
+  high = 1,      // mean KL <= llama.cpp q8_0 KV's on the reference measurement
+  medium = 2,    // mean KL <= llama.cpp q4_0 KV's
+  low = 3,       // smallest size that still keeps top-1 agreement around 90%
+};
+const char* quality_level_name(QualityLevel level);
+
+// Everything a quality level fixes. Bits are per attention layer; 16 = stored as fp16 (lossless);
+// 0 = not stored (recomputed from token ids: only for a layer whose K/V depend on the token alone,
+// e.g. layer 0 of a decoder without position-dependent mixing before attention).
+struct QualityLevelSpec {
+  QualityLevel level = QualityLevel::lossless;
+  std::vector<int> key_bits, value_bits;
+  size_t key_group_size = 32, value_group_size = 32;
+  bool key_pre_rope = false;  // quantize keys with RoPE undone (re-applied on restore)
+  EncodeOptions encode;       // parameter precision
+};
+// The level's settings for a model with n_attention_layers layers.
+QualityLevelSpec quality_level_spec(QualityLevel level, int n_attention_layers);
+// The nearest KVCacheConfig (what the cache layer can express today: per-layer K/V bits and
+// one group size; transforms and recomputed layers are not expressible there and are dropped,
+// recomputed layers get 2 bits).
+KVCacheConfig quality_level_config(QualityLevel level, const ModelShape& shape);
+
+}  // namespace cachegen

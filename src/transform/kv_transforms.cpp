@@ -1,0 +1,86 @@
+// Reversible K/V transforms: per-head Hadamard rotation and RoPE (undo/redo).
+#include <cmath>
+#include <string>
+
+#include "cachegen/error.h"
+#include "cachegen/transform.h"
+
+namespace cachegen {
+namespace {
+
+void check_shape(const char* what, std::span<float> x, size_t n_rows, size_t n_heads,
+                 size_t head_dim) {
+  if (head_dim == 0 || n_heads == 0 || x.size() / head_dim / n_heads != n_rows ||
+      x.size() != n_rows * n_heads * head_dim) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": x holds " + std::to_string(x.size()) +
+                    " values, not n_rows * n_heads * head_dim = " + std::to_string(n_rows) + " * " +
+                    std::to_string(n_heads) + " * " + std::to_string(head_dim));
+  }
+}
+
+}  // namespace
+
+void hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim) {
+  check_shape("hadamard_heads", x, n_rows, n_heads, head_dim);
+  if ((head_dim & (head_dim - 1)) != 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "hadamard_heads: head_dim " + std::to_string(head_dim) + " is not a power of two");
+  }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (size_t h = 0; h < n_rows * n_heads; ++h) {
+    float* v = x.data() + h * head_dim;
+    for (size_t len = 1; len < head_dim; len <<= 1) {
+      for (size_t i = 0; i < head_dim; i += 2 * len) {
+        for (size_t j = i; j < i + len; ++j) {
+          const float a = v[j], b = v[j + len];
+          v[j] = a + b;
+          v[j + len] = a - b;
+        }
+      }
+    }
+    for (size_t c = 0; c < head_dim; ++c) v[c] *= norm;
+  }
+}
+
+void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
+               std::span<const int32_t> positions, const RopeParams& rope, bool inverse) {
+  check_shape("rope_rows", x, n_rows, n_heads, head_dim);
+  const size_t n_rot = rope.n_rot == 0 ? head_dim : static_cast<size_t>(rope.n_rot);
+  if (rope.n_rot < 0 || n_rot > head_dim || n_rot % 2 != 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "rope_rows: n_rot " + std::to_string(rope.n_rot) + " must be even and <= head_dim");
+  }
+  if (positions.size() != n_rows) {
+    throw Error(ErrorCode::invalid_argument, "rope_rows: " + std::to_string(positions.size()) +
+                                                 " positions for " + std::to_string(n_rows) +
+                                                 " rows");
+  }
+  if (!(rope.freq_base > 0) || !std::isfinite(rope.freq_base)) {
+    throw Error(ErrorCode::invalid_argument, "rope_rows: freq_base must be finite and > 0");
+  }
+  // Angles computed as ggml does (fp32, theta multiplied by theta_scale per pair), so that
+  // re-applying RoPE to undone keys reproduces llama.cpp's rotation to fp32 rounding.
+  const float theta_scale = std::pow(rope.freq_base, -2.0f / static_cast<float>(n_rot));
+  std::vector<float> cos_t(n_rot / 2), sin_t(n_rot / 2);
+  for (size_t r = 0; r < n_rows; ++r) {
+    float theta = static_cast<float>(positions[r]);
+    for (size_t i = 0; i < n_rot / 2; ++i) {
+      cos_t[i] = std::cos(theta);
+      sin_t[i] = inverse ? -std::sin(theta) : std::sin(theta);
+      theta *= theta_scale;
+    }
+    for (size_t h = 0; h < n_heads; ++h) {
+      float* v = x.data() + (r * n_heads + h) * head_dim;
+      for (size_t i = 0; i < n_rot / 2; ++i) {
+        const size_t a = rope.neox ? i : 2 * i;
+        const size_t b = rope.neox ? i + n_rot / 2 : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      }
+    }
+  }
+}
+
+}  // namespace cachegen

@@ -1,0 +1,152 @@
+// KV transforms: exact inverses (within fp16 rounding), RoPE against a direct formula, quality
+// level settings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cachegen/error.h"
+#include "cachegen/half.h"
+#include "cachegen/transform.h"
+
+namespace cachegen {
+namespace {
+
+std::vector<float> random_rows(size_t n, uint32_t seed, float scale = 4.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> x(n);
+  for (float& v : x) v = d(rng);
+  return x;
+}
+
+// Largest |a - b| in units of half an fp16 ulp at the data's scale (its largest magnitude):
+// < 1 means the round trip is invisible once stored as fp16 next to the row's largest values.
+double worst_in_half_ulps(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 6.1e-5, worst = 0;
+  for (float v : a) scale = std::max(scale, double{std::abs(v)});
+  const double half_ulp = 0.5 * scale * 0x1p-10;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(double{a[i]} - double{b[i]}) / half_ulp);
+  }
+  return worst;
+}
+
+TEST(Hadamard, IsOrthonormalAndSelfInverse) {
+  for (size_t dim : {1u, 2u, 8u, 64u, 128u}) {
+    const size_t rows = 33, heads = 3;
+    const std::vector<float> x = random_rows(rows * heads * dim, 1 + static_cast<uint32_t>(dim));
+    std::vector<float> y = x;
+    hadamard_heads(y, rows, heads, dim);
+    double nx = 0, ny = 0;
+    for (size_t i = 0; i < x.size(); ++i) nx += double{x[i]} * x[i], ny += double{y[i]} * y[i];
+    EXPECT_NEAR(ny / nx, 1.0, 1e-5) << dim;  // energy preserved
+    hadamard_heads(y, rows, heads, dim);
+    EXPECT_LT(worst_in_half_ulps(x, y), 0.1) << dim;
+  }
+}
+
+TEST(Hadamard, SpreadsAnOutlierOverTheHead) {
+  std::vector<float> x(8, 0.0f);
+  x[3] = 8.0f;
+  hadamard_heads(x, 1, 1, 8);
+  for (float v : x) EXPECT_NEAR(std::abs(v), 8.0f / std::sqrt(8.0f), 1e-5f);
+}
+
+TEST(Hadamard, RejectsBadShapes) {
+  std::vector<float> x(12);
+  EXPECT_THROW(hadamard_heads(x, 1, 2, 6), Error);  // not a power of two
+  EXPECT_THROW(hadamard_heads(x, 2, 2, 4), Error);  // size mismatch
+}
+
+TEST(Rope, InverseUndoesForwardWithinFp16Rounding) {
+  for (bool neox : {false, true}) {
+    const size_t rows = 300, heads = 4, dim = 16;
+    std::vector<int32_t> pos(rows);
+    for (size_t i = 0; i < rows; ++i) pos[i] = static_cast<int32_t>(i * 7 % 4096);
+    const std::vector<float> x = random_rows(rows * heads * dim, 7);
+    std::vector<float> y = x;
+    RopeParams r;
+    r.neox = neox;
+    rope_rows(y, rows, heads, dim, pos, r, true);
+    rope_rows(y, rows, heads, dim, pos, r, false);
+    EXPECT_LT(worst_in_half_ulps(x, y), 0.5) << neox;
+  }
+}
+
+TEST(Rope, MatchesTheFormula) {
+  const size_t dim = 8;
+  const std::vector<float> x = random_rows(dim, 3);
+  std::vector<float> y = x;
+  const int32_t pos[1] = {37};
+  RopeParams r;
+  r.freq_base = 10000.0f;
+  rope_rows(y, 1, 1, dim, pos, r, false);
+  for (size_t i = 0; i < dim / 2; ++i) {
+    const double theta = 37.0 * std::pow(10000.0, -2.0 * static_cast<double>(i) / dim);
+    EXPECT_NEAR(y[2 * i], x[2 * i] * std::cos(theta) - x[2 * i + 1] * std::sin(theta), 1e-4);
+    EXPECT_NEAR(y[2 * i + 1], x[2 * i] * std::sin(theta) + x[2 * i + 1] * std::cos(theta), 1e-4);
+  }
+}
+
+TEST(Rope, PartialRotationLeavesTheRestAlone) {
+  const size_t dim = 8;
+  const std::vector<float> x = random_rows(dim, 4);
+  std::vector<float> y = x;
+  const int32_t pos[1] = {5};
+  RopeParams r;
+  r.n_rot = 4;
+  rope_rows(y, 1, 1, dim, pos, r, false);
+  for (size_t c = 4; c < dim; ++c) EXPECT_EQ(y[c], x[c]);
+  EXPECT_NE(y[0], x[0]);
+}
+
+TEST(Rope, PositionZeroIsTheIdentity) {
+  const std::vector<float> x = random_rows(16, 5);
+  std::vector<float> y = x;
+  const int32_t pos[2] = {0, 0};
+  rope_rows(y, 2, 1, 8, pos, RopeParams{}, false);
+  EXPECT_EQ(x, y);
+}
+
+TEST(Rope, RejectsBadArguments) {
+  std::vector<float> x(16);
+  const int32_t pos[2] = {0, 1};
+  RopeParams odd;
+  odd.n_rot = 3;
+  EXPECT_THROW(rope_rows(x, 2, 1, 8, pos, odd, false), Error);
+  EXPECT_THROW(rope_rows(x, 2, 1, 8, std::span<const int32_t>(pos, 1), RopeParams{}, false), Error);
+  RopeParams bad_base;
+  bad_base.freq_base = 0;
+  EXPECT_THROW(rope_rows(x, 2, 1, 8, pos, bad_base, false), Error);
+}
+
+TEST(QualityLevels, AreOrderedAndValid) {
+  ModelShape shape;
+  shape.n_layers = 5;
+  shape.n_kv_heads = 4;
+  shape.head_dim = 8;
+  double prev_bits = 1e9;
+  for (QualityLevel l :
+       {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
+    const QualityLevelSpec q = quality_level_spec(l, 5);
+    ASSERT_EQ(q.key_bits.size(), 5u);
+    ASSERT_EQ(q.value_bits.size(), 5u);
+    double bits = 0;
+    for (size_t i = 0; i < 5; ++i) bits += q.key_bits[i] + q.value_bits[i];
+    EXPECT_LE(bits, prev_bits) << quality_level_name(l);
+    prev_bits = bits;
+    for (size_t i = 1; i < 5; ++i) EXPECT_GE(q.key_bits[i], q.value_bits[i]);  // keys need more
+    EXPECT_NO_THROW(quality_level_config(l, shape).validate()) << quality_level_name(l);
+  }
+  EXPECT_THROW(quality_level_spec(QualityLevel::high, 0), Error);
+  // Deeper models keep the first and last layers' settings.
+  const QualityLevelSpec deep = quality_level_spec(QualityLevel::high, 32);
+  EXPECT_EQ(deep.key_bits.front(), 0);
+  EXPECT_EQ(deep.value_bits.back(), 6);
+  EXPECT_EQ(quality_level_spec(QualityLevel::medium, 1).key_bits, std::vector<int>{0});
+}
+
+}  // namespace
+}  // namespace cachegen
