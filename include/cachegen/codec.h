@@ -86,8 +86,11 @@ CodeStream decode(std::span<const uint8_t> bytes, const DecodeOptions& options =
 std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options = {});
 
 // ---- A batch of G heads (one layer's K or V) ------------------------------------------
-// Container of G independent code streams; heads are encoded/decoded in parallel. Heads may
-// differ in shape.
+// Heads of one shape are coded with one model per channel shared by the batch, as slices of
+// consecutive heads (one rANS payload each, >= 16384 elements where the heads allow, so SIMD
+// decoders get 32 lanes); heads of differing shapes, or batches the encoder estimates smaller
+// that way, are G independent records. Slices and records are encoded/decoded in parallel.
+// The layout is recorded in the stream (docs/FORMAT.md, "Codec stream").
 std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
                                   const EncodeOptions& options = {});
 // x laid out [n_heads, n_rows, dim]; per head as encode_values.
