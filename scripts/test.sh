@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 scripts/install-deps.sh
+scripts/fetch-llama.sh
 
-echo "== release build + tests"
-scripts/build.sh release
+echo "== release build (with llama.cpp) + tests"
+scripts/build.sh release -DCACHEGEN_WITH_LLAMA=ON
 ctest --preset release -j "$(nproc)"
 
 echo "== ASan + UBSan build + tests"

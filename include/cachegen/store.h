@@ -87,6 +87,10 @@ struct RedisStoreOptions {
   int connect_timeout_ms = 2000;   // per connection attempt
   int command_timeout_ms = 10000;  // per request/reply; a timeout counts as a broken connection
   size_t part_bytes = 4u << 20;    // values longer than this are split into parts of this size
+  // Parts of an overwritten or removed value expire this long after being superseded instead of
+  // vanishing at once, so a reader that already holds the old manifest can finish reading it
+  // (without this, readers starve under a steady stream of overwrites). 0 = delete at once.
+  int superseded_grace_ms = 30000;
 };
 
 // RedisStore on HOST:PORT, database `db`. Values of up to part_bytes are stored in one Redis

@@ -31,6 +31,10 @@ constexpr std::string_view kRemoveScript =
 constexpr size_t kMaxPartBytes = size_t{512} << 20;  // Redis's default proto-max-bulk-len
 constexpr int kMaxReadAttempts = 8;                  // reads restarted by concurrent overwrites
 constexpr size_t kUnlinkBatch = 256;
+// Sets a millisecond expiry (ARGV[1]) on every key given.
+constexpr std::string_view kExpireScript =
+    "for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, ARGV[1]) end\n"
+    "return 0\n";
 
 std::string_view as_chars(std::span<const uint8_t> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
@@ -76,7 +80,7 @@ class RedisStore final : public Store {
       m.generation = random_u64();  // fresh per attempt: a retry never reuses half-written parts
       return write_generation(key, value, m);
     });
-    delete_parts_of(key, old_header, m.generation);
+    delete_parts_of(key, old_header, m.generation, options_.superseded_grace_ms);
   }
 
   std::optional<std::vector<uint8_t>> try_get(std::string_view key) override {
@@ -101,7 +105,7 @@ class RedisStore final : public Store {
       Reply r = conn_.command({"EVAL", kRemoveScript, "1", manifest_key(key)});
       return std::string(reply_string(r, "EVAL"));
     });
-    delete_parts_of(key, old_header, 0);
+    delete_parts_of(key, old_header, 0, options_.superseded_grace_ms);
     return !old_header.empty();
   }
 
@@ -175,10 +179,12 @@ class RedisStore final : public Store {
     }
   }
 
-  // Best effort: deletes the parts named by `old_header` unless they belong to `keep`. Failure
-  // leaves only unreachable parts behind, so it is not reported: the put or remove it follows
-  // has already taken effect.
-  void delete_parts_of(std::string_view key, const std::string& old_header, uint64_t keep) {
+  // Best effort: deletes the parts named by `old_header` unless they belong to `keep` - at once
+  // (grace_ms 0), or by expiry after grace_ms so that readers holding the old manifest can
+  // finish. Failure leaves only unreachable parts behind, so it is not reported: the put or
+  // remove it follows has already taken effect.
+  void delete_parts_of(std::string_view key, const std::string& old_header, uint64_t keep,
+                       int grace_ms = 0) {
     if (old_header.empty()) return;
     Manifest old;
     try {
@@ -189,10 +195,16 @@ class RedisStore final : public Store {
     if (old.parts == 0 || old.generation == keep) return;
     try {
       for (uint32_t first = 0; first < old.parts; first += kUnlinkBatch) {
-        std::vector<std::string> names{"UNLINK"};
-        for (uint32_t i = first; i < old.parts && i < first + kUnlinkBatch; ++i) {
-          names.push_back(part_key(key, old.generation, i));
+        const uint32_t n = std::min<uint32_t>(kUnlinkBatch, old.parts - first);
+        std::vector<std::string> names;
+        if (grace_ms > 0) {
+          names = {"EVAL", std::string(kExpireScript), std::to_string(n)};
+        } else {
+          names = {"UNLINK"};
         }
+        for (uint32_t i = first; i < first + n; ++i)
+          names.push_back(part_key(key, old.generation, i));
+        if (grace_ms > 0) names.push_back(std::to_string(grace_ms));
         conn_.ensure_connected();
         conn_.command(std::vector<std::string_view>(names.begin(), names.end()));
       }

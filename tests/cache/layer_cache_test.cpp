@@ -1,7 +1,9 @@
 // LayerKVCache: results independent of how tokens arrive; trim; fetch; accounting.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "cache/cache_test_inputs.h"
 #include "cachegen/error.h"
@@ -173,6 +175,31 @@ TEST(LayerCache, InputsOfEveryDtype) {
   b.append({kf.data(), KVDType::f32, kHeads, n, kDim}, {kb.data(), KVDType::bf16, kHeads, n, kDim});
   EXPECT_TRUE(same_half(a.fetch_keys(), b.fetch_keys()));  // fp32 of fp16 values: same
   EXPECT_EQ(b.fetch_values().size(), k.size());
+}
+
+TEST(LayerCache, ConcurrentReadersOfASealedCacheAgree) {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const auto k = kv_walk(kHeads, kTokens, kDim, 13), v = kv_walk(kHeads, kTokens, kDim, 14);
+  const LayerKVCache c = fill(cfg, k, v, {100});
+  const std::vector<Half> want = c.fetch_keys();
+  const size_t want_bytes = c.stats().both.compressed_bytes;
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 4; ++r) {
+    readers.emplace_back([&, r] {
+      for (int i = 0; i < 20; ++i) {
+        if (!same_half(c.fetch_keys(), want)) ++mismatches;
+        if (c.stats().both.compressed_bytes != want_bytes) ++mismatches;
+        if (c.fetch_values(static_cast<size_t>(r) * 50, 300).size() !=
+            kHeads * (300 - r * 50) * kDim) {
+          ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(LayerCache, BadInputLeavesCacheUnchanged) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "cachegen/error.h"
 #include "cachegen/store.h"
 #include "store/redis_manifest.h"
@@ -49,6 +51,23 @@ class RedisStoreTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
+// By default superseded parts expire after a grace period, so that a reader holding the old
+// manifest can still finish; nothing is left once it passes.
+TEST_F(RedisStoreTest, SupersededPartsExpireAfterTheGracePeriod) {
+  RedisStoreOptions options = test_redis_options();
+  options.superseded_grace_ms = 300;
+  store_ = open_redis_store("127.0.0.1", server_->port(), 0, options);
+  store_->put("k", random_bytes(size_t{3} << 20, 1));
+  const auto old = manifest_of("k");
+  store_->put("k", Bytes{7});
+  const long long ttl = std::stoll(server_->command({"PTTL", part_key("k", old.generation, 0)}));
+  EXPECT_GT(ttl, 0);
+  EXPECT_LE(ttl, 300);
+  EXPECT_EQ(store_->get("k"), Bytes{7});
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(server_->command({"DBSIZE"}), "1");
+}
+
 TEST_F(RedisStoreTest, LayoutIsManifestPlusParts) {
   store_->put("small", Bytes{1, 2, 3});
   EXPECT_EQ(manifest_of("small").parts, 0u);
@@ -64,6 +83,9 @@ TEST_F(RedisStoreTest, LayoutIsManifestPlusParts) {
 }
 
 TEST_F(RedisStoreTest, OverwriteAndRemoveLeaveNoPartsBehind) {
+  RedisStoreOptions options = test_redis_options();
+  options.superseded_grace_ms = 0;  // delete superseded parts at once
+  store_ = open_redis_store("127.0.0.1", server_->port(), 0, options);
   store_->put("k", random_bytes(size_t{10} << 20, 1));
   store_->put("k", random_bytes(size_t{4} << 20, 2));
   EXPECT_EQ(server_->command({"DBSIZE"}), "5");

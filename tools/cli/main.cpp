@@ -7,6 +7,9 @@
 #include "cachegen/error.h"
 #include "commands.h"
 #include "kv_io.h"
+#ifdef CACHEGEN_WITH_LLAMA
+#include "llama_commands.h"
+#endif
 
 namespace cachegen::cli {
 
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
   cachegen::cli::add_bench_codec(*bench);
   cachegen::cli::add_kv_commands(app);
   cachegen::cli::add_store_commands(app);
+#ifdef CACHEGEN_WITH_LLAMA
+  cachegen::cli::add_llama_commands(app);
+#endif
   app.footer(
       "Exit codes: 0 ok, 1 other error, 2 bad arguments, 3 file or key not found, "
       "4 corrupt/truncated/unsupported input, 5 I/O or server failure.");
