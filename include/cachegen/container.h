@@ -34,9 +34,19 @@ struct CgkvBlob {
   std::vector<uint8_t> bytes;
 };
 
+// How a layer's keys are stored (the layer entry's transform byte).
+enum class KeyTransform : uint8_t {
+  none = 0,
+  pre_rope = 1,  // RoPE undone before quantization (CgkvInfo::rope); read_tokens re-applies it
+};
+
 struct CgkvLayerInfo {
-  int key_bits = 0, value_bits = 0;  // 0 for non-attention layers and lossless files
+  int key_bits = 0, value_bits = 0;  // 0 for non-attention, recomputed and lossless layers
   bool attention = false;
+  // Not stored: the chunks hold nothing for it, read_tokens returns zeros for it, and a
+  // consumer must rebuild its K/V from the token ids with the model (llama::cgkv_to_snapshot).
+  bool recomputed = false;
+  KeyTransform key_transform = KeyTransform::none;
 };
 
 struct CgkvRange {
@@ -63,14 +73,22 @@ struct CgkvInfo {
   std::vector<CgkvLayerInfo> layers;
   std::vector<CgkvChunkInfo> chunks;
   std::vector<CgkvBlobInfo> blobs;
+  // Present when some layer's keys are pre-RoPE: token i has position rope_position_offset + i.
+  bool has_rope = false;
+  RopeParams rope;
+  int32_t rope_position_offset = 0;
 
   int n_attention_layers() const;
+  // Model layers (indices into `layers`) that must be recomputed from the token ids.
+  std::vector<int> recomputed_layers() const;
   // Elements of K and V over all attention layers and tokens.
   size_t n_elements() const;
 };
 
 // Serialises a cache (every token: sealed blocks as they are, the tail coded now). The chunk
 // size is the cache's block_tokens. Blobs (token ids, metadata...) are stored alongside.
+// Recomputed layers are flagged and store nothing; with config.key_pre_rope every stored
+// layer's keys are written pre-RoPE and the RoPE parameters go into the header.
 std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> blobs = {});
 
 // A lossless file: kv holds fp16 [n_attention_layers, 2, n_tokens, n_kv_heads, head_dim]
@@ -90,6 +108,8 @@ class CgkvReader {
 
   // fp16 [n_attention_layers, 2, end - begin, n_kv_heads, head_dim] for tokens [begin, end)
   // (token-major, K then V). Reads and verifies only the chunks that overlap the range.
+  // Pre-RoPE keys come back rotated (as the model holds them); recomputed layers are zeros
+  // (info().recomputed_layers() names them).
   std::vector<Half> read_tokens(size_t begin, size_t end) const;
   // The bytes of the first blob of a kind (checksum verified), or nullopt.
   std::optional<std::vector<uint8_t>> read_blob(uint32_t kind) const;

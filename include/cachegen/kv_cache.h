@@ -23,6 +23,7 @@
 #include "cachegen/codec.h"
 #include "cachegen/half.h"
 #include "cachegen/quant.h"
+#include "cachegen/transform.h"
 
 namespace cachegen {
 
@@ -46,12 +47,25 @@ struct KVCacheConfig {
   ParamMode params = ParamMode::compact;
   // Optional per-attention-layer bit widths for K (and V unless value_layer_bits is set); when
   // set they are used as given instead of the schedule. Sizes must equal the number of
-  // attention layers.
+  // attention layers. 0 = the layer is *recomputed, not stored* (its K and V both 0): the
+  // layer's cache counts tokens but keeps no data; whoever restores it rebuilds its K/V from
+  // the token ids with the model (e.g. layer 0, whose K/V depend only on the token).
   std::vector<int> layer_bits;
   std::vector<int> value_layer_bits;
+  // Keys quantized with RoPE undone ("pre-RoPE": 4-12x lower KL at the same size, measured in
+  // docs/QUALITY_LEVELS.md): append un-rotates the keys of token i at position
+  // rope_position_offset + i (i counted from the cache's first token, trims included), the
+  // cache holds pre-RoPE keys, fetch_keys re-rotates them. Un-rotation runs in fp32 and the
+  // result is held as fp16 until quantized, so a residual key comes back within fp16 rounding
+  // of what was appended (not bit for bit).
+  bool key_pre_rope = false;
+  RopeParams rope;                   // used when key_pre_rope
+  int32_t rope_position_offset = 0;  // position of token 0, >= 0
 
   // Throws Error(invalid_argument) naming the bad field.
   void validate() const;
+  // Whether attention layer i (0-based over attention layers) is recomputed (layer_bits[i] 0).
+  bool recomputed(size_t i) const { return i < layer_bits.size() && layer_bits[i] == 0; }
 };
 
 // What a cache needs to know of a model.
@@ -139,12 +153,16 @@ class LayerKVCache {
   size_t n_tokens() const noexcept { return n_tokens_; }
   size_t n_kv_heads() const noexcept { return heads_; }
   size_t head_dim() const noexcept { return dim_; }
-  int key_bits() const noexcept { return bits_[0]; }
+  int key_bits() const noexcept { return bits_[0]; }  // 0 when recomputed
   int value_bits() const noexcept { return bits_[1]; }
   const KVCacheConfig& config() const noexcept { return config_; }
+  // Recomputed, not stored (key_bits == value_bits == 0): append only counts tokens, fetch
+  // throws invalid_argument, snapshot_blocks returns no blocks, the sizes are 0.
+  bool recomputed() const noexcept { return bits_[0] == 0; }
 
   // fp16 [n_kv_heads, n_tokens, head_dim] for tokens [begin, end) (whole cache by default):
-  // decoded blocks, dequantized pending groups, and the residual buffer as stored.
+  // decoded blocks, dequantized pending groups, and the residual buffer as stored (keys
+  // re-rotated when config().key_pre_rope).
   std::vector<Half> fetch_keys(size_t begin = 0, size_t end = SIZE_MAX) const;
   std::vector<Half> fetch_values(size_t begin = 0, size_t end = SIZE_MAX) const;
 
@@ -152,7 +170,8 @@ class LayerKVCache {
 
   // For the container: every token as compressed blocks of block_tokens tokens (the last may
   // be shorter), the pending groups and the residual tokens (quantized as a partial, padded
-  // group) coded now. kind 0 = K, 1 = V. Does not modify the cache.
+  // group) coded now. kind 0 = K, 1 = V (pre-RoPE keys when config().key_pre_rope). Does not
+  // modify the cache.
   std::vector<CompressedBlock> snapshot_blocks(int kind) const;
 
  private:
@@ -164,7 +183,8 @@ class LayerKVCache {
   void append_plane(int kind, const KVBlockView& x, size_t t0, size_t count);
   void quantize_group(int kind);
   void seal_block(int kind);
-  std::vector<Half> fetch(int kind, size_t begin, size_t end) const;
+  std::vector<Half> fetch(int kind, size_t begin, size_t end) const;  // as stored (pre-RoPE)
+  void rotate_keys(std::vector<Half>& x, size_t n_tokens, size_t first, bool inverse) const;
   KVSizeStats plane_stats(int kind) const;
   std::vector<CodeStream> quantize_residual(int kind) const;
 
@@ -194,6 +214,13 @@ struct KVCacheBuilder {
   // attention layers only.
   static KVCache for_model(const ModelShape& shape, const KVCacheConfig& config);
 };
+
+// A quality level (docs/QUALITY_LEVELS.md) as the configuration that realises it: the level's
+// per-layer K/V bits with 0 = recomputed (layer 0), groups of 256 tokens (block_tokens 256),
+// keys pre-RoPE with `rope` (positions from rope_position_offset, 0 here). The lossless level
+// is not a quantized configuration: Error(invalid_argument) (use write_cgkv_lossless).
+KVCacheConfig quality_level_config(QualityLevel level, const ModelShape& shape,
+                                   const RopeParams& rope);
 
 struct KVCacheFactory {
   // One cache with uniform bits (config.base_bits), for callers managing layers themselves.

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "cachegen/codec.h"
-#include "cachegen/kv_cache.h"
 
 namespace cachegen {
 
@@ -24,12 +23,16 @@ namespace cachegen {
 // spreads outlier channels); head_dim must be a power of two. It is its own inverse.
 void hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim);
 
-// Rotary position embedding as llama.cpp applies it to keys (ggml_rope_ext, no context
-// extension): per head, channel pairs rotated by pos * freq_base^(-2i/n_rot).
+// Rotary position embedding as llama.cpp applies it to keys (ggml_rope_ext, no YaRN context
+// extension): per head, channel pairs rotated by freq_scale * pos * freq_base^(-2i/n_rot).
 struct RopeParams {
   float freq_base = 10000.0f;
-  int n_rot = 0;      // rotated channels per head (<= head_dim, even); 0 = head_dim
-  bool neox = false;  // pairs (i, i + n_rot/2) (NEOX) instead of adjacent (i, i + 1) (NORM)
+  float freq_scale = 1.0f;  // linear position scaling (llama.cpp's rope_freq_scale), > 0
+  int n_rot = 0;            // rotated channels per head (<= head_dim, even); 0 = head_dim
+  bool neox = false;        // pairs (i, i + n_rot/2) (NEOX) instead of adjacent (i, i + 1) (NORM)
+  bool operator==(const RopeParams&) const = default;
+  // Error(invalid_argument) naming the bad field (head_dim 0: n_rot is not checked against it).
+  void validate(size_t head_dim = 0) const;
 };
 // Rotates rows by their positions (positions.size() == n_rows); inverse undoes it, giving the
 // pre-RoPE keys that the model's K projection produced.
@@ -58,9 +61,6 @@ struct QualityLevelSpec {
 };
 // The level's settings for a model with n_attention_layers layers.
 QualityLevelSpec quality_level_spec(QualityLevel level, int n_attention_layers);
-// The nearest KVCacheConfig (what the cache layer can express today: per-layer K/V bits and
-// one group size; transforms and recomputed layers are not expressible there and are dropped,
-// recomputed layers get 2 bits).
-KVCacheConfig quality_level_config(QualityLevel level, const ModelShape& shape);
+// The level as a cache configuration: quality_level_config in cachegen/kv_cache.h.
 
 }  // namespace cachegen

@@ -23,12 +23,29 @@ void KVCacheConfig::validate() const {
   if (params != ParamMode::compact && params != ParamMode::reference) {
     invalid("config.params must be compact or reference");
   }
+  // 0 = recomputed, not stored; a layer is recomputed as a whole (K and V).
   for (size_t i = 0; i < layer_bits.size(); ++i) {
-    detail::check_bits(layer_bits[i], ("config.layer_bits[" + std::to_string(i) + "]").c_str());
+    if (layer_bits[i] != 0)
+      detail::check_bits(layer_bits[i], ("config.layer_bits[" + std::to_string(i) + "]").c_str());
   }
   for (size_t i = 0; i < value_layer_bits.size(); ++i) {
-    detail::check_bits(value_layer_bits[i],
-                       ("config.value_layer_bits[" + std::to_string(i) + "]").c_str());
+    if (value_layer_bits[i] != 0) {
+      detail::check_bits(value_layer_bits[i],
+                         ("config.value_layer_bits[" + std::to_string(i) + "]").c_str());
+    }
+    const bool k0 = i < layer_bits.size() && layer_bits[i] == 0;
+    if (k0 != (value_layer_bits[i] == 0)) {
+      invalid("config layer " + std::to_string(i) +
+              ": a recomputed layer (bits 0) must have 0 in both layer_bits and "
+              "value_layer_bits");
+    }
+  }
+  if (key_pre_rope) {
+    rope.validate();
+    if (rope_position_offset < 0) {
+      invalid("config.rope_position_offset must be >= 0, got " +
+              std::to_string(rope_position_offset));
+    }
   }
 }
 

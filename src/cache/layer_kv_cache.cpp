@@ -93,14 +93,18 @@ LayerKVCache::LayerKVCache(size_t n_kv_heads, size_t head_dim, int key_bits, int
                            const KVCacheConfig& config)
     : heads_(n_kv_heads), dim_(head_dim), bits_{key_bits, value_bits}, config_(config) {
   config_.validate();
-  detail::check_bits(key_bits, "key_bits");
-  detail::check_bits(value_bits, "value_bits");
+  if (key_bits != 0 || value_bits != 0) {  // 0 and 0: recomputed, not stored
+    detail::check_bits(key_bits, "key_bits");
+    detail::check_bits(value_bits, "value_bits");
+  }
   if (heads_ < 1 || heads_ > 65536)
     invalid("n_kv_heads must be in 1..65536, got " + std::to_string(heads_));
   if (dim_ < 1 || dim_ > 65536)
     invalid("head_dim must be in 1..65536, got " + std::to_string(dim_));
   detail::checked_mul(detail::checked_mul(heads_, config_.block_tokens, "cache block"), dim_,
                       "cache block");
+  if (config_.key_pre_rope) config_.rope.validate(dim_);
+  if (recomputed()) return;  // holds nothing
   for (PlaneState& p : plane_) {
     p.pending.resize(heads_);
     p.residual.resize(heads_ * config_.group_size * dim_);
@@ -121,9 +125,27 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
             std::to_string(v.n_tokens));
   }
   detail::checked_mul(detail::checked_mul(heads_, k.n_tokens, "k"), dim_, "k");
+  if (config_.key_pre_rope &&
+      int64_t{config_.rope_position_offset} + static_cast<int64_t>(n_tokens_ + k.n_tokens) >
+          int64_t{INT32_MAX}) {
+    invalid("positions of the appended keys exceed 2^31 - 1 (rope_position_offset " +
+            std::to_string(config_.rope_position_offset) + ")");
+  }
+  if (recomputed()) {  // nothing stored: only the token count moves
+    n_tokens_ += k.n_tokens;
+    return;
+  }
   // Convert and check everything before changing any state.
-  const std::vector<Half> kh = detail::view_to_half(k, "k"), vh = detail::view_to_half(v, "v");
+  std::vector<Half> kh = detail::view_to_half(k, "k");
+  const std::vector<Half> vh = detail::view_to_half(v, "v");
   const size_t T = k.n_tokens, gs = config_.group_size;
+  if (config_.key_pre_rope) {
+    rotate_keys(kh, T, n_tokens_, true);
+    for (size_t i = 0; i < kh.size(); ++i) {
+      if ((kh[i].bits & 0x7c00u) == 0x7c00u)
+        invalid("k: a key with RoPE undone exceeds the fp16 range at element " + std::to_string(i));
+    }
+  }
   size_t t = 0;
   while (t < T) {
     const size_t take = std::min(gs - residual_rows_, T - t);
@@ -196,6 +218,22 @@ void LayerKVCache::seal_block(int kind) {
   for (CodeStream& s : p.pending) s = CodeStream{};
 }
 
+void LayerKVCache::rotate_keys(std::vector<Half>& x, size_t n_tokens, size_t first,
+                               bool inverse) const {
+  if (n_tokens == 0) return;
+  std::vector<int32_t> pos(n_tokens);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    pos[t] = config_.rope_position_offset + static_cast<int32_t>(first + t);
+  }
+  std::vector<float> f(n_tokens * dim_);
+  for (size_t h = 0; h < heads_; ++h) {  // [heads, T, dim]: one head's rows at a time
+    Half* head = x.data() + h * n_tokens * dim_;
+    for (size_t i = 0; i < f.size(); ++i) f[i] = half_to_float(head[i]);
+    rope_rows(f, n_tokens, 1, dim_, pos, config_.rope, inverse);
+    for (size_t i = 0; i < f.size(); ++i) head[i] = float_to_half(f[i]);
+  }
+}
+
 std::vector<CodeStream> LayerKVCache::quantize_residual(int kind) const {
   std::vector<CodeStream> out(heads_);
   if (residual_rows_ == 0) return out;
@@ -209,6 +247,7 @@ std::vector<CodeStream> LayerKVCache::quantize_residual(int kind) const {
 
 std::vector<CompressedBlock> LayerKVCache::snapshot_blocks(int kind) const {
   if (kind != 0 && kind != 1) invalid("kind must be 0 (K) or 1 (V)");
+  if (recomputed()) return {};
   std::vector<CompressedBlock> out = plane_[kind].blocks;
   if (pending_rows_ + residual_rows_ == 0) return out;
   std::vector<CodeStream> tail(heads_);
@@ -262,9 +301,13 @@ std::vector<Half> LayerKVCache::fetch(int kind, size_t begin, size_t end) const 
 }
 
 std::vector<Half> LayerKVCache::fetch_keys(size_t begin, size_t end) const {
-  return fetch(0, begin, end);
+  if (recomputed()) invalid("fetch_keys: the layer is recomputed, not stored (bits 0)");
+  std::vector<Half> out = fetch(0, begin, end);
+  if (config_.key_pre_rope) rotate_keys(out, out.size() / (heads_ * dim_), begin, false);
+  return out;
 }
 std::vector<Half> LayerKVCache::fetch_values(size_t begin, size_t end) const {
+  if (recomputed()) invalid("fetch_values: the layer is recomputed, not stored (bits 0)");
   return fetch(1, begin, end);
 }
 
@@ -278,6 +321,11 @@ KVSizeStats LayerKVCache::plane_stats(int kind) const {
   s.fp16_bytes = s.n_elements * 2;
   s.residual_tokens = residual_rows_;
   s.assigned_avg_bits = bits_[kind];
+  if (recomputed()) {  // every token "stored" at 0 bits
+    s.quantized_elements = s.n_elements;
+    s.residual_tokens = 0;
+    return s;
+  }
   for (const CompressedBlock& b : p.blocks) {
     s.compressed_bytes += b.bytes.size();
     s.estimated_bytes += b.estimated_bytes;

@@ -14,12 +14,17 @@ void LayerKVCache::trim(size_t n) {
                     std::to_string(n_tokens_) + " tokens");
   }
   if (n == 0) return;
+  if (recomputed()) {
+    n_tokens_ -= n;
+    return;
+  }
   const size_t gs = config_.group_size;
   const size_t new_n = n_tokens_ - n;
   const size_t qend = new_n / gs * gs;  // tokens that stay quantized
   const size_t keep_rows = new_n - qend;
   // Survivors of a partly trimmed group return to the residual buffer (as fp16 values: if the
-  // group was quantized, its dequantized values).
+  // group was quantized, its dequantized values; keys stay pre-RoPE: fetch() returns them as
+  // stored).
   const std::vector<Half> keep[2] = {fetch(0, qend, new_n), fetch(1, qend, new_n)};
   const size_t pending_begin = n_tokens_ - residual_rows_ - pending_rows_;
   size_t blocks_end = 0;

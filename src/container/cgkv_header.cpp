@@ -1,5 +1,6 @@
 // The .cgkv preamble and header: writing, and reading with every field validated.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -12,6 +13,14 @@ namespace cachegen {
 int CgkvInfo::n_attention_layers() const {
   return static_cast<int>(std::count_if(layers.begin(), layers.end(),
                                         [](const CgkvLayerInfo& l) { return l.attention; }));
+}
+
+std::vector<int> CgkvInfo::recomputed_layers() const {
+  std::vector<int> out;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (layers[l].recomputed) out.push_back(static_cast<int>(l));
+  }
+  return out;
 }
 
 size_t CgkvInfo::n_elements() const {
@@ -27,7 +36,8 @@ namespace {
 }
 
 constexpr size_t kBodyFixedBytes = 4 * 4 + 8 + 4 + 4 + 4;  // through the reserved u16
-constexpr size_t kLayerBytes = 4, kChunkBytes = 24, kBlobBytes = 32;
+constexpr size_t kLayerBytes = 4, kChunkBytes = 24, kBlobBytes = 32, kRopeBytes = 16;
+constexpr uint8_t kFlagAttention = 1, kFlagRecomputed = 2;
 
 void check(bool ok, const std::string& what) {
   if (!ok) corrupt(what);
@@ -43,10 +53,50 @@ void check_range(const CgkvRange& r, uint64_t header_bytes, uint64_t file_bytes,
 
 }  // namespace
 
-uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs) {
-  return kPreambleBytes + kBodyFixedBytes + kLayerBytes * n_layers + kChunkBytes * n_chunks + 4 +
-         kBlobBytes * n_blobs + 8;
+uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs, bool has_rope) {
+  return kPreambleBytes + kBodyFixedBytes + kLayerBytes * n_layers + (has_rope ? kRopeBytes : 0) +
+         kChunkBytes * n_chunks + 4 + kBlobBytes * n_blobs + 8;
 }
+
+namespace {
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The RoPE block (16 bytes): f32 freq_base, f32 freq_scale, u16 n_rot, u8 mode, u8 reserved,
+// i32 position_offset.
+void read_rope(LeReader& r, CgkvInfo& info) {
+  info.rope.freq_base = bits_f32(r.u32("rope freq_base"));
+  info.rope.freq_scale = bits_f32(r.u32("rope freq_scale"));
+  const uint16_t n_rot = r.u16("rope n_rot");
+  const uint8_t mode = r.u8("rope mode");
+  check(r.u8("rope reserved") == 0, "rope: reserved byte is not zero");
+  info.rope_position_offset = static_cast<int32_t>(r.u32("rope position_offset"));
+  const auto finite_pos = [](float f) { return std::isfinite(f) && f > 0; };
+  check(finite_pos(info.rope.freq_base), "rope freq_base is not finite and > 0");
+  check(finite_pos(info.rope.freq_scale), "rope freq_scale is not finite and > 0");
+  check(n_rot % 2 == 0 && n_rot <= static_cast<uint32_t>(info.head_dim),
+        "rope n_rot " + std::to_string(n_rot) + " is not even and <= head_dim " +
+            std::to_string(info.head_dim));
+  check(mode <= 1, "rope mode " + std::to_string(mode) + " is not 0 (adjacent) or 1 (NEOX)");
+  check(info.rope_position_offset >= 0 &&
+            int64_t{info.rope_position_offset} + static_cast<int64_t>(info.n_tokens) <=
+                int64_t{INT32_MAX} + 1,
+        "rope position_offset " + std::to_string(info.rope_position_offset) +
+            " is negative or puts positions past 2^31 - 1");
+  info.rope.n_rot = n_rot;
+  info.rope.neox = mode == 1;
+}
+
+}  // namespace
 
 std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
   std::vector<uint8_t> out;
@@ -72,8 +122,17 @@ std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
   for (const CgkvLayerInfo& l : info.layers) {
     w.u8(static_cast<uint8_t>(l.key_bits));
     w.u8(static_cast<uint8_t>(l.value_bits));
-    w.u8(l.attention ? 1 : 0);
+    w.u8(static_cast<uint8_t>((l.attention ? kFlagAttention : 0) |
+                              (l.recomputed ? kFlagRecomputed : 0)));
+    w.u8(static_cast<uint8_t>(l.key_transform));
+  }
+  if (info.has_rope) {
+    w.u32(f32_bits(info.rope.freq_base));
+    w.u32(f32_bits(info.rope.freq_scale));
+    w.u16(static_cast<uint16_t>(info.rope.n_rot));
+    w.u8(info.rope.neox ? 1 : 0);
     w.u8(0);
+    w.u32(static_cast<uint32_t>(info.rope_position_offset));
   }
   for (const CgkvChunkInfo& c : info.chunks) {
     w.u64(c.range.offset);
@@ -167,13 +226,26 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
   info.param_mode = static_cast<ParamMode>(param_mode);
   for (uint32_t l = 0; l < n_layers; ++l) {
     CgkvLayerInfo li;
+    const std::string layer = "layer " + std::to_string(l);
     li.key_bits = r.u8("key_bits");
     li.value_bits = r.u8("value_bits");
     const uint8_t flags = r.u8("layer_flags");
-    check(r.u8("reserved") == 0 && (flags & ~1u) == 0,
-          "layer " + std::to_string(l) + ": reserved bits set");
-    li.attention = flags & 1u;
-    const bool quantized = li.attention && info.codec == ContainerCodec::quantized;
+    const uint8_t transform = r.u8("key_transform");
+    check((flags & ~(kFlagAttention | kFlagRecomputed)) == 0,
+          layer + ": reserved layer_flags bits set (flags " + std::to_string(flags) + ")");
+    li.attention = (flags & kFlagAttention) != 0;
+    li.recomputed = (flags & kFlagRecomputed) != 0;
+    check(transform <= 1, layer + ": unknown key transform " + std::to_string(transform));
+    li.key_transform = static_cast<KeyTransform>(transform);
+    const bool lossy = li.attention && info.codec == ContainerCodec::quantized;
+    check(!li.recomputed || lossy,
+          layer + ": recompute flag on a " +
+              (li.attention ? "lossless file's layer" : "layer without attention"));
+    check(transform == 0 || (lossy && !li.recomputed),
+          layer + ": key transform " + std::to_string(transform) +
+              " on a layer that stores no quantized keys");
+    info.has_rope = info.has_rope || transform == 1;
+    const bool quantized = lossy && !li.recomputed;
     const auto bits_ok = [&](int b) { return quantized ? (b >= 1 && b <= 8) : b == 0; };
     check(bits_ok(li.key_bits) && bits_ok(li.value_bits),
           "layer " + std::to_string(l) + ": bits " + std::to_string(li.key_bits) + "/" +
@@ -181,6 +253,12 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
     info.layers.push_back(li);
   }
   check(info.n_attention_layers() >= 1, "no attention layer");
+  if (info.has_rope) {  // the RoPE block follows the layer table; sized before the tables
+    if (r.remaining() < kRopeBytes + kChunkBytes * uint64_t{n_chunks} + 4) {
+      throw Error(ErrorCode::truncated_input, "cgkv: header too short for its RoPE block");
+    }
+    read_rope(r, info);
+  }
   for (uint32_t c = 0; c < n_chunks; ++c) {
     CgkvChunkInfo ci;
     ci.range = {r.u64("chunk offset"), r.u64("chunk bytes"), r.u64("chunk xxh64")};

@@ -32,8 +32,8 @@ std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path);
 // Serialises a complete header (preamble, body, checksum) for `info`, whose chunk and blob
 // ranges must already be final.
 std::vector<uint8_t> serialize_header(const CgkvInfo& info);
-// Header size for a given layer/chunk/blob count (ranges do not change the size).
-uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs);
+// Header size for a given layer/chunk/blob count and RoPE block (ranges do not change it).
+uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs, bool has_rope);
 // Parses and validates the header from a source.
 CgkvInfo parse_header(const CgkvReader::Source& src);
 

@@ -97,6 +97,27 @@ void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits
   }
 }
 
+// Re-applies RoPE to the keys of pre-RoPE layers in out (tokens [begin, begin + T)).
+void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::vector<Half>& out) {
+  if (!info.has_rope || T == 0) return;
+  const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
+  std::vector<int32_t> pos(T);
+  for (size_t i = 0; i < T; ++i)
+    pos[i] = static_cast<int32_t>(info.rope_position_offset + begin + i);
+  std::vector<float> k(T * H * D);
+  size_t t = 0;
+  for (const CgkvLayerInfo& li : info.layers) {
+    if (!li.attention) continue;
+    if (li.key_transform == KeyTransform::pre_rope) {
+      Half* keys = out.data() + t * T * H * D;
+      for (size_t i = 0; i < k.size(); ++i) k[i] = half_to_float(keys[i]);
+      rope_rows(k, T, H, D, pos, info.rope, false);
+      for (size_t i = 0; i < k.size(); ++i) keys[i] = float_to_half(k[i]);
+    }
+    t += 2;
+  }
+}
+
 }  // namespace
 
 std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
@@ -119,6 +140,10 @@ std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
     size_t t = 0;
     for (size_t l = 0; l < info_.layers.size(); ++l) {
       if (!info_.layers[l].attention) continue;
+      if (info_.layers[l].recomputed) {  // nothing stored: its rows stay zero
+        t += 2;
+        continue;
+      }
       for (int kind = 0; kind < 2; ++kind, ++t) {
         const std::string ctx = "cgkv chunk " + std::to_string(c) + ", layer " + std::to_string(l) +
                                 (kind ? " V" : " K");
@@ -138,6 +163,7 @@ std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
                                                 std::to_string(r.remaining()) + " trailing bytes");
     }
   }
+  rotate_pre_rope_keys(info_, begin, T, out);
   return out;
 }
 

@@ -13,7 +13,8 @@ namespace {
 std::vector<uint8_t> assemble(CgkvInfo& info, const std::vector<std::vector<uint8_t>>& chunks,
                               std::span<const CgkvBlob> blobs) {
   if (blobs.size() > detail::kMaxBlobs) detail::invalid("at most 64 blobs per file");
-  info.header_bytes = detail::header_size(info.layers.size(), chunks.size(), blobs.size());
+  info.header_bytes =
+      detail::header_size(info.layers.size(), chunks.size(), blobs.size(), info.has_rope);
   if (info.header_bytes > detail::kMaxHeaderBytes)
     detail::invalid("too many chunks for one header");
   uint64_t offset = info.header_bytes;
@@ -77,9 +78,19 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
     CgkvLayerInfo& li = info.layers[static_cast<size_t>(cache.layer_index[i])];
     li.key_bits = cache.layers[i].key_bits();
     li.value_bits = cache.layers[i].value_bits();
+    li.recomputed = cache.layers[i].recomputed();
+    if (cache.config.key_pre_rope && !li.recomputed) {
+      li.key_transform = KeyTransform::pre_rope;
+      info.has_rope = true;
+    }
+  }
+  if (info.has_rope) {
+    info.rope = cache.config.rope;
+    info.rope_position_offset = cache.config.rope_position_offset;
   }
   std::vector<std::vector<uint8_t>> chunks(info.chunks.size());
   for (const LayerKVCache& layer : cache.layers) {
+    if (layer.recomputed()) continue;  // flagged in the header, nothing in the chunks
     for (int kind = 0; kind < 2; ++kind) {
       const std::vector<CompressedBlock> blocks = layer.snapshot_blocks(kind);
       if (blocks.size() != chunks.size()) detail::invalid("write_cgkv: block layout mismatch");

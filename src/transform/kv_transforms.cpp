@@ -21,6 +21,19 @@ void check_shape(const char* what, std::span<float> x, size_t n_rows, size_t n_h
 
 }  // namespace
 
+void RopeParams::validate(size_t head_dim) const {
+  const auto bad = [](const std::string& why) {
+    throw Error(ErrorCode::invalid_argument, "rope: " + why);
+  };
+  if (!(freq_base > 0) || !std::isfinite(freq_base)) bad("freq_base must be finite and > 0");
+  if (!(freq_scale > 0) || !std::isfinite(freq_scale)) bad("freq_scale must be finite and > 0");
+  if (n_rot < 0 || n_rot % 2 != 0 || n_rot > 65536 ||
+      (head_dim != 0 && static_cast<size_t>(n_rot) > head_dim)) {
+    bad("n_rot " + std::to_string(n_rot) + " must be even and <= head_dim" +
+        (head_dim != 0 ? " (" + std::to_string(head_dim) + ")" : std::string()));
+  }
+}
+
 void hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim) {
   check_shape("hadamard_heads", x, n_rows, n_heads, head_dim);
   if ((head_dim & (head_dim - 1)) != 0) {
@@ -46,18 +59,12 @@ void hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t he
 void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
                std::span<const int32_t> positions, const RopeParams& rope, bool inverse) {
   check_shape("rope_rows", x, n_rows, n_heads, head_dim);
+  rope.validate(head_dim);
   const size_t n_rot = rope.n_rot == 0 ? head_dim : static_cast<size_t>(rope.n_rot);
-  if (rope.n_rot < 0 || n_rot > head_dim || n_rot % 2 != 0) {
-    throw Error(ErrorCode::invalid_argument,
-                "rope_rows: n_rot " + std::to_string(rope.n_rot) + " must be even and <= head_dim");
-  }
   if (positions.size() != n_rows) {
     throw Error(ErrorCode::invalid_argument, "rope_rows: " + std::to_string(positions.size()) +
                                                  " positions for " + std::to_string(n_rows) +
                                                  " rows");
-  }
-  if (!(rope.freq_base > 0) || !std::isfinite(rope.freq_base)) {
-    throw Error(ErrorCode::invalid_argument, "rope_rows: freq_base must be finite and > 0");
   }
   // Angles computed as ggml does (fp32, theta multiplied by theta_scale per pair), so that
   // re-applying RoPE to undone keys reproduces llama.cpp's rotation to fp32 rounding.
@@ -66,8 +73,10 @@ void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_di
   for (size_t r = 0; r < n_rows; ++r) {
     float theta = static_cast<float>(positions[r]);
     for (size_t i = 0; i < n_rot / 2; ++i) {
-      cos_t[i] = std::cos(theta);
-      sin_t[i] = inverse ? -std::sin(theta) : std::sin(theta);
+      // ggml: theta_interp = freq_scale * theta_extrap (exactly theta when freq_scale is 1).
+      const float t = rope.freq_scale == 1.0f ? theta : rope.freq_scale * theta;
+      cos_t[i] = std::cos(t);
+      sin_t[i] = inverse ? -std::sin(t) : std::sin(t);
       theta *= theta_scale;
     }
     for (size_t h = 0; h < n_heads; ++h) {

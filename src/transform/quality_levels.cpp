@@ -2,6 +2,7 @@
 #include <string>
 
 #include "cachegen/error.h"
+#include "cachegen/kv_cache.h"
 #include "cachegen/transform.h"
 
 namespace cachegen {
@@ -63,16 +64,24 @@ QualityLevelSpec quality_level_spec(QualityLevel level, int n_attention_layers) 
   return q;
 }
 
-KVCacheConfig quality_level_config(QualityLevel level, const ModelShape& shape) {
+KVCacheConfig quality_level_config(QualityLevel level, const ModelShape& shape,
+                                   const RopeParams& rope) {
+  if (level == QualityLevel::lossless) {
+    throw Error(ErrorCode::invalid_argument,
+                "quality_level_config: the lossless level stores exact fp16 (write_cgkv_lossless), "
+                "not a quantized cache");
+  }
+  shape.validate();
+  rope.validate(static_cast<size_t>(shape.head_dim));
   const QualityLevelSpec q = quality_level_spec(level, shape.n_attention_layers());
   KVCacheConfig c;
-  c.layer_bits = q.key_bits;
+  c.layer_bits = q.key_bits;  // 0 = recomputed from the token ids (layer 0)
   c.value_layer_bits = q.value_bits;
-  for (std::vector<int>* b : {&c.layer_bits, &c.value_layer_bits}) {
-    for (int& x : *b) x = x == 0 ? 2 : x > 8 ? 8 : x;
-  }
-  c.group_size = q.key_group_size;
-  c.block_tokens = (c.block_tokens + c.group_size - 1) / c.group_size * c.group_size;
+  c.group_size = q.key_group_size;  // K and V share one group size in the cache (256 both)
+  c.block_tokens = c.group_size;
+  c.key_pre_rope = q.key_pre_rope;
+  c.rope = rope;
+  c.validate();
   return c;
 }
 

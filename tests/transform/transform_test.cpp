@@ -8,6 +8,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/half.h"
+#include "cachegen/kv_cache.h"
 #include "cachegen/transform.h"
 
 namespace cachegen {
@@ -138,7 +139,16 @@ TEST(QualityLevels, AreOrderedAndValid) {
     EXPECT_LE(bits, prev_bits) << quality_level_name(l);
     prev_bits = bits;
     for (size_t i = 1; i < 5; ++i) EXPECT_GE(q.key_bits[i], q.value_bits[i]);  // keys need more
-    EXPECT_NO_THROW(quality_level_config(l, shape).validate()) << quality_level_name(l);
+    if (l == QualityLevel::lossless) {
+      EXPECT_THROW(quality_level_config(l, shape, RopeParams{}), Error);
+      continue;
+    }
+    const KVCacheConfig c = quality_level_config(l, shape, RopeParams{});
+    EXPECT_NO_THROW(c.validate()) << quality_level_name(l);
+    EXPECT_TRUE(c.key_pre_rope);
+    EXPECT_TRUE(c.recomputed(0));
+    EXPECT_EQ(c.group_size, 256u);
+    EXPECT_NO_THROW(KVCacheBuilder::for_model(shape, c));
   }
   EXPECT_THROW(quality_level_spec(QualityLevel::high, 0), Error);
   // Deeper models keep the first and last layers' settings.

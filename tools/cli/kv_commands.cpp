@@ -141,10 +141,15 @@ void run_inspect(const InspectOptions& o) {
   // Per-tensor bytes, from the chunk payloads' length prefixes.
   const size_t n_attn = static_cast<size_t>(info.n_attention_layers());
   std::vector<size_t> bytes(n_attn * 2, 0);
+  std::vector<size_t> attn_layer;  // model layer of each attention layer
+  for (size_t l = 0; l < info.layers.size(); ++l) {
+    if (info.layers[l].attention) attn_layer.push_back(l);
+  }
   for (size_t c = 0; c < info.chunks.size(); ++c) {
     const std::vector<uint8_t> chunk = r.read_chunk(c);
     size_t pos = 0;
     for (size_t t = 0; t < n_attn * 2; ++t) {
+      if (info.layers[attn_layer[t / 2]].recomputed) continue;  // nothing stored
       uint64_t len = 0;
       for (int shift = 0; pos < chunk.size() && shift < 64; shift += 7) {
         const uint8_t byte = chunk[pos++];
@@ -171,6 +176,13 @@ void run_inspect(const InspectOptions& o) {
   j["group_size"] = info.group_size;
   j["chunk_tokens"] = info.chunk_tokens;
   j["n_chunks"] = info.chunks.size();
+  if (info.has_rope) {
+    j["rope"] = {{"freq_base", info.rope.freq_base},
+                 {"freq_scale", info.rope.freq_scale},
+                 {"n_rot", info.rope.n_rot},
+                 {"neox", info.rope.neox},
+                 {"position_offset", info.rope_position_offset}};
+  }
   j["bits_per_element"] =
       per_tensor ? 8.0 * static_cast<double>(info.file_bytes) /
                        (static_cast<double>(per_tensor) * 2 * static_cast<double>(n_attn))
@@ -186,6 +198,8 @@ void run_inspect(const InspectOptions& o) {
       t += 2;
       lj["key_bits"] = li.key_bits;
       lj["value_bits"] = li.value_bits;
+      lj["recomputed"] = li.recomputed;
+      lj["key_pre_rope"] = li.key_transform == KeyTransform::pre_rope;
       lj["key_bytes"] = kb;
       lj["value_bytes"] = vb;
       lj["key_bits_per_element"] =
@@ -216,11 +230,17 @@ void run_inspect(const InspectOptions& o) {
       std::printf("%5zu %s\n", lj["layer"].get<size_t>(), "  (no attention)");
       continue;
     }
-    std::printf("%5zu %6d %6d %12zu %12zu %10.3f %10.3f\n", lj["layer"].get<size_t>(),
+    if (lj["recomputed"].get<bool>()) {
+      std::printf("%5zu %s\n", lj["layer"].get<size_t>(),
+                  "  recomputed from the token ids (not stored)");
+      continue;
+    }
+    std::printf("%5zu %6d %6d %12zu %12zu %10.3f %10.3f%s\n", lj["layer"].get<size_t>(),
                 lj["key_bits"].get<int>(), lj["value_bits"].get<int>(),
                 lj["key_bytes"].get<size_t>(), lj["value_bytes"].get<size_t>(),
                 lj["key_bits_per_element"].get<double>(),
-                lj["value_bits_per_element"].get<double>());
+                lj["value_bits_per_element"].get<double>(),
+                lj["key_pre_rope"].get<bool>() ? "  (K pre-RoPE)" : "");
   }
   std::printf("total %llu bytes, %.3f bits/element, %.2fx smaller than fp16\n",
               static_cast<unsigned long long>(info.file_bytes), j["bits_per_element"].get<double>(),
