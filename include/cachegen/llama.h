@@ -42,6 +42,7 @@
 #include "cachegen/container.h"
 #include "cachegen/half.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/transform.h"
 
 struct llama_model;
 struct llama_context;
@@ -241,14 +242,32 @@ struct CgkvLevel {
   // Uniform `bits` for every layer, K and V (layer_groups = 1).
   static CgkvLevel bits(int bits, size_t group_size = 32);
   static CgkvLevel exact();
+  // A quality level (docs/QUALITY_LEVELS.md): lossless = exact(); the others
+  // quality_level_config(level, shape, rope): keys pre-RoPE, layer 0 recomputed from the token
+  // ids (restoring then needs the model), groups of 256, per-layer K/V bits.
+  static CgkvLevel quality(QualityLevel level, const ModelShape& shape, const RopeParams& rope);
 };
+
+// The model's RoPE as llama.cpp applies it to keys: {arch}.rope.freq_base,
+// {arch}.rope.dimension_count, the rope type (NEOX or not), the trained frequency scale.
+RopeParams model_rope_params(const Model& model);
+// The container shape the bridge uses for a model (every layer attention, its KV heads and
+// head_dim): what CgkvLevel::quality needs.
+ModelShape model_cache_shape(const Model& model);
 
 // Serialises a snapshot with `identity` recorded as the model (pass snapshot.model for
 // captures; a partial identity for state files packed without a model). Throws
 // invalid_argument for an empty state, several streams with cells, unequal K/V widths, a
-// lossless level on non-f16 K/V, or an invalid KVCacheConfig.
+// lossless level on non-f16 K/V, or an invalid KVCacheConfig. A config with keys pre-RoPE
+// gets rope_position_offset = the first cell's position; where pre-RoPE cannot be honoured
+// (cells not one run of consecutive positions, or no identity splitting rows into heads) keys
+// are stored as given. Recomputed layers (bits 0) need one token id per cell; without them the
+// layer is stored with the next stored layer's bits.
 std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIdentity& identity,
                                       const CgkvLevel& level);
+// The same at a quality level for a capture of `model` (identity and RoPE from the model).
+std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const Model& model,
+                                      QualityLevel level);
 
 // Rebuilds a snapshot from a file written by snapshot_to_cgkv: K/V decoded and converted back
 // to each layer's stored type (f16 from a lossless file: the exact bits), model identity from
@@ -256,7 +275,16 @@ std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIde
 // token_ids blob. Every blob is treated as hostile: a missing or malformed app_state, malformed
 // metadata JSON, or fields inconsistent with the container header throw corrupt_input /
 // truncated_input / unsupported_version naming the blob and field. `limits` bounds counts.
+// A file with recomputed layers (CgkvInfo::recomputed_layers) is refused with invalid_argument:
+// use the overload taking the model.
 KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits = {});
+// The same, rebuilding recomputed layers from the token ids with `model` (which must be the
+// file's model: identity compared, invalid_argument otherwise). Layer 0 alone: each distinct
+// token decoded alone at position 0 (RoPE is the identity there), its layer-0 K/V taken and K
+// rotated to the cell's position. Deeper recomputed layers: the tokens prefilled at the cells'
+// positions in a scratch context. Needs one token id per cell (corrupt_input otherwise).
+KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const Model& model,
+                            const ParseOptions& limits = {});
 
 // The model identity recorded in a file's metadata blob (std::nullopt when there is none).
 std::optional<ModelIdentity> cgkv_model_identity(const CgkvReader& reader);

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "cachegen/llama.h"
@@ -19,5 +21,10 @@ KvSnapshot decode_app_state(std::span<const uint8_t> bytes, const ParseOptions& 
 // metadata_json: {"format":"cachegen.llama","version":1,"architecture",...} (UTF-8 JSON).
 std::vector<uint8_t> encode_metadata(const ModelIdentity& identity, const KvSnapshot& snapshot);
 ModelIdentity decode_metadata(std::span<const uint8_t> bytes);
+
+// K and V (fp32 [n_cells, row width]) of the layers a file marks recomputed, rebuilt from the
+// snapshot's token ids and cells with the model (src/llama/cgkv_recompute.cpp).
+using RecomputedKv = std::map<size_t, std::pair<std::vector<float>, std::vector<float>>>;
+RecomputedKv recompute_layers(const Model& model, const KvSnapshot& snapshot, const CgkvInfo& info);
 
 }  // namespace cachegen::llama::detail

@@ -80,20 +80,51 @@ std::vector<uint8_t> write_lossless(const KvStream& stream, const ModelShape& sh
   return write_cgkv_lossless(shape, kv, n, level.lossless_chunk_tokens, blobs, level.zstd_level);
 }
 
-std::vector<uint8_t> write_quantized(const KvStream& stream, const ModelShape& shape,
+// The level's config adapted to this snapshot: pre-RoPE only with a real head split and one run
+// of positions (offset = the first cell's position); recomputed layers only with one token id
+// per cell (else stored with the next stored layer's bits).
+KVCacheConfig snapshot_config(const KvSnapshot& s, const KvStream& stream, const ModelShape& shape,
+                              const ModelIdentity& id, KVCacheConfig c) {
+  if (c.key_pre_rope) {
+    bool run = true;
+    for (size_t i = 0; i < stream.cells.size(); ++i) {
+      run = run && int64_t{stream.cells[i].pos} == int64_t{stream.cells[0].pos} + int64_t(i);
+    }
+    const bool heads_known =
+        id.head_dim > 0 && static_cast<uint32_t>(shape.head_dim) == id.head_dim;
+    if (run && heads_known && stream.cells[0].pos >= 0) {
+      c.rope_position_offset = stream.cells[0].pos;
+    } else {
+      c.key_pre_rope = false;
+    }
+  }
+  if (s.tokens.size() != stream.cells.size()) {
+    for (size_t i = 0; i < c.layer_bits.size(); ++i) {
+      if (c.layer_bits[i] != 0) continue;
+      size_t j = i;
+      while (j < c.layer_bits.size() && c.layer_bits[j] == 0) ++j;
+      const bool any = j < c.layer_bits.size();
+      c.layer_bits[i] = any ? c.layer_bits[j] : 8;
+      if (!c.value_layer_bits.empty()) c.value_layer_bits[i] = any ? c.value_layer_bits[j] : 8;
+    }
+  }
+  return c;
+}
+
+std::vector<uint8_t> write_quantized(const KvSnapshot& s, const KvStream& stream,
+                                     const ModelShape& shape, const ModelIdentity& id,
                                      const CgkvLevel& level, std::span<const CgkvBlob> blobs) {
-  KVCache cache = KVCacheBuilder::for_model(shape, level.quantized);
+  KVCache cache =
+      KVCacheBuilder::for_model(shape, snapshot_config(s, stream, shape, id, level.quantized));
   const size_t n = stream.cells.size();
   for (size_t il = 0; il < stream.layers.size(); ++il) {
-    const std::vector<float> k = layer_k_float(stream.layers[il]);
-    const std::vector<float> v = layer_v_float(stream.layers[il]);
+    const bool stored = !cache.layers[il].recomputed();
+    const std::vector<float> k = stored ? layer_k_float(stream.layers[il]) : std::vector<float>();
+    const std::vector<float> v = stored ? layer_v_float(stream.layers[il]) : std::vector<float>();
     const auto view = [&](const std::vector<float>& x) {
-      return KVBlockView{x.data(),
-                         KVDType::f32,
-                         static_cast<size_t>(shape.n_kv_heads),
-                         n,
-                         static_cast<size_t>(shape.head_dim),
-                         true};
+      return KVBlockView{stored ? x.data() : nullptr,           KVDType::f32,
+                         static_cast<size_t>(shape.n_kv_heads), n,
+                         static_cast<size_t>(shape.head_dim),   true};
     };
     cache.layers[il].append(view(k), view(v));
   }
@@ -185,7 +216,7 @@ std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIde
   const ModelShape shape = container_shape(stream, identity, arch);
   const std::vector<CgkvBlob> blobs = make_blobs(snapshot, identity);
   return level.lossless ? write_lossless(stream, shape, level, blobs)
-                        : write_quantized(stream, shape, level, blobs);
+                        : write_quantized(snapshot, stream, shape, identity, level, blobs);
 }
 
 std::optional<ModelIdentity> cgkv_model_identity(const CgkvReader& reader) {
@@ -194,7 +225,10 @@ std::optional<ModelIdentity> cgkv_model_identity(const CgkvReader& reader) {
   return detail::decode_metadata(*meta);
 }
 
-KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits) {
+namespace {
+
+KvSnapshot decode_snapshot(const CgkvReader& reader, const ParseOptions& limits,
+                           const Model* model) {
   const auto app = reader.read_blob(static_cast<uint32_t>(BlobKind::app_state));
   if (!app) {
     corrupt("no app_state blob (kind 3): the file was not written from a llama.cpp state");
@@ -208,6 +242,18 @@ KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits
   const CgkvInfo& info = reader.info();
   check_against_header(stream, info);
 
+  const std::vector<int> recomputed = info.recomputed_layers();
+  detail::RecomputedKv rebuilt;
+  if (!recomputed.empty()) {
+    if (model == nullptr) {
+      std::string list;
+      for (int l : recomputed) list += (list.empty() ? "" : ", ") + std::to_string(l);
+      invalid("layer(s) " + list +
+              " of this file are recomputed from the token ids, not stored: restoring needs the "
+              "model (cgkv_to_snapshot(reader, model); `cachegen llama unpack --model M.gguf`)");
+    }
+    rebuilt = detail::recompute_layers(*model, s, info);
+  }
   const size_t n = stream.cells.size();
   const size_t row = static_cast<size_t>(info.n_kv_heads) * static_cast<size_t>(info.head_dim);
   const std::vector<Half> kv = reader.read_tokens(0, n);
@@ -224,7 +270,11 @@ KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits
         std::memcpy(data.data(), src, n * row * sizeof(Half));
         continue;
       }
-      for (size_t i = 0; i < values.size(); ++i) values[i] = half_to_float(src[i]);
+      if (const auto it = rebuilt.find(il); it != rebuilt.end()) {
+        values = kind == 0 ? it->second.first : it->second.second;
+      } else {
+        for (size_t i = 0; i < values.size(); ++i) values[i] = half_to_float(src[i]);
+      }
       if (kind == 0) {
         set_layer_k_float(l, values);
       } else {
@@ -233,6 +283,17 @@ KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits
     }
   }
   return s;
+}
+
+}  // namespace
+
+KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits) {
+  return decode_snapshot(reader, limits, nullptr);
+}
+
+KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const Model& model,
+                            const ParseOptions& limits) {
+  return decode_snapshot(reader, limits, &model);
 }
 
 }  // namespace cachegen::llama

@@ -20,6 +20,7 @@
 #include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
+#include "cachegen/transform.h"
 
 namespace cachegen::cli {
 namespace {
@@ -145,37 +146,83 @@ size_t kv_elements(const llama::KvSnapshot& s) {
   return n;
 }
 
-// The level chosen by --lossless / --bits / --group-size.
-llama::CgkvLevel make_level(bool lossless, int bits, size_t group_size, size_t chunk_tokens) {
-  llama::CgkvLevel level =
-      lossless ? llama::CgkvLevel::exact() : llama::CgkvLevel::bits(bits, group_size);
-  if (chunk_tokens != 0) {
-    level.lossless_chunk_tokens = chunk_tokens;
-    level.quantized.block_tokens = chunk_tokens;
-  }
-  return level;
-}
-
-std::string level_name(bool lossless, int bits) {
-  return lossless ? std::string("lossless") : std::to_string(bits) + "-bit";
-}
-
 struct LevelArgs {
+  std::string level = "high";  // lossless | high | medium | low (unless --bits / --lossless)
   bool lossless = false;
   int bits = 6;
+  CLI::Option* bits_opt = nullptr;
   size_t group_size = 32;
   size_t chunk_tokens = 0;  // 0: the level's default
 };
 
+QualityLevel parse_level(const std::string& name) {
+  for (QualityLevel l :
+       {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
+    if (name == quality_level_name(l)) return l;
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "--level must be lossless, high, medium or low, not '" + name + "'");
+}
+
+bool uses_bits(const LevelArgs& a) {
+  return a.bits_opt != nullptr && a.bits_opt->count() > 0;
+}
+
+std::string level_name(const LevelArgs& a) {
+  if (a.lossless) return "lossless";
+  if (uses_bits(a)) return std::to_string(a.bits) + "-bit";
+  return "level " + a.level;
+}
+
+// The level chosen by --lossless / --bits / --level. `model` (may be null) gives the shape and
+// RoPE of the quality levels; without it they are stored without pre-RoPE keys and without
+// recomputed layers (both need the model), which the caller reports.
+llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers) {
+  llama::CgkvLevel level;
+  if (a.lossless || (!uses_bits(a) && parse_level(a.level) == QualityLevel::lossless)) {
+    level = llama::CgkvLevel::exact();
+  } else if (uses_bits(a)) {
+    level = llama::CgkvLevel::bits(a.bits, a.group_size);
+  } else if (model != nullptr) {
+    level = llama::CgkvLevel::quality(parse_level(a.level), llama::model_cache_shape(*model),
+                                      llama::model_rope_params(*model));
+  } else {
+    ModelShape shape;
+    shape.n_layers = static_cast<int>(n_layers);
+    shape.n_kv_heads = shape.head_dim = 1;
+    RopeParams rope;
+    rope.n_rot = 0;
+    level = llama::CgkvLevel::quality(parse_level(a.level), shape, rope);
+    KVCacheConfig& c = level.quantized;
+    c.key_pre_rope = false;
+    // No model to recompute with: a recomputed layer is stored with the next layer's bits.
+    for (size_t i = 0; i < c.layer_bits.size(); ++i) {
+      if (c.layer_bits[i] != 0) continue;
+      const size_t j = std::min(i + 1, c.layer_bits.size() - 1);
+      c.layer_bits[i] = c.layer_bits[j] != 0 ? c.layer_bits[j] : 8;
+      c.value_layer_bits[i] = c.value_layer_bits[j] != 0 ? c.value_layer_bits[j] : 8;
+    }
+  }
+  if (a.chunk_tokens != 0) {
+    level.lossless_chunk_tokens = a.chunk_tokens;
+    level.quantized.block_tokens = a.chunk_tokens;
+  }
+  return level;
+}
+
 void add_level_options(CLI::App* cmd, LevelArgs& a) {
-  CLI::Option* bits = cmd->add_option("--bits", a.bits, "quantization bits for K and V (1..8)")
-                          ->capture_default_str();
-  cmd->add_flag("--lossless", a.lossless, "store the exact f16 K/V (byte planes + zstd)")
-      ->excludes(bits);
-  cmd->add_option("--group-size", a.group_size, "tokens per quantization group")
+  cmd->add_option("--level", a.level,
+                  "quality level: lossless, high (KL below q8_0), medium, low (KL below q4_0); "
+                  "docs/QUALITY_LEVELS.md")
+      ->capture_default_str();
+  a.bits_opt = cmd->add_option("--bits", a.bits,
+                               "uniform quantization bits for K and V (1..8) instead of a level");
+  cmd->add_flag("--lossless", a.lossless, "store the exact f16 K/V (same as --level lossless)")
+      ->excludes(a.bits_opt);
+  cmd->add_option("--group-size", a.group_size, "tokens per quantization group (with --bits)")
       ->capture_default_str();
   cmd->add_option("--chunk-tokens", a.chunk_tokens,
-                  "tokens per container chunk (a multiple of --group-size when quantized; "
+                  "tokens per container chunk (a multiple of the group size when quantized; "
                   "default: 256 quantized, 1024 lossless)");
 }
 
@@ -198,10 +245,16 @@ void add_pack(CLI::App& llama_cmd) {
     const std::vector<uint8_t> bytes = read_file(a->in);
     llama::ModelIdentity identity;
     llama::ParseOptions options;
+    std::unique_ptr<llama::Model> model;
     if (!a->model.empty()) {
-      const llama::Model model(a->model);
-      identity = model.identity();
-      options.cell_ext = model.cell_ext();
+      model = std::make_unique<llama::Model>(a->model);
+      identity = model->identity();
+      options.cell_ext = model->cell_ext();
+    } else if (!a->level.lossless && !uses_bits(a->level) && a->level.level != "lossless") {
+      std::fprintf(stderr,
+                   "note: without --model, level %s stores keys as given and stores layer 0 "
+                   "instead of recomputing it (both need the model): larger, lower quality\n",
+                   a->level.level.c_str());
     }
     const llama::KvSnapshot s = llama::parse_state_file(bytes, options);
     if (a->model.empty()) {
@@ -209,8 +262,7 @@ void add_pack(CLI::App& llama_cmd) {
       identity.n_layer = static_cast<uint32_t>(s.data_stream().layers.size());
     }
     const std::vector<uint8_t> out = llama::snapshot_to_cgkv(
-        s, identity,
-        make_level(a->level.lossless, a->level.bits, a->level.group_size, a->level.chunk_tokens));
+        s, identity, make_level(a->level, model.get(), s.data_stream().layers.size()));
     write_file(a->out, out);
     const size_t elements = kv_elements(s);
     std::printf(
@@ -219,7 +271,7 @@ void add_pack(CLI::App& llama_cmd) {
         s.kind == llama::StateKind::sequence ? "sequence" : "session", s.tokens.size(), s.n_cells(),
         bytes.size(), out.size(),
         static_cast<double>(bytes.size()) / static_cast<double>(out.size()),
-        level_name(a->level.lossless, a->level.bits).c_str(),
+        level_name(a->level).c_str(),
         8.0 * static_cast<double>(out.size()) / static_cast<double>(elements),
         static_cast<double>(elements * 2) / static_cast<double>(out.size()));
   });
@@ -227,16 +279,22 @@ void add_pack(CLI::App& llama_cmd) {
 
 void add_unpack(CLI::App& llama_cmd) {
   struct Args {
-    std::string in, out;
+    std::string in, out, model;
   };
   auto* a = new Args;
   CLI::App* cmd = llama_cmd.add_subcommand(
       "unpack", "rebuild a llama.cpp state file from a .cgkv written by pack (or demo)");
   cmd->add_option("CGKV", a->in, "the .cgkv file")->required();
   cmd->add_option("-o,--output", a->out, "the state file to write")->required();
+  cmd->add_option("--model", a->model,
+                  "GGUF model that wrote the state: needed when the file recomputes layers "
+                  "(quality levels recompute layer 0 from the token ids)");
   cmd->callback([a] {
     const CgkvReader reader = CgkvReader::open_file(a->in);
-    const llama::KvSnapshot s = llama::cgkv_to_snapshot(reader);
+    std::unique_ptr<llama::Model> model;
+    if (!a->model.empty()) model = std::make_unique<llama::Model>(a->model);
+    const llama::KvSnapshot s =
+        model ? llama::cgkv_to_snapshot(reader, *model) : llama::cgkv_to_snapshot(reader);
     const std::vector<uint8_t> bytes = llama::build_state_file(s);
     write_file(a->out, bytes);
     std::printf(
@@ -311,13 +369,12 @@ void add_demo(CLI::App& llama_cmd) {
                                     ("cachegen_demo_" + std::to_string(::getpid()) + ".cgkv"))
                                        .string();
     const auto t0 = std::chrono::steady_clock::now();
-    write_file(path,
-               llama::snapshot_to_cgkv(snap, snap.model,
-                                       make_level(a->level.lossless, a->level.bits,
-                                                  a->level.group_size, a->level.chunk_tokens)));
+    write_file(path, llama::snapshot_to_cgkv(
+                         snap, snap.model,
+                         make_level(a->level, &model, snap.data_stream().layers.size())));
     const auto t1 = std::chrono::steady_clock::now();
     const CgkvReader reader = CgkvReader::open_file(path);
-    const llama::KvSnapshot back = llama::cgkv_to_snapshot(reader);
+    const llama::KvSnapshot back = llama::cgkv_to_snapshot(reader, model);
     llama::Context restored(model, cs);
     llama::restore_seq_state(restored, back);
     const auto t2 = std::chrono::steady_clock::now();
@@ -330,7 +387,7 @@ void add_demo(CLI::App& llama_cmd) {
     std::printf(
         "wrote %s: %.0f bytes, %s, %.3f bits/element, %.2fx smaller than fp16 K/V (%zu bytes), "
         "state bytes %zu; write %.1f ms, read+restore %.1f ms\n",
-        path.c_str(), file_bytes, level_name(a->level.lossless, a->level.bits).c_str(),
+        path.c_str(), file_bytes, level_name(a->level).c_str(),
         8 * file_bytes / static_cast<double>(elements),
         static_cast<double>(elements * 2) / file_bytes, elements * 2,
         llama::build_state(snap).size(), ms(t1 - t0), ms(t2 - t1));
