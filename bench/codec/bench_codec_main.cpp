@@ -1,4 +1,4 @@
-//   bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time SECONDS]
+//   bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time SECONDS] [--filter REGEX]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,9 +17,12 @@ int main(int argc, char** argv) {
       o.bits = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) {
       o.min_time_s = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
+      o.filter = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time S]\n");
+                   "usage: bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time S] "
+                   "[--filter REGEX]\n");
       return 2;
     }
   }

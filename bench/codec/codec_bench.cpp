@@ -164,8 +164,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
 
   std::string min_time = "--benchmark_min_time=" + std::to_string(o.min_time_s);
   char arg0[] = "bench_codec";
-  char* argv[] = {arg0, min_time.data(), nullptr};
-  int argc = 2;
+  std::string filter = "--benchmark_filter=" + o.filter;
+  char* argv[] = {arg0, min_time.data(), filter.data(), nullptr};
+  int argc = o.filter.empty() ? 2 : 3;
   const auto r = run_benchmarks(&argc, argv, o.json);
   set_thread_count(0);
   benchmark::ClearRegisteredBenchmarks();

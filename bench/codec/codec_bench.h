@@ -18,6 +18,7 @@ struct CodecBenchOptions {
   int bits = 3;           // quantization bits (1..8)
   size_t group_size = 32;
   double min_time_s = 0.2;  // Google Benchmark's minimum time per benchmark
+  std::string filter;       // Google Benchmark regex; empty = all (for profiling one path)
 };
 
 // Returns a process exit status (0 on success); prints to stdout. Throws cachegen::Error for

@@ -7,6 +7,7 @@
 namespace cachegen::detail {
 namespace {
 
+constexpr uint32_t kMaxLog2Table = 1u << kMaxPrecision;
 constexpr int kKindBits = 2, kPrecisionBits = 4, kEgOrderBits = 2;
 
 // Normalises counts to frequencies summing to 2^t, every present symbol >= 1. Deterministic
@@ -100,7 +101,8 @@ int max_table_precision(size_t n_rows) {
   return t > kMaxPrecision ? kMaxPrecision : t;
 }
 
-uint32_t log2_fixed(uint32_t v) {
+namespace {
+uint32_t log2_fixed_compute(uint32_t v) {
   // Integer part from the bit length, then 16 fractional bits by repeated squaring of the
   // mantissa held in 1.31 fixed point.
   int ip = 31 - __builtin_clz(v);
@@ -114,6 +116,22 @@ uint32_t log2_fixed(uint32_t v) {
     }
   }
   return (static_cast<uint32_t>(ip) << 16) | frac;
+}
+
+// The model search evaluates log2 of every candidate frequency at every precision: a table
+// of the same integer results makes it a load instead of 16 squarings.
+struct Log2Table {
+  uint32_t v[kMaxLog2Table + 1];
+  Log2Table() {
+    v[0] = 0;
+    for (uint32_t i = 1; i <= kMaxLog2Table; ++i) v[i] = log2_fixed_compute(i);
+  }
+};
+}  // namespace
+
+uint32_t log2_fixed(uint32_t v) {
+  static const Log2Table table;
+  return v <= kMaxLog2Table ? table.v[v] : log2_fixed_compute(v);
 }
 
 uint32_t table_order_symbol(ChannelKind kind, uint32_t index, int bits) {

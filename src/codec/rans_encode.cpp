@@ -6,45 +6,77 @@
 
 namespace cachegen::detail {
 
+namespace {
+
+// One (channel, symbol) pair as the encoder uses it. The division x / f is a multiply by a
+// rounded-up reciprocal: with m = ceil(2^44 / f), floor(x * m / 2^44) == floor(x / f) for every
+// x < 2^32 and f <= 2^12 (the error x * (m - 2^44/f) / 2^44 stays below 2^-12 <= 1/f, less
+// than the distance from x / f to the next integer). Encoding is then
+// x' = x + start + q * (2^p - f), which equals (q << p) + (x mod f) + start.
+struct EncSymbol {
+  uint64_t rcp;    // ceil(2^44 / f)
+  uint32_t x_max;  // renormalise while x >= x_max
+  uint32_t bias;   // start
+  uint32_t cmpl;   // 2^p - f
+  uint32_t pad;
+};
+
+}  // namespace
+
 void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                  std::span<const ChannelTable> channels, int precision, int n_lanes,
                  std::vector<uint8_t>& out) {
   const size_t n = symbols.size();
-  // Per channel, per symbol: frequency and start already scaled to the stream precision.
   const size_t n_syms = channels.empty() ? 0 : channels[0].freq.size();
-  std::vector<uint32_t> freq(dim * n_syms), start(dim * n_syms);
+  const uint64_t x_max_unit = static_cast<uint64_t>(kRansLow >> precision) << 16;
+  std::vector<EncSymbol> table(dim * n_syms);
   for (size_t c = 0; c < dim; ++c) {
     const int up = precision - channels[c].t;
     for (size_t s = 0; s < n_syms; ++s) {
-      freq[c * n_syms + s] = static_cast<uint32_t>(channels[c].freq[s]) << up;
-      start[c * n_syms + s] = static_cast<uint32_t>(channels[c].cum[s]) << up;
+      EncSymbol& e = table[c * n_syms + s];
+      const uint32_t f = static_cast<uint32_t>(channels[c].freq[s]) << up;
+      if (f == 0) {
+        e = EncSymbol{0, 0, 0, 0, 0};  // absent: never coded
+        continue;
+      }
+      e.rcp = ((uint64_t{1} << 44) + f - 1) / f;
+      // x_max_unit * f <= 2^32; keep it in 32 bits by saturating (x < 2^32 always).
+      const uint64_t x_max = x_max_unit * f;
+      e.x_max = x_max >= (uint64_t{1} << 32) ? UINT32_MAX : static_cast<uint32_t>(x_max);
+      e.bias = static_cast<uint32_t>(channels[c].cum[s]) << up;
+      e.cmpl = (1u << precision) - f;
     }
   }
   uint32_t x[kMaxLanes];
   for (int l = 0; l < n_lanes; ++l) x[l] = kRansLow;
-  std::vector<uint16_t> reversed_words;
-  reversed_words.reserve(n / 2 + 16);
-  const uint64_t x_max_unit = static_cast<uint64_t>(kRansLow >> precision) << 16;
+  // Words are written backwards into a buffer of the worst-case size (one word per element)
+  // and then copied once, already in decoding order.
+  std::vector<uint16_t> words(n + 1);
+  size_t w_pos = words.size();
   size_t lane = n == 0 ? 0 : (n - 1) % static_cast<size_t>(n_lanes);
   size_t channel = n == 0 ? 0 : (n - 1) % dim;
   for (size_t i = n; i-- > 0;) {
-    const size_t k = channel * n_syms + symbols[i];
-    const uint32_t f = freq[k];
+    const EncSymbol& e = table[channel * n_syms + symbols[i]];
     uint32_t s = x[lane];
-    if (s >= x_max_unit * f) {
-      reversed_words.push_back(static_cast<uint16_t>(s));
+    // x_max == UINT32_MAX stands for 2^32 (f = 2^p): s never reaches it.
+    if (s >= e.x_max && e.x_max != UINT32_MAX) {
+      words[--w_pos] = static_cast<uint16_t>(s);
       s >>= 16;
     }
-    x[lane] = ((s / f) << precision) + (s % f) + start[k];
+    const uint32_t q = static_cast<uint32_t>((static_cast<unsigned __int128>(s) * e.rcp) >> 44);
+    x[lane] = s + e.bias + q * e.cmpl;
     lane = lane == 0 ? static_cast<size_t>(n_lanes) - 1 : lane - 1;
     channel = channel == 0 ? dim - 1 : channel - 1;
   }
-  for (int l = 0; l < n_lanes; ++l) {
-    for (int b = 0; b < 4; ++b) out.push_back(static_cast<uint8_t>(x[l] >> (8 * b)));
-  }
-  for (size_t w = reversed_words.size(); w-- > 0;) {
-    out.push_back(static_cast<uint8_t>(reversed_words[w]));
-    out.push_back(static_cast<uint8_t>(reversed_words[w] >> 8));
+  const size_t n_words = words.size() - w_pos;
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(n_lanes) * 4 + n_words * 2);
+  uint8_t* o = out.data() + at;
+  for (int l = 0; l < n_lanes; ++l)
+    for (int b = 0; b < 4; ++b) *o++ = static_cast<uint8_t>(x[l] >> (8 * b));
+  for (size_t w = w_pos; w < words.size(); ++w) {
+    *o++ = static_cast<uint8_t>(words[w]);
+    *o++ = static_cast<uint8_t>(words[w] >> 8);
   }
 }
 

@@ -201,6 +201,9 @@ DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,
 }
 
 void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& s, const uint8_t* is_delta) {
+  // Raw-code channels are their own codes: a stream without delta channels (the common case
+  // on real KV) needs no pass at all.
+  if (std::none_of(is_delta, is_delta + s.dim, [](uint8_t d) { return d != 0; })) return;
   symbols_to_codes(symbols, s.n_rows, s.dim, s.bits, s.group_size, s.scale, s.zero, is_delta,
                    symbols);
 }
