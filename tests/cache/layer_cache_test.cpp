@@ -19,7 +19,7 @@ using test::view;
 constexpr size_t kHeads = 4, kDim = 8, kTokens = 512;
 
 bool same_half(const std::vector<Half>& a, const std::vector<Half>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 2) == 0);
 }
 
 // Appends tokens in the given call sizes (cycled until all are in).
@@ -93,6 +93,7 @@ TEST(LayerCache, FetchRangeMatchesFullFetch) {
   for (auto [a, b] : {std::pair<size_t, size_t>{0, 1}, {63, 65}, {100, 300}, {500, 512}, {5, 5}}) {
     const std::vector<Half> part = c.fetch_values(a, b);
     ASSERT_EQ(part.size(), kHeads * (b - a) * kDim);
+    if (part.empty()) continue;  // memcmp's pointers must not be null, even for 0 bytes
     for (size_t h = 0; h < kHeads; ++h) {
       ASSERT_EQ(0, std::memcmp(part.data() + h * (b - a) * kDim,
                                all.data() + (h * kTokens + a) * kDim, (b - a) * kDim * 2));
@@ -112,7 +113,7 @@ TEST(LayerCache, TrimCorrectsCountersAndContent) {
     ASSERT_EQ(c.n_tokens(), n);
     const std::vector<Half> after = c.fetch_keys();
     ASSERT_EQ(after.size(), kHeads * n * kDim);
-    for (size_t h = 0; h < kHeads; ++h) {
+    for (size_t h = 0; h < kHeads && n > 0; ++h) {
       ASSERT_EQ(0, std::memcmp(after.data() + h * n * kDim, before.data() + h * kTokens * kDim,
                                n * kDim * 2))
           << "trim " << trim;
