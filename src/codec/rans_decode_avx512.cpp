@@ -9,8 +9,8 @@ namespace cachegen::detail {
 namespace {
 
 inline __m512i decode16(__m512i x, const uint32_t* base, const uint32_t* shift,
-                        const DecodeTables& t, __m128i p, __m512i mask, RansDecodeState& st,
-                        uint8_t* out) {
+                        const DecodeTables& t, __m128i p, __m512i mask, const uint16_t* words,
+                        size_t& cursor, uint8_t* out) {
   const __m512i slot = _mm512_and_si512(x, mask);
   const __m512i sh = _mm512_loadu_si512(shift);
   const __m512i idx = _mm512_add_epi32(_mm512_loadu_si512(base), _mm512_srlv_epi32(slot, sh));
@@ -24,28 +24,32 @@ inline __m512i decode16(__m512i x, const uint32_t* base, const uint32_t* shift,
                        _mm512_sub_epi32(slot, start));
   const __mmask16 renorm =
       _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(kRansLow)));
-  const __m512i words = _mm512_cvtepu16_epi32(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.words + st.cursor)));
-  const __m512i w = _mm512_maskz_expand_epi32(renorm, words);
+  const __m512i w16 =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + cursor)));
+  const __m512i w = _mm512_maskz_expand_epi32(renorm, w16);
   x = _mm512_mask_mov_epi32(x, renorm, _mm512_or_si512(_mm512_slli_epi32(x, 16), w));
-  st.cursor += static_cast<size_t>(__builtin_popcount(renorm));
+  cursor += static_cast<size_t>(__builtin_popcount(renorm));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(e));
   return x;
 }
 
-// Renormalises 16 lanes: lanes below 2^16 take the next words in lane order.
-inline __m512i renorm16(__m512i x, RansDecodeState& st) {
+// Renormalises 16 lanes: lanes below 2^16 take the next words in lane order. The cursor is
+// a local of the caller: kept in st, every symbol store (uint8_t aliases everything) would
+// force it through memory on the loop's critical path.
+inline __m512i renorm16(__m512i x, const uint16_t* words, size_t& cursor) {
   const __mmask16 renorm =
       _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(kRansLow)));
-  const __m512i words = _mm512_cvtepu16_epi32(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.words + st.cursor)));
-  const __m512i w = _mm512_maskz_expand_epi32(renorm, words);
-  st.cursor += static_cast<size_t>(__builtin_popcount(renorm));
+  const __m512i w16 =
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + cursor)));
+  const __m512i w = _mm512_maskz_expand_epi32(renorm, w16);
+  cursor += static_cast<size_t>(__builtin_popcount(renorm));
   return _mm512_mask_mov_epi32(x, renorm, _mm512_or_si512(_mm512_slli_epi32(x, 16), w));
 }
 
 // Search kernel for alphabets of NT + 1 <= 16 symbols: all 32 slots as one vector of u16,
-// compared against the lanes' cumulative starts (no table lookups, no gathers).
+// compared against the lanes' cumulative starts (no table lookups, no gathers). Only the
+// start and end of each lane's interval feed the next state, so they are reduced as trees
+// (depth log2 NT) and the symbol count, which only feeds the store, runs off that chain.
 template <int NT>
 size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                      size_t end, uint8_t* symbols) {
@@ -53,39 +57,52 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
   if (pattern.period == 0) return begin;
   const __m128i p = _mm_cvtsi32_si128(tables.precision);
   const __m512i mask = _mm512_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
+  const __m512i low16 = _mm512_set1_epi32(0xffff);
   const __m512i top = _mm512_set1_epi16(static_cast<short>(1u << tables.precision));
   const __m512i one = _mm512_set1_epi16(1);
   __m512i x0 = _mm512_loadu_si512(st.x);
   __m512i x1 = _mm512_loadu_si512(st.x + 16);
+  const uint16_t* const words = st.words;
+  const size_t n_words = st.n_words;
+  size_t cursor = st.cursor;
   size_t i = begin, k = 0;
-  while (i + kMaxLanes <= end && st.cursor + kMaxLanes <= st.n_words) {
+  while (i + kMaxLanes <= end && cursor + kMaxLanes <= n_words) {
     const uint16_t* th = pattern.thresholds.data() + k * NT * kMaxLanes;
-    const __m512i s0 = _mm512_and_si512(x0, mask), s1 = _mm512_and_si512(x1, mask);
-    const __m512i slot = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(s0)),
-                                            _mm512_cvtepi32_epi16(s1), 1);
-    __m512i sym = _mm512_setzero_si512(), start = _mm512_setzero_si512(), stop = top;
+    // Lanes 0..15 in the even u16 positions, lanes 16..31 in the odd ones.
+    const __m512i slot = _mm512_or_si512(_mm512_and_si512(x0, mask),
+                                         _mm512_slli_epi32(_mm512_and_si512(x1, mask), 16));
+    __m512i lo[NT], hi[NT];
+    __m512i sym = _mm512_setzero_si512();
+#pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       const __m512i c = _mm512_loadu_si512(th + j * kMaxLanes);
       const __mmask32 ge = _mm512_cmpge_epu16_mask(slot, c);
+      lo[j] = _mm512_maskz_mov_epi16(ge, c);
+      hi[j] = _mm512_mask_mov_epi16(c, ge, top);
       sym = _mm512_mask_add_epi16(sym, ge, sym, one);
-      start = _mm512_mask_mov_epi16(start, ge, c);
-      stop = _mm512_mask_min_epu16(stop, static_cast<__mmask32>(~ge), stop, c);
     }
-    const __m512i f = _mm512_sub_epi16(stop, start);
-    const __m512i f0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(f));
-    const __m512i f1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(f, 1));
-    const __m512i c0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(start));
-    const __m512i c1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(start, 1));
-    x0 =
-        _mm512_add_epi32(_mm512_mullo_epi32(f0, _mm512_srl_epi32(x0, p)), _mm512_sub_epi32(s0, c0));
-    x1 =
-        _mm512_add_epi32(_mm512_mullo_epi32(f1, _mm512_srl_epi32(x1, p)), _mm512_sub_epi32(s1, c1));
-    x0 = renorm16(x0, st);
-    x1 = renorm16(x1, st);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(symbols + i), _mm512_cvtepi16_epi8(sym));
+#pragma GCC unroll 4
+    for (int w = 1; w < NT; w *= 2)
+#pragma GCC unroll 8
+      for (int j = 0; j + w < NT; j += 2 * w) {
+        lo[j] = _mm512_max_epu16(lo[j], lo[j + w]);
+        hi[j] = _mm512_min_epu16(hi[j], hi[j + w]);
+      }
+    const __m512i f = _mm512_sub_epi16(hi[0], lo[0]);
+    const __m512i d = _mm512_sub_epi16(slot, lo[0]);  // slot - start, < f
+    x0 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(f, low16), _mm512_srl_epi32(x0, p)),
+                          _mm512_and_si512(d, low16));
+    x1 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(f, 16), _mm512_srl_epi32(x1, p)),
+                          _mm512_srli_epi32(d, 16));
+    x0 = renorm16(x0, words, cursor);
+    x1 = renorm16(x1, words, cursor);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(symbols + i), _mm512_cvtepi32_epi8(sym));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(symbols + i + 16),
+                     _mm512_cvtepi32_epi8(_mm512_srli_epi32(sym, 16)));
     i += kMaxLanes;
     if (++k == pattern.period) k = 0;
   }
+  st.cursor = cursor;
   _mm512_storeu_si512(st.x, x0);
   _mm512_storeu_si512(st.x + 16, x1);
   return i;
@@ -113,15 +130,19 @@ size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_
   const __m512i mask = _mm512_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
   __m512i x0 = _mm512_loadu_si512(st.x);
   __m512i x1 = _mm512_loadu_si512(st.x + 16);
+  const uint16_t* const words = st.words;
+  const size_t n_words = st.n_words;
+  size_t cursor = st.cursor;
   size_t i = begin, k = 0;
-  while (i + kMaxLanes <= end && st.cursor + kMaxLanes <= st.n_words) {
+  while (i + kMaxLanes <= end && cursor + kMaxLanes <= n_words) {
     const uint32_t* base = pattern.base.data() + k * kMaxLanes;
     const uint32_t* shift = pattern.shift.data() + k * kMaxLanes;
-    x0 = decode16(x0, base, shift, tables, p, mask, st, symbols + i);
-    x1 = decode16(x1, base + 16, shift + 16, tables, p, mask, st, symbols + i + 16);
+    x0 = decode16(x0, base, shift, tables, p, mask, words, cursor, symbols + i);
+    x1 = decode16(x1, base + 16, shift + 16, tables, p, mask, words, cursor, symbols + i + 16);
     i += kMaxLanes;
     if (++k == pattern.period) k = 0;
   }
+  st.cursor = cursor;
   _mm512_storeu_si512(st.x, x0);
   _mm512_storeu_si512(st.x + 16, x1);
   return i;

@@ -1,6 +1,8 @@
 #include "codec/token_delta_transform.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace cachegen::detail {
@@ -48,22 +50,46 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
   std::vector<uint8_t> keep(dim);
   for (size_t c = 0; c < dim; ++c) keep[c] = is_delta[c] ? 0xff : 0;
   std::vector<uint8_t> pred(dim, static_cast<uint8_t>(1u << (bits - 1)));
-  for (size_t t = 0; t < n_rows; ++t) {
-    const uint8_t* in = symbols + t * dim;
-    uint8_t* out = codes + t * dim;
-    const uint8_t* p = pred.data();
-    if (t > 0 && t % group_size != 0) {
-      p = out - dim;
-    } else if (t > 0) {
-      const size_t g = t / group_size;
+  // Rows of dim % 8 == 0 and bits <= 7 go eight channels per 64-bit word: the sum of two
+  // values below 2^bits <= 128 never carries out of its byte.
+  const bool swar = dim % 8 == 0 && bits <= 7;
+  const uint64_t mask64 = 0x0101010101010101ull * mask;
+  const uint8_t* k = keep.data();
+  auto add_row = [&](const uint8_t* in, const uint8_t* p, uint8_t* out) {
+    for (size_t c = 0; c < dim; ++c) out[c] = static_cast<uint8_t>(in[c] + (p[c] & k[c])) & mask;
+  };
+  // Group by group: the row's position in its group is a loop counter, not a division.
+  for (size_t row0 = 0; row0 < n_rows; row0 += group_size) {
+    const size_t g = row0 / group_size;
+    if (g > 0) {
+      const uint8_t* prev = codes + (row0 - 1) * dim;
       for (size_t c = 0; c < dim; ++c) {
+        if (keep[c] == 0) continue;  // raw channel: its prediction is never used
         const size_t i = g * dim + c;
-        pred[c] = boundary_prediction((out - dim)[c], scale[i - dim], zero[i - dim], scale[i],
-                                      zero[i], bits);
+        pred[c] =
+            boundary_prediction(prev[c], scale[i - dim], zero[i - dim], scale[i], zero[i], bits);
       }
     }
-    const uint8_t* k = keep.data();
-    for (size_t c = 0; c < dim; ++c) out[c] = static_cast<uint8_t>(in[c] + (p[c] & k[c])) & mask;
+    const size_t rows = std::min(group_size, n_rows - row0);
+    if (swar) {
+      // Column of 8 channels by column: the running codes stay in a register (a row-by-row
+      // walk reloads the row just stored, a store-forwarding delay per row).
+      for (size_t c = 0; c < dim; c += 8) {
+        uint64_t acc, kk;
+        std::memcpy(&acc, pred.data() + c, 8);
+        std::memcpy(&kk, k + c, 8);
+        for (size_t t = row0; t < row0 + rows; ++t) {
+          uint64_t in;
+          std::memcpy(&in, symbols + t * dim + c, 8);
+          acc = ((acc & kk) + in) & mask64;
+          std::memcpy(codes + t * dim + c, &acc, 8);
+        }
+      }
+      continue;
+    }
+    add_row(symbols + row0 * dim, pred.data(), codes + row0 * dim);
+    for (size_t t = row0 + 1; t < row0 + rows; ++t)
+      add_row(symbols + t * dim, codes + (t - 1) * dim, codes + t * dim);
   }
 }
 
