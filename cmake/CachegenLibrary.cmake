@@ -49,6 +49,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/cachegenConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/cachegenConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cachegen)
 string(JOIN " " CACHEGEN_PC_PRIVATE_LIBS ${_pc_deps})
+file(RELATIVE_PATH CACHEGEN_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(cmake/cachegen.pc.in ${CMAKE_CURRENT_BINARY_DIR}/cachegen.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/cachegen.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 install(DIRECTORY tests/data/golden/ DESTINATION ${CMAKE_INSTALL_DATADIR}/cachegen/golden
