@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "cachegen/runtime.h"
 #include "codec/rans.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
@@ -150,20 +151,46 @@ SharedBatch parse_shared(std::span<const uint8_t> body, size_t body_offset, size
   return b;
 }
 
-// Decodes slice `i` and hands each of its heads' codes (real rows) to fn(head, codes).
+// Decodes every slice and hands each of its heads' codes (real rows) to fn(head, codes).
+// Each thread takes a contiguous run of slices and decodes them two at a time
+// (rans_decode_pair: independent payloads overlap in the core); the bytes do not depend on
+// the grouping.
 template <typename Fn>
 void decode_slices(const SharedBatch& b, Fn&& fn) {
   const size_t n = b.heads[0].n_rows * b.heads[0].dim;
-  parallel_for(b.slices.size(), [&](size_t i) {
+  const size_t n_slices = b.slices.size();
+  const size_t runs = std::min(n_slices, std::max<size_t>(1, thread_count()));
+  const size_t slice_elements = b.heads_per_slice * n;
+  auto slice_payload = [&](size_t i, uint8_t* symbols) {
     const size_t h0 = i * b.heads_per_slice;
     const size_t h1 = std::min(b.heads.size(), h0 + b.heads_per_slice);
-    uint8_t* symbols = scratch_bytes((h1 - h0) * n);
-    rans_decode(b.slices[i].payload, b.slices[i].offset, b.tables, b.heads[0].dim,
-                b.slices[i].n_lanes, std::span<uint8_t>(symbols, (h1 - h0) * n));
+    return RansPayload{b.slices[i].payload, b.slices[i].offset, b.slices[i].n_lanes,
+                       std::span<uint8_t>(symbols, (h1 - h0) * n)};
+  };
+  auto emit = [&](size_t i, uint8_t* symbols) {
+    const size_t h0 = i * b.heads_per_slice;
+    const size_t h1 = std::min(b.heads.size(), h0 + b.heads_per_slice);
     for (size_t h = h0; h < h1; ++h) {
       uint8_t* codes = symbols + (h - h0) * n;
       symbols_to_codes_in_place(codes, b.heads[h], b.is_delta.data());
       fn(h, codes);
+    }
+  };
+  parallel_for(runs, [&](size_t r) {
+    const size_t s0 = r * n_slices / runs, s1 = (r + 1) * n_slices / runs;
+    uint8_t* first = scratch_bytes((s1 - s0 >= 2 ? 2 : 1) * slice_elements);
+    uint8_t* second = first + slice_elements;
+    for (size_t i = s0; i < s1; i += 2) {
+      const RansPayload pa = slice_payload(i, first);
+      if (i + 1 < s1) {
+        rans_decode_pair(pa, slice_payload(i + 1, second), b.tables, b.heads[0].dim);
+        emit(i, first);
+        emit(i + 1, second);
+      } else {
+        rans_decode(pa.payload, pa.payload_offset, b.tables, b.heads[0].dim, pa.n_lanes,
+                    pa.symbols);
+        emit(i, first);
+      }
     }
   });
 }

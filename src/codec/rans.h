@@ -68,11 +68,27 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
 void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
                  const DecodeTables& tables, size_t dim, int n_lanes, std::span<uint8_t> symbols);
 
+// One payload of a pair decoded together.
+struct RansPayload {
+  std::span<const uint8_t> payload;
+  size_t payload_offset = 0;
+  int n_lanes = 0;
+  std::span<uint8_t> symbols;
+};
+// Decodes two independent payloads with the same tables and dim; same results and errors as
+// two rans_decode calls (a first, then b). Why: one payload's steps form one dependency chain
+// (state -> slot -> interval -> state, and the shared word cursor), which leaves an AVX-512
+// core mostly waiting; the second payload's steps fill those cycles.
+void rans_decode_pair(const RansPayload& a, const RansPayload& b, const DecodeTables& tables,
+                      size_t dim);
+
 // Kernel contract shared by every path: decode elements [begin, end) where begin is a multiple
 // of n_lanes, updating states and the word cursor. Returns the new cursor. Only full steps of
 // n_lanes elements whose words are all in bounds (cursor + n_lanes <= n_words) are decoded by
-// SIMD kernels; they return early at the first step that would not be, and the scalar kernel
-// (which checks every read) finishes.
+// SIMD kernels; they return early at the first step that would not be. rans_decode then runs
+// the kernel once more over a zero-padded copy of the few remaining words (kept only if it read
+// none of the padding, as every valid stream does), and the scalar kernel (which checks every
+// read) finishes whatever is left.
 struct RansDecodeState {
   uint32_t x[kMaxLanes];
   const uint16_t* words;  // may be unaligned: read through memcpy
@@ -87,5 +103,9 @@ size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t 
                         size_t end, uint8_t* symbols);
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols);
+// Two payloads from element 0 in lockstep up to `end` (or until either runs short of words);
+// returns the element index both reached. Declines (returns 0) where the single kernel would.
+size_t rans_decode_avx512_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTables& tables,
+                               size_t dim, size_t end, uint8_t* symbols_a, uint8_t* symbols_b);
 
 }  // namespace cachegen::detail

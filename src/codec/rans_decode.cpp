@@ -1,4 +1,5 @@
 // rANS decoding: table construction, the scalar reference kernel and path dispatch.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -87,8 +88,10 @@ void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t 
   }
 }
 
-void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
-                 const DecodeTables& tables, size_t dim, int n_lanes, std::span<uint8_t> symbols) {
+namespace {
+
+// Validates the payload's framing and loads the lane states.
+RansDecodeState start_decode(std::span<const uint8_t> payload, size_t payload_offset, int n_lanes) {
   const size_t state_bytes = static_cast<size_t>(n_lanes) * 4;
   if (payload.size() < state_bytes) {
     fail(ErrorCode::truncated_input,
@@ -115,18 +118,57 @@ void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
   st.words = reinterpret_cast<const uint16_t*>(payload.data() + state_bytes);
   st.n_words = (payload.size() - state_bytes) / 2;
   st.cursor = 0;
-  size_t done = 0;
-  const SimdPath path = simd_path();
-  if (n_lanes == kMaxLanes && path == SimdPath::avx512) {
-    done = rans_decode_avx512(st, tables, dim, 0, symbols.size(), symbols.data());
-  } else if (n_lanes == kMaxLanes && path == SimdPath::avx2) {
-    done = rans_decode_avx2(st, tables, dim, 0, symbols.size(), symbols.data());
+  return st;
+}
+
+using SimdKernel = size_t (*)(RansDecodeState&, const DecodeTables&, size_t, size_t, size_t,
+                              uint8_t*);
+
+SimdKernel simd_kernel(int n_lanes) {
+  if (n_lanes != kMaxLanes) return nullptr;
+  switch (simd_path()) {
+    case SimdPath::avx512:
+      return rans_decode_avx512;
+    case SimdPath::avx2:
+      return rans_decode_avx2;
+    default:
+      return nullptr;
   }
-  rans_decode_scalar(st, tables, dim, n_lanes, done, symbols.size(), symbols.data());
+}
+
+// Decodes [begin, n) of one payload: SIMD while its words allow, the last few steps through a
+// zero-padded copy of the remaining words (so SIMD kernels finish the stream instead of the
+// scalar kernel), and the scalar kernel for whatever is left; then checks the end state.
+void finish_decode(RansDecodeState& st, size_t payload_offset, size_t payload_size,
+                   const DecodeTables& tables, size_t dim, int n_lanes, size_t begin,
+                   std::span<uint8_t> symbols) {
+  const size_t n = symbols.size();
+  size_t done = begin;
+  if (const SimdKernel kernel = simd_kernel(n_lanes)) {
+    done = kernel(st, tables, dim, done, n, symbols.data());
+    const size_t left = st.n_words - st.cursor;
+    if (done < n && left < size_t{kMaxLanes}) {
+      // A valid stream never reads past its last word; if this attempt does, the stream is
+      // damaged and the scalar kernel redoes these steps to report it exactly.
+      uint16_t padded[2 * kMaxLanes] = {};
+      if (left > 0) std::memcpy(padded, st.words + st.cursor, left * 2);
+      RansDecodeState tail = st;
+      tail.words = padded;
+      tail.n_words = left + kMaxLanes;
+      tail.cursor = 0;
+      const size_t reached = kernel(tail, tables, dim, done, n, symbols.data());
+      if (tail.cursor <= left) {
+        std::memcpy(st.x, tail.x, sizeof(st.x));
+        st.cursor += tail.cursor;
+        done = reached;
+      }
+    }
+  }
+  rans_decode_scalar(st, tables, dim, n_lanes, done, n, symbols.data());
   if (st.cursor != st.n_words) {
     fail(ErrorCode::corrupt_input, "codec stream: " + std::to_string(st.n_words - st.cursor) +
                                        " unused rANS words before offset " +
-                                       std::to_string(payload_offset + payload.size()));
+                                       std::to_string(payload_offset + payload_size));
   }
   for (int l = 0; l < n_lanes; ++l) {
     if (st.x[l] != kRansLow) {
@@ -135,6 +177,28 @@ void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
                                          std::to_string(payload_offset) + " is corrupt)");
     }
   }
+}
+
+}  // namespace
+
+void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
+                 const DecodeTables& tables, size_t dim, int n_lanes, std::span<uint8_t> symbols) {
+  RansDecodeState st = start_decode(payload, payload_offset, n_lanes);
+  finish_decode(st, payload_offset, payload.size(), tables, dim, n_lanes, 0, symbols);
+}
+
+void rans_decode_pair(const RansPayload& a, const RansPayload& b, const DecodeTables& tables,
+                      size_t dim) {
+  RansDecodeState sa = start_decode(a.payload, a.payload_offset, a.n_lanes);
+  RansDecodeState sb = start_decode(b.payload, b.payload_offset, b.n_lanes);
+  size_t done = 0;
+  if (a.n_lanes == kMaxLanes && b.n_lanes == kMaxLanes && simd_path() == SimdPath::avx512) {
+    done =
+        rans_decode_avx512_pair(sa, sb, tables, dim, std::min(a.symbols.size(), b.symbols.size()),
+                                a.symbols.data(), b.symbols.data());
+  }
+  finish_decode(sa, a.payload_offset, a.payload.size(), tables, dim, a.n_lanes, done, a.symbols);
+  finish_decode(sb, b.payload_offset, b.payload.size(), tables, dim, b.n_lanes, done, b.symbols);
 }
 
 }  // namespace cachegen::detail

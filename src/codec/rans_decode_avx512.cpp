@@ -50,61 +50,105 @@ inline __m512i renorm16(__m512i x, const uint16_t* words, size_t& cursor) {
 // compared against the lanes' cumulative starts (no table lookups, no gathers). Only the
 // start and end of each lane's interval feed the next state, so they are reduced as trees
 // (depth log2 NT) and the symbol count, which only feeds the store, runs off that chain.
+struct SearchConstants {
+  __m128i p;
+  __m512i mask, low16, top, one;
+  explicit SearchConstants(int precision)
+      : p(_mm_cvtsi32_si128(precision)),
+        mask(_mm512_set1_epi32(static_cast<int>((1u << precision) - 1))),
+        low16(_mm512_set1_epi32(0xffff)),
+        top(_mm512_set1_epi16(static_cast<short>(1u << precision))),
+        one(_mm512_set1_epi16(1)) {}
+};
+
+// One step of 32 lanes (states x0 = lanes 0..15, x1 = lanes 16..31).
+template <int NT>
+inline void search_step(__m512i& x0, __m512i& x1, const uint16_t* th, const SearchConstants& k,
+                        const uint16_t* words, size_t& cursor, uint8_t* out) {
+  // Lanes 0..15 in the even u16 positions, lanes 16..31 in the odd ones.
+  const __m512i slot = _mm512_or_si512(_mm512_and_si512(x0, k.mask),
+                                       _mm512_slli_epi32(_mm512_and_si512(x1, k.mask), 16));
+  __m512i lo[NT], hi[NT];
+  __m512i sym = _mm512_setzero_si512();
+#pragma GCC unroll 16
+  for (int j = 0; j < NT; ++j) {
+    const __m512i c = _mm512_loadu_si512(th + j * kMaxLanes);
+    const __mmask32 ge = _mm512_cmpge_epu16_mask(slot, c);
+    lo[j] = _mm512_maskz_mov_epi16(ge, c);
+    hi[j] = _mm512_mask_mov_epi16(c, ge, k.top);
+    sym = _mm512_mask_add_epi16(sym, ge, sym, k.one);
+  }
+#pragma GCC unroll 4
+  for (int w = 1; w < NT; w *= 2)
+#pragma GCC unroll 8
+    for (int j = 0; j + w < NT; j += 2 * w) {
+      lo[j] = _mm512_max_epu16(lo[j], lo[j + w]);
+      hi[j] = _mm512_min_epu16(hi[j], hi[j + w]);
+    }
+  const __m512i f = _mm512_sub_epi16(hi[0], lo[0]);
+  const __m512i d = _mm512_sub_epi16(slot, lo[0]);  // slot - start, < f
+  x0 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(f, k.low16), _mm512_srl_epi32(x0, k.p)),
+                        _mm512_and_si512(d, k.low16));
+  x1 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(f, 16), _mm512_srl_epi32(x1, k.p)),
+                        _mm512_srli_epi32(d, 16));
+  x0 = renorm16(x0, words, cursor);
+  x1 = renorm16(x1, words, cursor);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(sym));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16),
+                   _mm512_cvtepi32_epi8(_mm512_srli_epi32(sym, 16)));
+}
+
 template <int NT>
 size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                      size_t end, uint8_t* symbols) {
   const ThresholdPattern pattern = make_threshold_pattern(tables, dim, begin);
   if (pattern.period == 0) return begin;
-  const __m128i p = _mm_cvtsi32_si128(tables.precision);
-  const __m512i mask = _mm512_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
-  const __m512i low16 = _mm512_set1_epi32(0xffff);
-  const __m512i top = _mm512_set1_epi16(static_cast<short>(1u << tables.precision));
-  const __m512i one = _mm512_set1_epi16(1);
+  const SearchConstants k(tables.precision);
   __m512i x0 = _mm512_loadu_si512(st.x);
   __m512i x1 = _mm512_loadu_si512(st.x + 16);
   const uint16_t* const words = st.words;
   const size_t n_words = st.n_words;
   size_t cursor = st.cursor;
-  size_t i = begin, k = 0;
+  size_t i = begin, step = 0;
   while (i + kMaxLanes <= end && cursor + kMaxLanes <= n_words) {
-    const uint16_t* th = pattern.thresholds.data() + k * NT * kMaxLanes;
-    // Lanes 0..15 in the even u16 positions, lanes 16..31 in the odd ones.
-    const __m512i slot = _mm512_or_si512(_mm512_and_si512(x0, mask),
-                                         _mm512_slli_epi32(_mm512_and_si512(x1, mask), 16));
-    __m512i lo[NT], hi[NT];
-    __m512i sym = _mm512_setzero_si512();
-#pragma GCC unroll 16
-    for (int j = 0; j < NT; ++j) {
-      const __m512i c = _mm512_loadu_si512(th + j * kMaxLanes);
-      const __mmask32 ge = _mm512_cmpge_epu16_mask(slot, c);
-      lo[j] = _mm512_maskz_mov_epi16(ge, c);
-      hi[j] = _mm512_mask_mov_epi16(c, ge, top);
-      sym = _mm512_mask_add_epi16(sym, ge, sym, one);
-    }
-#pragma GCC unroll 4
-    for (int w = 1; w < NT; w *= 2)
-#pragma GCC unroll 8
-      for (int j = 0; j + w < NT; j += 2 * w) {
-        lo[j] = _mm512_max_epu16(lo[j], lo[j + w]);
-        hi[j] = _mm512_min_epu16(hi[j], hi[j + w]);
-      }
-    const __m512i f = _mm512_sub_epi16(hi[0], lo[0]);
-    const __m512i d = _mm512_sub_epi16(slot, lo[0]);  // slot - start, < f
-    x0 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(f, low16), _mm512_srl_epi32(x0, p)),
-                          _mm512_and_si512(d, low16));
-    x1 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(f, 16), _mm512_srl_epi32(x1, p)),
-                          _mm512_srli_epi32(d, 16));
-    x0 = renorm16(x0, words, cursor);
-    x1 = renorm16(x1, words, cursor);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(symbols + i), _mm512_cvtepi32_epi8(sym));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(symbols + i + 16),
-                     _mm512_cvtepi32_epi8(_mm512_srli_epi32(sym, 16)));
+    search_step<NT>(x0, x1, pattern.thresholds.data() + step * NT * kMaxLanes, k, words, cursor,
+                    symbols + i);
     i += kMaxLanes;
-    if (++k == pattern.period) k = 0;
+    if (++step == pattern.period) step = 0;
   }
   st.cursor = cursor;
   _mm512_storeu_si512(st.x, x0);
   _mm512_storeu_si512(st.x + 16, x1);
+  return i;
+}
+
+// Two payloads in lockstep: their steps are independent, so the core overlaps them.
+template <int NT>
+size_t decode_search_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTables& tables,
+                          size_t dim, size_t end, uint8_t* symbols_a, uint8_t* symbols_b) {
+  const ThresholdPattern pattern = make_threshold_pattern(tables, dim, 0);
+  if (pattern.period == 0) return 0;
+  const SearchConstants k(tables.precision);
+  __m512i a0 = _mm512_loadu_si512(a.x), a1 = _mm512_loadu_si512(a.x + 16);
+  __m512i b0 = _mm512_loadu_si512(b.x), b1 = _mm512_loadu_si512(b.x + 16);
+  const uint16_t* const words_a = a.words;
+  const uint16_t* const words_b = b.words;
+  size_t cursor_a = a.cursor, cursor_b = b.cursor;
+  size_t i = 0, step = 0;
+  while (i + kMaxLanes <= end && cursor_a + kMaxLanes <= a.n_words &&
+         cursor_b + kMaxLanes <= b.n_words) {
+    const uint16_t* th = pattern.thresholds.data() + step * NT * kMaxLanes;
+    search_step<NT>(a0, a1, th, k, words_a, cursor_a, symbols_a + i);
+    search_step<NT>(b0, b1, th, k, words_b, cursor_b, symbols_b + i);
+    i += kMaxLanes;
+    if (++step == pattern.period) step = 0;
+  }
+  a.cursor = cursor_a;
+  b.cursor = cursor_b;
+  _mm512_storeu_si512(a.x, a0);
+  _mm512_storeu_si512(a.x + 16, a1);
+  _mm512_storeu_si512(b.x, b0);
+  _mm512_storeu_si512(b.x + 16, b1);
   return i;
 }
 
@@ -146,6 +190,22 @@ size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_
   _mm512_storeu_si512(st.x, x0);
   _mm512_storeu_si512(st.x + 16, x1);
   return i;
+}
+
+size_t rans_decode_avx512_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTables& tables,
+                               size_t dim, size_t end, uint8_t* symbols_a, uint8_t* symbols_b) {
+  switch (tables.n_syms) {
+    case 2:
+      return decode_search_pair<1>(a, b, tables, dim, end, symbols_a, symbols_b);
+    case 4:
+      return decode_search_pair<3>(a, b, tables, dim, end, symbols_a, symbols_b);
+    case 8:
+      return decode_search_pair<7>(a, b, tables, dim, end, symbols_a, symbols_b);
+    case 16:
+      return decode_search_pair<15>(a, b, tables, dim, end, symbols_a, symbols_b);
+    default:
+      return 0;  // slot-table alphabets: decoded one payload at a time
+  }
 }
 
 }  // namespace cachegen::detail
