@@ -25,6 +25,6 @@ if [[ ! -f "$model" || ! -f "$text" ]]; then
   exit 0
 fi
 echo "== cachegen llama demo (capture -> compress -> restore -> continue)"
-"$cg" llama demo --model "$model"
+"$cg" llama demo --model "$model" --text "$text"
 echo "== cachegen eval (size / quality table)"
 "$cg" eval --model "$model" --text "$text" --contexts 8 --prefix 448 --continue 64

@@ -88,9 +88,16 @@ RecomputedKv recompute_layers(const Model& model, const KvSnapshot& s, const Cgk
   }
   const std::vector<int> layers = info.recomputed_layers();
   RecomputedKv out;
-  if (layers == std::vector<int>{0}) {
+  bool consecutive = true;
+  for (size_t i = 1; i < n; ++i) {
+    consecutive =
+        consecutive && stream.cells[i].pos == stream.cells[0].pos + static_cast<int32_t>(i);
+  }
+  if (layers == std::vector<int>{0} && !consecutive) {
     // Layer 0's K/V depend only on the token: one decode per distinct token at position 0,
-    // where RoPE is the identity, then K rotated to each cell's position.
+    // where RoPE is the identity, then K rotated to each cell's position. (Consecutive cells,
+    // the usual case, take the single batched prefill below instead: one llama_decode rather
+    // than one per distinct token.)
     Context ctx(model, scratch_settings(1));
     std::map<int32_t, std::pair<std::vector<float>, std::vector<float>>> table;
     const size_t width = k_row_elements(stream.layers.at(0));
@@ -126,12 +133,9 @@ RecomputedKv recompute_layers(const Model& model, const KvSnapshot& s, const Cgk
     out[0] = {std::move(k), std::move(v)};
     return out;
   }
-  // Deeper layers depend on the whole prefix: prefill the tokens at the cells' positions.
-  for (size_t i = 1; i < n; ++i) {
-    if (stream.cells[i].pos != stream.cells[0].pos + static_cast<int32_t>(i)) {
-      corrupt("recomputing layers beyond 0 needs cells at consecutive positions");
-    }
-  }
+  // Prefill the tokens at the cells' positions: exact for layer 0 (a function of token and
+  // position only) and the only way for deeper layers, which depend on the whole prefix.
+  if (!consecutive) corrupt("recomputing layers beyond 0 needs cells at consecutive positions");
   Context ctx(model, scratch_settings(static_cast<uint32_t>(stream.cells[0].pos + n)));
   ctx.decode(s.tokens, stream.cells[0].pos, false);
   const KvSnapshot cap = capture_seq_state(ctx, s.tokens);
