@@ -221,6 +221,11 @@ struct KVCacheBuilder {
 // is not a quantized configuration: Error(invalid_argument) (use write_cgkv_lossless).
 KVCacheConfig quality_level_config(QualityLevel level, const ModelShape& shape,
                                    const RopeParams& rope);
+// The same level for callers that will not have the model at restore time (e.g. .npy input):
+// layers the level recomputes are stored instead, with the bits of the next stored layer; keys
+// go pre-RoPE only when `rope` is given (else they are quantized as they come).
+KVCacheConfig quality_level_config_stored(QualityLevel level, const ModelShape& shape,
+                                          const RopeParams* rope);
 
 struct KVCacheFactory {
   // One cache with uniform bits (config.base_bits), for callers managing layers themselves.

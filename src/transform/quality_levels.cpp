@@ -85,4 +85,20 @@ KVCacheConfig quality_level_config(QualityLevel level, const ModelShape& shape,
   return c;
 }
 
+KVCacheConfig quality_level_config_stored(QualityLevel level, const ModelShape& shape,
+                                          const RopeParams* rope) {
+  KVCacheConfig c = quality_level_config(level, shape, rope ? *rope : RopeParams{});
+  c.key_pre_rope = rope != nullptr;
+  for (std::vector<int>* bits : {&c.layer_bits, &c.value_layer_bits}) {
+    for (size_t i = 0; i < bits->size(); ++i) {
+      if ((*bits)[i] != 0) continue;
+      size_t j = i + 1;
+      while (j < bits->size() && (*bits)[j] == 0) ++j;
+      (*bits)[i] = j < bits->size() ? (*bits)[j] : 8;
+    }
+  }
+  c.validate();
+  return c;
+}
+
 }  // namespace cachegen

@@ -46,6 +46,10 @@ grep -q '"n_tokens": 128' "$work/out" || { failed=$((failed + 1)); echo "FAIL: i
 check "decode" 0 "$cg" decode kv.cgkv -o back.npy
 check "decode range" 0 "$cg" decode kv.cgkv -o part.npy --tokens 10:70
 check "lossless needs fp16" 2 "$cg" encode kv.npy -o l.cgkv --lossless
+check "level medium" 0 "$cg" encode kv.npy -o med.cgkv --level medium
+check "level high pre-RoPE" 0 "$cg" encode kv.npy -o hi.cgkv --level high --rope-base 10000
+check "level verify" 0 "$cg" verify hi.cgkv
+check "bad level" 2 "$cg" encode kv.npy -o x.cgkv --level ultra
 check "reference params" 0 "$cg" encode kv.npy -o ref.cgkv --params reference --bits 8
 check "bad range" 2 "$cg" decode kv.cgkv -o x.npy --tokens 50:500
 check "missing file" 3 "$cg" decode missing.cgkv -o x.npy

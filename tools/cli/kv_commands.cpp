@@ -7,6 +7,7 @@
 
 #include "cachegen/container.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/transform.h"
 #include "commands.h"
 #include "kv_io.h"
 
@@ -18,8 +19,36 @@ struct EncodeOptions {
   int bits = 4, layer_groups = 3;
   size_t group_size = 32, chunk_tokens = 256;
   std::string params = "compact";
+  std::string
+      level;  // high | medium | low (| lossless): replaces --bits/--layer-groups/--group-size
+  float rope_base = 0;  // > 0: keys are quantized pre-RoPE with these parameters
+  int rope_dims = 0;
+  float rope_scale = 1;
+  bool rope_neox = false;
   bool lossless = false;
 };
+
+// The quality level's configuration for a .npy (no model: recomputed layers are stored).
+KVCacheConfig npy_level_config(const EncodeOptions& o, const ModelShape& shape) {
+  QualityLevel level = QualityLevel::high;
+  bool found = false;
+  for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
+    if (o.level == quality_level_name(l)) level = l, found = true;
+  }
+  if (!found)
+    throw Error(ErrorCode::invalid_argument, "--level must be lossless, high, medium or low");
+  RopeParams rope;
+  rope.freq_base = o.rope_base;
+  rope.freq_scale = o.rope_scale;
+  rope.n_rot = o.rope_dims;
+  rope.neox = o.rope_neox;
+  if (o.rope_base <= 0) {
+    std::fprintf(stderr,
+                 "note: no --rope-base: keys are quantized as given (the level's pre-RoPE "
+                 "keys need the model's RoPE parameters)\n");
+  }
+  return quality_level_config_stored(level, shape, o.rope_base > 0 ? &rope : nullptr);
+}
 
 KVDType npy_kv_dtype(const NpyArray& a, const std::string& path) {
   switch (a.dtype) {
@@ -51,17 +80,22 @@ void run_encode(const EncodeOptions& o) {
   const size_t T = a.shape[2], H = a.shape[3], D = a.shape[4];
   const size_t esize = npy_dtype_size(a.dtype), plane = T * H * D * esize;
   std::vector<uint8_t> file;
-  if (o.lossless) {
+  const bool lossless = o.lossless || o.level == "lossless";
+  if (lossless) {
     if (a.dtype != NpyDType::f16)
       throw Error(ErrorCode::invalid_argument, "--lossless needs a float16 array");
     const auto kv = a.as<Half>();
     file = write_cgkv_lossless(shape, kv, T, o.chunk_tokens);
   } else {
     KVCacheConfig cfg;
-    cfg.base_bits = o.bits;
-    cfg.layer_groups = o.layer_groups;
-    cfg.group_size = o.group_size;
-    cfg.block_tokens = o.chunk_tokens;
+    if (!o.level.empty()) {
+      cfg = npy_level_config(o, shape);
+    } else {
+      cfg.base_bits = o.bits;
+      cfg.layer_groups = o.layer_groups;
+      cfg.group_size = o.group_size;
+      cfg.block_tokens = o.chunk_tokens;
+    }
     if (o.params == "reference")
       cfg.params = ParamMode::reference;
     else if (o.params != "compact")
@@ -267,6 +301,15 @@ void add_kv_commands(CLI::App& app) {
   e->add_option("--params", enc->params,
                 "compact (default) or reference (bit-exact reference quantizer)");
   e->add_flag("--lossless", enc->lossless, "store the exact fp16 values (byte planes + zstd)");
+  e->add_option("--level", enc->level,
+                "quality level lossless|high|medium|low (docs/QUALITY_LEVELS.md); replaces "
+                "--bits/--layer-groups/--group-size/--chunk-tokens");
+  e->add_option("--rope-base", enc->rope_base,
+                "RoPE freq_base: quantize keys pre-RoPE (with --level)");
+  e->add_option("--rope-dims", enc->rope_dims, "RoPE rotated dims per head (default head_dim)");
+  e->add_option("--rope-scale", enc->rope_scale, "RoPE linear frequency scale");
+  e->add_flag("--rope-neox", enc->rope_neox,
+              "RoPE NEOX pairing (i, i + n/2) instead of (i, i + 1)");
   e->add_option("--store", enc->store, "put into a store: file://DIR or redis://HOST:PORT[/DB]");
   e->callback([enc] { run_encode(*enc); });
 

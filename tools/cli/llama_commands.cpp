@@ -190,18 +190,8 @@ llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_
     ModelShape shape;
     shape.n_layers = static_cast<int>(n_layers);
     shape.n_kv_heads = shape.head_dim = 1;
-    RopeParams rope;
-    rope.n_rot = 0;
-    level = llama::CgkvLevel::quality(parse_level(a.level), shape, rope);
-    KVCacheConfig& c = level.quantized;
-    c.key_pre_rope = false;
-    // No model to recompute with: a recomputed layer is stored with the next layer's bits.
-    for (size_t i = 0; i < c.layer_bits.size(); ++i) {
-      if (c.layer_bits[i] != 0) continue;
-      const size_t j = std::min(i + 1, c.layer_bits.size() - 1);
-      c.layer_bits[i] = c.layer_bits[j] != 0 ? c.layer_bits[j] : 8;
-      c.value_layer_bits[i] = c.value_layer_bits[j] != 0 ? c.value_layer_bits[j] : 8;
-    }
+    // No model to recompute with or to read RoPE from: recomputed layers are stored, keys as is.
+    level.quantized = quality_level_config_stored(parse_level(a.level), shape, nullptr);
   }
   if (a.chunk_tokens != 0) {
     level.lossless_chunk_tokens = a.chunk_tokens;
