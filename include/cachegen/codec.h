@@ -119,5 +119,9 @@ struct CodedSizeReport {
 };
 // Encodes and breaks the size down. `stream_bytes` is an already encoded stream.
 CodedSizeReport coded_size_report(std::span<const uint8_t> stream_bytes);
+// The same breakdown for a batch (either layout): sizes summed over its heads, framing in
+// header_bytes; code_entropy_bytes and channel counts are filled for independent records
+// only (0 for a shared-model batch). Throws as decode_batch on malformed input.
+CodedSizeReport coded_size_report_batch(std::span<const uint8_t> batch_bytes);
 
 }  // namespace cachegen

@@ -237,6 +237,27 @@ std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_head
   return encode_batch_of(streams, precisions, options);
 }
 
+CodedSizeReport coded_size_report_batch(std::span<const uint8_t> batch_bytes) {
+  const BatchHeader bh = read_batch_header(batch_bytes);
+  CodedSizeReport rep;
+  rep.coded_bytes = batch_bytes.size();
+  if (bh.layout == detail::kBatchShared) {
+    const auto sizes =
+        detail::shared_batch_sizes(batch_bytes.subspan(bh.body_offset), bh.body_offset, bh.n_heads);
+    rep.param_bytes = sizes.param_bytes;
+    rep.model_bytes = sizes.model_bytes;
+    rep.payload_bytes = sizes.payload_bytes;
+  } else {
+    for (const auto& [offset, length] : batch_records(batch_bytes, bh)) {
+      detail::add_head_size_report(
+          detail::decode_head(batch_bytes.subspan(offset, length), offset, DecodeOptions{}), rep);
+    }
+  }
+  rep.header_bytes =
+      rep.coded_bytes - rep.param_bytes - rep.model_bytes - rep.payload_bytes;  // framing
+  return rep;
+}
+
 std::vector<CodeStream> decode_batch(std::span<const uint8_t> bytes, const DecodeOptions& options) {
   const BatchHeader bh = read_batch_header(bytes);
   if (bh.layout == detail::kBatchShared) {

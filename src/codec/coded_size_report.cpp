@@ -12,15 +12,13 @@ double CodedSizeReport::code_ratio_over_entropy() const noexcept {
   return static_cast<double>(coded_bytes - param_bytes) / code_entropy_bytes;
 }
 
-CodedSizeReport coded_size_report(std::span<const uint8_t> stream_bytes) {
-  const auto body = detail::check_magic(stream_bytes, detail::kStreamMagic, "codec stream");
-  const detail::DecodedHead h = detail::decode_head(body, 5, DecodeOptions{});
-  CodedSizeReport rep;
-  rep.coded_bytes = stream_bytes.size();
-  rep.header_bytes = 5 + h.header_bytes;
-  rep.param_bytes = h.param_bytes;
-  rep.model_bytes = h.model_bytes;
-  rep.payload_bytes = h.payload_bytes;
+namespace detail {
+
+void add_head_size_report(const DecodedHead& h, CodedSizeReport& rep) {
+  rep.header_bytes += h.header_bytes;
+  rep.param_bytes += h.param_bytes;
+  rep.model_bytes += h.model_bytes;
+  rep.payload_bytes += h.payload_bytes;
   const size_t n_rows = h.stream.n_rows, dim = h.stream.dim;
   std::vector<uint32_t> counts(256);
   for (size_t c = 0; c < dim; ++c) {
@@ -46,6 +44,16 @@ CodedSizeReport coded_size_report(std::span<const uint8_t> stream_bytes) {
       rep.code_entropy_bytes -= static_cast<double>(k) * std::log2(p) / 8.0;
     }
   }
+}
+
+}  // namespace detail
+
+CodedSizeReport coded_size_report(std::span<const uint8_t> stream_bytes) {
+  const auto body = detail::check_magic(stream_bytes, detail::kStreamMagic, "codec stream");
+  CodedSizeReport rep;
+  rep.coded_bytes = stream_bytes.size();
+  rep.header_bytes = 5;
+  detail::add_head_size_report(detail::decode_head(body, 5, DecodeOptions{}), rep);
   return rep;
 }
 

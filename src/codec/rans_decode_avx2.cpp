@@ -50,13 +50,107 @@ inline __m256i decode8(__m256i x, const uint32_t* base, const uint32_t* shift,
   return x;
 }
 
+// Renormalises 8 lanes: lanes below 2^16 take the next words in lane order.
+inline __m256i renorm8(__m256i x, const uint16_t* words, size_t& cursor) {
+  const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
+  const int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
+  const __m256i w16 =
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + cursor)));
+  const __m256i w = _mm256_permutevar8x32_epi32(
+      w16, _mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.idx[m])));
+  cursor += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
+  return _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), need);
+}
+
+// AVX2 twin of the AVX-512 search kernel (alphabets of NT + 1 <= 16 symbols): states in four
+// vectors of 8, slots as two vectors of 16 u16 (vectors 0|1 and 2|3 interleaved, see
+// make_threshold_pattern). Slots and starts are <= 2^12, so signed 16-bit compares serve.
+template <int NT>
+size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                     size_t end, uint8_t* symbols) {
+  const ThresholdPattern pattern = make_threshold_pattern(tables, dim, begin, 8);
+  if (pattern.period == 0) return begin;
+  const __m128i p = _mm_cvtsi32_si128(tables.precision);
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
+  const __m256i low16 = _mm256_set1_epi32(0xffff);
+  const __m256i top = _mm256_set1_epi16(static_cast<short>(1u << tables.precision));
+  const __m256i one = _mm256_set1_epi16(1);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256i x[4];
+  for (int v = 0; v < 4; ++v)
+    x[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x + 8 * v));
+  const uint16_t* const words = st.words;
+  const size_t n_words = st.n_words;
+  size_t cursor = st.cursor;
+  size_t i = begin, step = 0;
+  while (i + kMaxLanes <= end && cursor + kMaxLanes <= n_words) {
+    const uint16_t* th = pattern.thresholds.data() + step * NT * kMaxLanes;
+    __m256i e[4];
+    for (int h = 0; h < 2; ++h) {
+      __m256i& xa = x[2 * h];
+      __m256i& xb = x[2 * h + 1];
+      const __m256i slot = _mm256_or_si256(_mm256_and_si256(xa, mask),
+                                           _mm256_slli_epi32(_mm256_and_si256(xb, mask), 16));
+      const __m256i slot1 = _mm256_add_epi16(slot, one);
+      __m256i lo[NT], hi[NT];
+      __m256i sym = _mm256_setzero_si256();
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        const __m256i c =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th + j * kMaxLanes + 16 * h));
+        const __m256i ge = _mm256_cmpgt_epi16(slot1, c);  // slot >= c
+        lo[j] = _mm256_and_si256(ge, c);
+        hi[j] = _mm256_or_si256(ge, c);  // 0xffff where slot >= c: min ignores it
+        sym = _mm256_sub_epi16(sym, ge);
+      }
+      hi[0] = _mm256_min_epu16(hi[0], top);
+#pragma GCC unroll 4
+      for (int w = 1; w < NT; w *= 2)
+#pragma GCC unroll 8
+        for (int j = 0; j + w < NT; j += 2 * w) {
+          lo[j] = _mm256_max_epu16(lo[j], lo[j + w]);
+          hi[j] = _mm256_min_epu16(hi[j], hi[j + w]);
+        }
+      const __m256i f = _mm256_sub_epi16(hi[0], lo[0]);
+      const __m256i d = _mm256_sub_epi16(slot, lo[0]);
+      xa = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(f, low16), _mm256_srl_epi32(xa, p)),
+                            _mm256_and_si256(d, low16));
+      xb = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(f, 16), _mm256_srl_epi32(xb, p)),
+                            _mm256_srli_epi32(d, 16));
+      xa = renorm8(xa, words, cursor);
+      xb = renorm8(xb, words, cursor);
+      e[2 * h] = _mm256_and_si256(sym, low16);
+      e[2 * h + 1] = _mm256_srli_epi32(sym, 16);
+    }
+    // 4 x 8 u32 symbols -> 32 bytes in lane order.
+    const __m256i ab = _mm256_packus_epi32(e[0], e[1]);
+    const __m256i cd = _mm256_packus_epi32(e[2], e[3]);
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(symbols + i), bytes);
+    i += kMaxLanes;
+    if (++step == pattern.period) step = 0;
+  }
+  st.cursor = cursor;
+  for (int v = 0; v < 4; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x + 8 * v), x[v]);
+  return i;
+}
+
 }  // namespace
 
 size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                         size_t end, uint8_t* symbols) {
-  // Search-decoded alphabets have no slot table; the scalar kernel serves them on AVX2
-  // (the AVX2 twin of the AVX-512 search kernel is still to be written).
-  if (tables.uses_search()) return begin;
+  switch (tables.n_syms) {
+    case 2:
+      return decode_search<1>(st, tables, dim, begin, end, symbols);
+    case 4:
+      return decode_search<3>(st, tables, dim, begin, end, symbols);
+    case 8:
+      return decode_search<7>(st, tables, dim, begin, end, symbols);
+    case 16:
+      return decode_search<15>(st, tables, dim, begin, end, symbols);
+    default:
+      break;
+  }
   const LanePattern pattern = make_lane_pattern(tables, dim, begin);
   if (pattern.period == 0) return begin;
   const __m128i p = _mm_cvtsi32_si128(tables.precision);

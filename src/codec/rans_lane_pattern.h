@@ -44,17 +44,19 @@ inline LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t b
 
 // Search kernels: for step k and threshold j (1..n_syms-1), the 32 lanes' cumulative starts
 // cum[channel(lane)][j] as u16 at thresholds[(k * (n_syms - 1) + j - 1) * 32 + position], in
-// the order the kernels hold slots: lanes 0..15 at even positions, lanes 16..31 at odd ones.
-// Why: the slots of two 16-lane u32 state vectors x0, x1 become one u16 vector as
-// (x0 & mask) | (x1 & mask) << 16, and results split back by a mask and a shift (1 cycle each)
-// instead of lane-crossing packs and widenings on the decoder's dependency chain.
+// the order the kernels hold slots. A kernel with state vectors of `width` u32 lanes pairs
+// vectors v, v + 1 (v even) into one u16 vector (x_v & mask) | (x_{v+1} & mask) << 16: lane l
+// sits at position (l / 2w) * 2w + 2 (l % w) + (l / w) % 2 (AVX-512, w = 16: lanes 0..15 even,
+// 16..31 odd). Why: results split back by a mask and a shift (1 cycle each) instead of
+// lane-crossing packs and widenings on the decoder's dependency chain.
 struct ThresholdPattern {
   size_t period = 0;
   int n_thresholds = 0;
   std::vector<uint16_t> thresholds;
 };
 
-inline ThresholdPattern make_threshold_pattern(const DecodeTables& t, size_t dim, size_t begin) {
+inline ThresholdPattern make_threshold_pattern(const DecodeTables& t, size_t dim, size_t begin,
+                                               size_t width) {
   ThresholdPattern p;
   const size_t period = lane_period(dim);
   if (period == 0) return p;
@@ -66,7 +68,7 @@ inline ThresholdPattern make_threshold_pattern(const DecodeTables& t, size_t dim
     for (size_t j = 0; j < nt; ++j)
       for (size_t l = 0; l < size_t{kMaxLanes}; ++l) {
         const size_t c = (begin + k * kMaxLanes + l) % dim;
-        const size_t position = l < 16 ? 2 * l : 2 * (l - 16) + 1;
+        const size_t position = (l / (2 * width)) * 2 * width + 2 * (l % width) + (l / width) % 2;
         p.thresholds[(k * nt + j) * kMaxLanes + position] = t.cum[c * stride + j + 1];
       }
   return p;

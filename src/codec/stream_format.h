@@ -92,6 +92,17 @@ std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_
 std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset,
                                               size_t n_heads, const DecodeOptions& options);
 
+// Adds one decoded head's sizes, channel kinds and code entropy to `report`.
+void add_head_size_report(const DecodedHead& head, CodedSizeReport& report);
+
+// Section sizes of a layout-1 batch body (parameter blocks, model section with its length,
+// slice payloads), for size reports.
+struct SharedBatchSizes {
+  size_t param_bytes = 0, model_bytes = 0, payload_bytes = 0;
+};
+SharedBatchSizes shared_batch_sizes(std::span<const uint8_t> body, size_t body_offset,
+                                    size_t n_heads);
+
 // Checks magic and version; returns the bytes after them.
 std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8_t (&magic)[4],
                                      const char* what);

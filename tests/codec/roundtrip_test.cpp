@@ -168,6 +168,35 @@ TEST(CodecSharedBatch, MixedShapesFallBackToIndependentRecords) {
   EXPECT_THROW(decode_batch_to_half(bytes), Error);
 }
 
+TEST(CodecSharedBatch, SizeReportAddsUpForBothLayouts) {
+  const size_t heads = 5, rows = 512, dim = 8;
+  const auto x = test::random_walk(heads * rows, dim, 0.1f, 3);
+  const auto streams = quantize_to_codes_batch(x, heads, rows, dim, 3, 32);
+  const auto shared = encode_batch(streams);
+  ASSERT_EQ(batch_layout(shared), 1);
+  const CodedSizeReport rs = coded_size_report_batch(shared);
+  EXPECT_EQ(rs.coded_bytes, shared.size());
+  EXPECT_EQ(rs.header_bytes + rs.param_bytes + rs.model_bytes + rs.payload_bytes, shared.size());
+  // Parameters are stored exactly as in the single records.
+  size_t params = 0;
+  for (const auto& s : streams) params += coded_size_report(encode(s)).param_bytes;
+  EXPECT_GE(rs.param_bytes, params);
+  EXPECT_LE(rs.param_bytes, params + 8 * heads);
+  EXPECT_GT(rs.payload_bytes, 0u);
+
+  const auto a = quantize_to_codes(test::random_walk(100, 8, 0.1f, 1), 100, 8, 3, 32);
+  const auto b = quantize_to_codes(test::random_walk(60, 8, 0.1f, 2), 60, 8, 3, 32);
+  const std::vector<CodeStream> mixed = {a, b};
+  const auto independent = encode_batch(mixed);
+  ASSERT_EQ(batch_layout(independent), 0);
+  const CodedSizeReport ri = coded_size_report_batch(independent);
+  EXPECT_EQ(ri.header_bytes + ri.param_bytes + ri.model_bytes + ri.payload_bytes,
+            independent.size());
+  EXPECT_EQ(ri.param_bytes,
+            coded_size_report(encode(a)).param_bytes + coded_size_report(encode(b)).param_bytes);
+  EXPECT_GT(ri.code_entropy_bytes, 0.0);
+}
+
 TEST(CodecSharedBatch, IndependentOfThreads) {
   const size_t heads = 7, rows = 700, dim = 16;
   const auto x = test::random_walk(heads * rows, dim, 0.1f, 9);
