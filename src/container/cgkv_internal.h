@@ -40,8 +40,9 @@ CgkvInfo parse_header(const CgkvReader::Source& src);
 uint64_t xxh64(std::span<const uint8_t> bytes);
 
 // Lossless fp16 tensor data: byte planes + zstd; and back (checks the decompressed size).
-std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, int zstd_level);
-void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out,
+// `width` = values per row (n_kv_heads * head_dim): the channels of the per-channel models.
+std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width, int zstd_level);
+void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,
                           const std::string& context);
 
 }  // namespace detail

@@ -67,7 +67,7 @@ void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
   std::vector<Half> head_major(H * rows * D);
   if (info.codec == ContainerCodec::lossless_fp16) {
-    detail::unpack_fp16_lossless(data, head_major, ctx);  // stored token-major already
+    detail::unpack_fp16_lossless(data, head_major, H * D, ctx);  // stored token-major already
     for (size_t t = lo; t < hi; ++t)
       std::memcpy(out + (t - lo) * H * D, head_major.data() + t * H * D, H * D * 2);
     return;

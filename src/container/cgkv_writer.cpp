@@ -128,7 +128,7 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
       // Chunk rows of tensor t, token-major [rows, heads, dim] as stored in kv.
       const std::span<const Half> rows =
           kv.subspan(t * plane + ci.token_begin * row, ci.n_tokens * row);
-      const std::vector<uint8_t> packed = detail::pack_fp16_lossless(rows, zstd_level);
+      const std::vector<uint8_t> packed = detail::pack_fp16_lossless(rows, row, zstd_level);
       w.varint(packed.size());
       w.bytes(packed);
     }

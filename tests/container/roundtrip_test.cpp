@@ -5,6 +5,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
+#include "container/cgkv_internal.h"
 #include "container/container_test_util.h"
 
 namespace cachegen {
@@ -95,6 +96,30 @@ TEST(Container, LosslessIsExactAndSmallerThanFp16) {
   EXPECT_LT(file.size(), f.kv.size() * 2);
   const std::vector<Half> mid = r.read_tokens(100, 200);
   EXPECT_EQ(0, std::memcmp(mid.data(), f.kv.data() + 100 * 16, 100 * 16 * 2));
+}
+
+TEST(Container, LosslessMethodsBothDecodeAndBadMethodsAreRejected) {
+  KVCacheConfig cfg;
+  const test::Filled f = filled_cache(200, cfg, 9);
+  const std::span<const Half> values(f.kv.data(), 200 * 16);
+  const std::vector<uint8_t> zstd_form = detail::pack_fp16_lossless(values, 0, 3);  // no width
+  const std::vector<uint8_t> best = detail::pack_fp16_lossless(values, 16, 3);
+  EXPECT_EQ(zstd_form[0], 0);
+  EXPECT_LE(best.size(), zstd_form.size());
+  for (const auto* packed : {&zstd_form, &best}) {
+    std::vector<Half> out(values.size());
+    detail::unpack_fp16_lossless(*packed, out, 16, "test");
+    EXPECT_EQ(0, std::memcmp(out.data(), values.data(), out.size() * 2)) << int((*packed)[0]);
+  }
+  std::vector<Half> out(values.size());
+  std::vector<uint8_t> bad = best;
+  bad[0] = 7;
+  EXPECT_THROW(detail::unpack_fp16_lossless(bad, out, 16, "test"), Error);
+  EXPECT_THROW(detail::unpack_fp16_lossless({}, out, 16, "test"), Error);
+  // A plane stream of the wrong width is refused, not reinterpreted.
+  if (best[0] == 1) {
+    EXPECT_THROW(detail::unpack_fp16_lossless(best, out, 8, "test"), Error);
+  }
 }
 
 TEST(Container, BlobsRoundTripAndUnknownKindsIgnored) {
