@@ -317,7 +317,7 @@ std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, siz
                                               size_t n_heads, const DecodeOptions& options) {
   const SharedBatch b = parse_shared(body, body_offset, n_heads, options);
   const size_t n = b.heads[0].n_rows * b.heads[0].dim;
-  std::vector<Half> out(n_heads * n);
+  std::vector<Half> out = zeroed_halves(n_heads * n);
   decode_slices(b, [&](size_t h, const uint8_t* codes) {
     dequant_real_rows(b.heads[h], codes, out.data() + h * n);
   });

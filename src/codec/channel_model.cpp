@@ -49,14 +49,14 @@ void fill_cum(ChannelTable& table) {
   }
 }
 
-// Bits of the frequency list (after the kind/precision/order fields) for one table.
-uint64_t list_bits(ChannelKind kind, const std::vector<uint16_t>& freq, int bits, int k) {
+// Bits of the frequency list (after the kind/precision/order fields) for one table, given
+// the frequencies in list order.
+uint64_t list_bits(const std::vector<uint16_t>& listed, int bits, int k) {
   uint32_t last = 0;
-  for (uint32_t j = 0; j < freq.size(); ++j)
-    if (freq[table_order_symbol(kind, j, bits)] != 0) last = j;
+  for (uint32_t j = 0; j < listed.size(); ++j)
+    if (listed[j] != 0) last = j;
   uint64_t n = static_cast<uint64_t>(bits);
-  for (uint32_t j = 0; j < last; ++j)
-    n += BitWriter::exp_golomb_bits(freq[table_order_symbol(kind, j, bits)], k);
+  for (uint32_t j = 0; j < last; ++j) n += BitWriter::exp_golomb_bits(listed[j], k);
   return n;
 }
 
@@ -68,17 +68,19 @@ ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size
   best.cost_fp = UINT64_MAX;
   uint64_t total = 0;
   for (uint32_t c : counts) total += c;
-  std::vector<uint16_t> freq;
+  std::vector<uint16_t> freq, listed(counts.size());
+  std::vector<uint32_t> order(counts.size());
+  for (uint32_t j = 0; j < order.size(); ++j) order[j] = table_order_symbol(kind, j, bits);
   for (int t = 1; t <= max_table_precision(n_rows); ++t) {
     if (!normalize(counts, total, t, freq)) continue;
+    for (size_t j = 0; j < order.size(); ++j) listed[j] = freq[order[j]];
     uint64_t data = 0;
     for (size_t s = 0; s < counts.size(); ++s) {
       if (counts[s] != 0)
         data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
     }
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
-      const uint64_t desc =
-          kKindBits + kPrecisionBits + kEgOrderBits + list_bits(kind, freq, bits, k);
+      const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + list_bits(listed, bits, k);
       const uint64_t cost = (desc << 16) + data;
       if (cost < best.cost_fp) {
         best.cost_fp = cost;

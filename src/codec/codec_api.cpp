@@ -203,7 +203,7 @@ std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOpt
   uint8_t* codes = detail::scratch_bytes(n);
   detail::decode_head_symbols(h, std::span<uint8_t>(codes, n));
   detail::symbols_to_codes_in_place(codes, h.stream, h.is_delta.data());
-  std::vector<Half> out(n);
+  std::vector<Half> out = detail::zeroed_halves(n);
   detail::dequant_real_rows(h.stream, codes, out.data());
   return out;
 }
@@ -294,7 +294,8 @@ std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
   }
   if (heads.empty()) return {};
   const size_t n = heads[0].stream.n_rows * heads[0].stream.dim;
-  std::vector<Half> out(detail::checked_mul(heads.size(), n, "batch output"));
+  std::vector<Half> out =
+      detail::zeroed_halves(detail::checked_mul(heads.size(), n, "batch output"));
   detail::parallel_for(heads.size(), [&](size_t i) {
     uint8_t* codes = detail::scratch_bytes(n);
     detail::decode_head_symbols(heads[i], std::span<uint8_t>(codes, n));

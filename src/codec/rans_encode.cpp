@@ -15,10 +15,9 @@ namespace {
 // x' = x + start + q * (2^p - f), which equals (q << p) + (x mod f) + start.
 struct EncSymbol {
   uint64_t rcp;    // ceil(2^44 / f)
-  uint32_t x_max;  // renormalise while x >= x_max
+  uint64_t x_max;  // renormalise when x >= x_max (up to 2^32: never)
   uint32_t bias;   // start
   uint32_t cmpl;   // 2^p - f
-  uint32_t pad;
 };
 
 }  // namespace
@@ -36,13 +35,11 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
       EncSymbol& e = table[c * n_syms + s];
       const uint32_t f = static_cast<uint32_t>(channels[c].freq[s]) << up;
       if (f == 0) {
-        e = EncSymbol{0, 0, 0, 0, 0};  // absent: never coded
+        e = EncSymbol{0, 0, 0, 0};  // absent: never coded
         continue;
       }
       e.rcp = ((uint64_t{1} << 44) + f - 1) / f;
-      // x_max_unit * f <= 2^32; keep it in 32 bits by saturating (x < 2^32 always).
-      const uint64_t x_max = x_max_unit * f;
-      e.x_max = x_max >= (uint64_t{1} << 32) ? UINT32_MAX : static_cast<uint32_t>(x_max);
+      e.x_max = x_max_unit * f;
       e.bias = static_cast<uint32_t>(channels[c].cum[s]) << up;
       e.cmpl = (1u << precision) - f;
     }
@@ -58,11 +55,12 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   for (size_t i = n; i-- > 0;) {
     const EncSymbol& e = table[channel * n_syms + symbols[i]];
     uint32_t s = x[lane];
-    // x_max == UINT32_MAX stands for 2^32 (f = 2^p): s never reaches it.
-    if (s >= e.x_max && e.x_max != UINT32_MAX) {
-      words[--w_pos] = static_cast<uint16_t>(s);
-      s >>= 16;
-    }
+    // Branch-free renormalisation: whether a lane emits a word is data-dependent (about one
+    // symbol in ten), so a branch mispredicts often. The slot below w_pos always exists.
+    const uint32_t emit = static_cast<uint64_t>(s) >= e.x_max ? 1u : 0u;
+    words[w_pos - 1] = static_cast<uint16_t>(s);
+    w_pos -= emit;
+    s >>= 16 * emit;
     const uint32_t q = static_cast<uint32_t>((static_cast<unsigned __int128>(s) * e.rcp) >> 44);
     x[lane] = s + e.bias + q * e.cmpl;
     lane = lane == 0 ? static_cast<size_t>(n_lanes) - 1 : lane - 1;

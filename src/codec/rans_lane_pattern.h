@@ -64,10 +64,17 @@ inline ThresholdPattern make_threshold_pattern(const DecodeTables& t, size_t dim
   p.n_thresholds = t.n_syms - 1;
   const size_t nt = static_cast<size_t>(p.n_thresholds), stride = static_cast<size_t>(t.n_syms) + 1;
   p.thresholds.resize(period * nt * kMaxLanes);
+  // Channels of the tabulated elements, counted up (kernels build this per call; a division
+  // per entry showed in profiles of short payloads).
+  std::vector<uint32_t> channel(period * kMaxLanes);
+  for (size_t e = 0, c = begin % dim; e < channel.size(); ++e) {
+    channel[e] = static_cast<uint32_t>(c);
+    if (++c == dim) c = 0;
+  }
   for (size_t k = 0; k < period; ++k)
     for (size_t j = 0; j < nt; ++j)
       for (size_t l = 0; l < size_t{kMaxLanes}; ++l) {
-        const size_t c = (begin + k * kMaxLanes + l) % dim;
+        const size_t c = channel[k * kMaxLanes + l];
         const size_t position = (l / (2 * width)) * 2 * width + 2 * (l % width) + (l / width) % 2;
         p.thresholds[(k * nt + j) * kMaxLanes + position] = t.cum[c * stride + j + 1];
       }
