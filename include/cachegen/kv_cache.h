@@ -139,6 +139,7 @@ struct CompressedBlock {
 // The cache of one attention layer.
 class LayerKVCache {
  public:
+  // n_kv_heads and head_dim may both be 0: the shape is then taken from the first append.
   LayerKVCache(size_t n_kv_heads, size_t head_dim, int key_bits, int value_bits,
                const KVCacheConfig& config);
 
@@ -181,6 +182,7 @@ class LayerKVCache {
     std::vector<Half> residual;           // per head [heads][group_size][dim], first r rows used
   };
   void append_plane(int kind, const KVBlockView& x, size_t t0, size_t count);
+  void set_shape(size_t n_kv_heads, size_t head_dim);
   void quantize_group(int kind);
   void seal_block(int kind);
   std::vector<Half> fetch(int kind, size_t begin, size_t end) const;  // as stored (pre-RoPE)
@@ -230,6 +232,8 @@ KVCacheConfig quality_level_config_stored(QualityLevel level, const ModelShape& 
 struct KVCacheFactory {
   // One cache with uniform bits (config.base_bits), for callers managing layers themselves.
   static LayerKVCache create(const KVCacheConfig& config, size_t n_kv_heads, size_t head_dim);
+  // The reference's form: the cache takes its heads and head_dim from its first append.
+  static LayerKVCache create(const KVCacheConfig& config);
 };
 
 }  // namespace cachegen

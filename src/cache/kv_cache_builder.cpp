@@ -39,6 +39,10 @@ KVCache KVCacheBuilder::for_model(const ModelShape& shape, const KVCacheConfig& 
   return cache;
 }
 
+LayerKVCache KVCacheFactory::create(const KVCacheConfig& config) {
+  return LayerKVCache(0, 0, config.base_bits, config.base_bits, config);
+}
+
 LayerKVCache KVCacheFactory::create(const KVCacheConfig& config, size_t n_kv_heads,
                                     size_t head_dim) {
   return LayerKVCache(n_kv_heads, head_dim, config.base_bits, config.base_bits, config);

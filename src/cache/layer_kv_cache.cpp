@@ -91,19 +91,25 @@ void append_stream(CodeStream& a, const CodeStream& b) {
 
 LayerKVCache::LayerKVCache(size_t n_kv_heads, size_t head_dim, int key_bits, int value_bits,
                            const KVCacheConfig& config)
-    : heads_(n_kv_heads), dim_(head_dim), bits_{key_bits, value_bits}, config_(config) {
+    : heads_(0), dim_(0), bits_{key_bits, value_bits}, config_(config) {
   config_.validate();
   if (key_bits != 0 || value_bits != 0) {  // 0 and 0: recomputed, not stored
     detail::check_bits(key_bits, "key_bits");
     detail::check_bits(value_bits, "value_bits");
   }
-  if (heads_ < 1 || heads_ > 65536)
-    invalid("n_kv_heads must be in 1..65536, got " + std::to_string(heads_));
-  if (dim_ < 1 || dim_ > 65536)
-    invalid("head_dim must be in 1..65536, got " + std::to_string(dim_));
-  detail::checked_mul(detail::checked_mul(heads_, config_.block_tokens, "cache block"), dim_,
-                      "cache block");
-  if (config_.key_pre_rope) config_.rope.validate(dim_);
+  if (n_kv_heads != 0 || head_dim != 0) set_shape(n_kv_heads, head_dim);
+}
+
+void LayerKVCache::set_shape(size_t n_kv_heads, size_t head_dim) {
+  if (n_kv_heads < 1 || n_kv_heads > 65536)
+    invalid("n_kv_heads must be in 1..65536, got " + std::to_string(n_kv_heads));
+  if (head_dim < 1 || head_dim > 65536)
+    invalid("head_dim must be in 1..65536, got " + std::to_string(head_dim));
+  detail::checked_mul(detail::checked_mul(n_kv_heads, config_.block_tokens, "cache block"),
+                      head_dim, "cache block");
+  if (config_.key_pre_rope) config_.rope.validate(head_dim);
+  heads_ = n_kv_heads;
+  dim_ = head_dim;
   if (recomputed()) return;  // holds nothing
   for (PlaneState& p : plane_) {
     p.pending.resize(heads_);
@@ -112,6 +118,14 @@ LayerKVCache::LayerKVCache(size_t n_kv_heads, size_t head_dim, int key_bits, int
 }
 
 void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
+  if (heads_ == 0) {  // shape taken from the first append (KVCacheFactory::create(config))
+    if (k.n_kv_heads != v.n_kv_heads || k.head_dim != v.head_dim) {
+      invalid("k is " + std::to_string(k.n_kv_heads) + " heads x " + std::to_string(k.head_dim) +
+              " dims but v is " + std::to_string(v.n_kv_heads) + " x " +
+              std::to_string(v.head_dim));
+    }
+    set_shape(k.n_kv_heads, k.head_dim);
+  }
   for (const KVBlockView* x : {&k, &v}) {
     const char* name = x == &k ? "k" : "v";
     if (x->n_kv_heads != heads_ || x->head_dim != dim_) {

@@ -84,6 +84,24 @@ TEST(Factory, UniformBits) {
   EXPECT_EQ(c.n_kv_heads(), 4u);
 }
 
+TEST(Factory, ShapeFromTheFirstAppend) {
+  KVCacheConfig cfg;
+  LayerKVCache c = KVCacheFactory::create(cfg);
+  EXPECT_EQ(c.n_kv_heads(), 0u);
+  EXPECT_TRUE(c.fetch_keys().empty());
+  std::vector<Half> x(3 * 40 * 4, float_to_half(0.5f));
+  const KVBlockView k{x.data(), KVDType::f16, 3, 40, 4}, v = k;
+  const KVBlockView odd{x.data(), KVDType::f16, 2, 40, 4};
+  EXPECT_THROW(c.append(k, odd), Error);  // k and v disagree: nothing is fixed yet
+  EXPECT_EQ(c.n_kv_heads(), 0u);
+  c.append(k, v);
+  EXPECT_EQ(c.n_kv_heads(), 3u);
+  EXPECT_EQ(c.head_dim(), 4u);
+  EXPECT_EQ(c.n_tokens(), 40u);
+  EXPECT_THROW(c.append(odd, odd), Error);  // now the shape is fixed
+  EXPECT_EQ(c.fetch_values().size(), x.size());
+}
+
 std::string model_path() {
   if (const char* p = std::getenv("CACHEGEN_MODEL")) return p;
   const std::string p =
