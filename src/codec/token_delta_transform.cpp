@@ -14,7 +14,10 @@ uint8_t boundary_prediction(uint8_t prev_code, float prev_scale, float prev_zero
   const float top = static_cast<float>((1 << bits) - 1);
   if (!(q > 0.0f)) return 0;  // also NaN
   if (q >= top) return static_cast<uint8_t>(top);
-  return static_cast<uint8_t>(std::nearbyint(q));
+  // Round half to even, as nearbyint in the default rounding mode, without the libm call:
+  // adding 1.5 * 2^23 leaves no fraction bits for 0 < q < 255 (fp contraction is off).
+  constexpr float kRoundMagic = 12582912.0f;
+  return static_cast<uint8_t>((q + kRoundMagic) - kRoundMagic);
 }
 
 void compute_delta_symbols(const uint8_t* codes, size_t n_rows, size_t dim, int bits,
@@ -42,6 +45,11 @@ void compute_delta_symbols(const uint8_t* codes, size_t n_rows, size_t dim, int 
   }
 }
 
+namespace {
+// Eight bytes with byte-wise (carry-free) arithmetic (GCC/Clang vector extension).
+typedef uint8_t Bytes8 __attribute__((vector_size(8)));
+}  // namespace
+
 void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bits,
                       size_t group_size, std::span<const float> scale, std::span<const float> zero,
                       const uint8_t* is_delta, uint8_t* codes) {
@@ -50,10 +58,9 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
   std::vector<uint8_t> keep(dim);
   for (size_t c = 0; c < dim; ++c) keep[c] = is_delta[c] ? 0xff : 0;
   std::vector<uint8_t> pred(dim, static_cast<uint8_t>(1u << (bits - 1)));
-  // Rows of dim % 8 == 0 and bits <= 7 go eight channels per 64-bit word: the sum of two
-  // values below 2^bits <= 128 never carries out of its byte.
-  const bool swar = dim % 8 == 0 && bits <= 7;
-  const uint64_t mask64 = 0x0101010101010101ull * mask;
+  const bool columns = dim % 8 == 0;
+  Bytes8 mask8;
+  for (int b = 0; b < 8; ++b) mask8[b] = mask;
   const uint8_t* k = keep.data();
   auto add_row = [&](const uint8_t* in, const uint8_t* p, uint8_t* out) {
     for (size_t c = 0; c < dim; ++c) out[c] = static_cast<uint8_t>(in[c] + (p[c] & k[c])) & mask;
@@ -71,18 +78,21 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
       }
     }
     const size_t rows = std::min(group_size, n_rows - row0);
-    if (swar) {
-      // Column of 8 channels by column: the running codes stay in a register (a row-by-row
-      // walk reloads the row just stored, a store-forwarding delay per row).
+    if (columns) {
+      // 8 channels at a time, column by column, so the running sums stay in a register (a
+      // row-by-row walk reloads the row just stored: a store-forwarding delay per row). Delta
+      // channels keep a byte-wise running sum mod 256 (a multiple of 2^bits, masked on store);
+      // its chain is one add per row, the raw channels' symbols join off that chain.
       for (size_t c = 0; c < dim; c += 8) {
-        uint64_t acc, kk;
+        Bytes8 acc, kk, in;
         std::memcpy(&acc, pred.data() + c, 8);
         std::memcpy(&kk, k + c, 8);
+        acc &= kk;
         for (size_t t = row0; t < row0 + rows; ++t) {
-          uint64_t in;
           std::memcpy(&in, symbols + t * dim + c, 8);
-          acc = ((acc & kk) + in) & mask64;
-          std::memcpy(codes + t * dim + c, &acc, 8);
+          acc += in & kk;
+          const Bytes8 code = (acc + (in & ~kk)) & mask8;
+          std::memcpy(codes + t * dim + c, &code, 8);
         }
       }
       continue;
