@@ -47,9 +47,7 @@ inline __m512i renorm16(__m512i x, const uint16_t* words, size_t& cursor) {
 }
 
 // Search kernel for alphabets of NT + 1 <= 16 symbols: all 32 slots as one vector of u16,
-// compared against the lanes' cumulative starts (no table lookups, no gathers). Only the
-// start and end of each lane's interval feed the next state, so they are reduced as trees
-// (depth log2 NT) and the symbol count, which only feeds the store, runs off that chain.
+// compared against the lanes' cumulative starts (no table lookups, no gathers).
 struct SearchConstants {
   __m128i p;
   __m512i mask, low16, top, one;
@@ -68,25 +66,25 @@ inline void search_step(__m512i& x0, __m512i& x1, const uint16_t* th, const Sear
   // Lanes 0..15 in the even u16 positions, lanes 16..31 in the odd ones.
   const __m512i slot = _mm512_or_si512(_mm512_and_si512(x0, k.mask),
                                        _mm512_slli_epi32(_mm512_and_si512(x1, k.mask), 16));
-  __m512i lo[NT], hi[NT];
-  __m512i sym = _mm512_setzero_si512();
+  // The compare masks are monotone in j (cumulative starts never decrease), so the interval
+  // start is c_j for the last j with slot >= c_j and its end c_j for the first j without:
+  // one masked move per threshold each (fewer uops than max/min trees; with two payloads in
+  // flight the kernel is bound by uops, not by this chain).
+  __mmask32 ge[NT];
+#pragma GCC unroll 16
+  for (int j = 0; j < NT; ++j)
+    ge[j] = _mm512_cmpge_epu16_mask(slot, _mm512_loadu_si512(th + j * kMaxLanes));
+  __m512i lo = _mm512_setzero_si512(), hi = k.top, sym = _mm512_setzero_si512();
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) {
-    const __m512i c = _mm512_loadu_si512(th + j * kMaxLanes);
-    const __mmask32 ge = _mm512_cmpge_epu16_mask(slot, c);
-    lo[j] = _mm512_maskz_mov_epi16(ge, c);
-    hi[j] = _mm512_mask_mov_epi16(c, ge, k.top);
-    sym = _mm512_mask_add_epi16(sym, ge, sym, k.one);
+    lo = _mm512_mask_loadu_epi16(lo, ge[j], th + j * kMaxLanes);
+    sym = _mm512_mask_add_epi16(sym, ge[j], sym, k.one);
   }
-#pragma GCC unroll 4
-  for (int w = 1; w < NT; w *= 2)
-#pragma GCC unroll 8
-    for (int j = 0; j + w < NT; j += 2 * w) {
-      lo[j] = _mm512_max_epu16(lo[j], lo[j + w]);
-      hi[j] = _mm512_min_epu16(hi[j], hi[j + w]);
-    }
-  const __m512i f = _mm512_sub_epi16(hi[0], lo[0]);
-  const __m512i d = _mm512_sub_epi16(slot, lo[0]);  // slot - start, < f
+#pragma GCC unroll 16
+  for (int j = NT - 1; j >= 0; --j)
+    hi = _mm512_mask_blend_epi16(ge[j], _mm512_loadu_si512(th + j * kMaxLanes), hi);
+  const __m512i f = _mm512_sub_epi16(hi, lo);
+  const __m512i d = _mm512_sub_epi16(slot, lo);  // slot - start, < f
   x0 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(f, k.low16), _mm512_srl_epi32(x0, k.p)),
                         _mm512_and_si512(d, k.low16));
   x1 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(f, 16), _mm512_srl_epi32(x1, k.p)),
