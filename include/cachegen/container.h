@@ -106,6 +106,11 @@ class CgkvReader {
 
   const CgkvInfo& info() const noexcept { return info_; }
 
+  // Largest number of fp16 values one read may produce (default 2^30, 2 GiB): the header's token
+  // count and shape are checked against it before anything is allocated, so a tiny forged file
+  // cannot ask for a huge buffer. A read over the limit throws Error(invalid_argument).
+  void set_max_elements(size_t n) noexcept { max_elements_ = n; }
+
   // fp16 [n_attention_layers, 2, end - begin, n_kv_heads, head_dim] for tokens [begin, end)
   // (token-major, K then V). Reads and verifies only the chunks that overlap the range.
   // Pre-RoPE keys come back rotated (as the model holds them); recomputed layers are zeros
@@ -125,6 +130,7 @@ class CgkvReader {
   explicit CgkvReader(std::shared_ptr<const Source> src);
   std::shared_ptr<const Source> src_;
   CgkvInfo info_;
+  size_t max_elements_ = size_t{1} << 30;
 };
 
 }  // namespace cachegen

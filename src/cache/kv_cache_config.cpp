@@ -28,6 +28,11 @@ void KVCacheConfig::validate() const {
     if (layer_bits[i] != 0)
       detail::check_bits(layer_bits[i], ("config.layer_bits[" + std::to_string(i) + "]").c_str());
   }
+  if (!layer_bits.empty() && !value_layer_bits.empty() &&
+      layer_bits.size() != value_layer_bits.size()) {
+    invalid("config.value_layer_bits has " + std::to_string(value_layer_bits.size()) +
+            " entries but config.layer_bits " + std::to_string(layer_bits.size()));
+  }
   for (size_t i = 0; i < value_layer_bits.size(); ++i) {
     if (value_layer_bits[i] != 0) {
       detail::check_bits(value_layer_bits[i],

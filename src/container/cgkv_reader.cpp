@@ -128,7 +128,17 @@ std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
   const size_t T = end - begin,
                row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
   const size_t n_attn = static_cast<size_t>(info_.n_attention_layers());
-  std::vector<Half> out(detail::checked_mul(n_attn * 2 * T, row, "read_tokens output"));
+  const size_t n_out = detail::checked_mul(n_attn * 2 * T, row, "read_tokens output");
+  // Chunk buffers hold a whole chunk of one tensor: bound them too.
+  const size_t chunk_values =
+      detail::checked_mul(std::min(info_.chunk_tokens, info_.n_tokens), row, "cgkv chunk");
+  if (n_out > max_elements_ || chunk_values > max_elements_) {
+    detail::invalid("cgkv: reading tokens " + std::to_string(begin) + ":" + std::to_string(end) +
+                    " needs " + std::to_string(std::max(n_out, chunk_values)) +
+                    " values, over this reader's limit of " + std::to_string(max_elements_) +
+                    " (set_max_elements)");
+  }
+  std::vector<Half> out(n_out);
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
     if (ci.token_begin >= end || ci.token_begin + ci.n_tokens <= begin) continue;

@@ -143,6 +143,9 @@ NpyArray parse_npy(std::span<const uint8_t> b) {
     throw Error(ErrorCode::unsupported_version, "npy: format version " + std::to_string(major));
   }
   const size_t len_bytes = major == 1 ? 2 : 4;
+  if (b.size() < 8 + len_bytes) {
+    throw Error(ErrorCode::truncated_input, "npy: file ends inside its header length");
+  }
   const size_t header_len = read_le(b.data() + 8, len_bytes);
   const size_t header_start = 8 + len_bytes;
   if (header_len > kMaxHeaderBytes)
@@ -157,6 +160,10 @@ NpyArray parse_npy(std::span<const uint8_t> b) {
   while (!cur.eat('}')) {
     const std::string_view key = cur.quoted();
     cur.expect(':');
+    if ((key == "descr" && have_descr) || (key == "fortran_order" && have_order) ||
+        (key == "shape" && have_shape)) {
+      corrupt("header repeats key '" + std::string(key) + "'");
+    }
     if (key == "descr") {
       const std::string_view d = cur.quoted();
       bool found = false;
@@ -198,8 +205,11 @@ NpyArray parse_npy(std::span<const uint8_t> b) {
   if (!have_descr || !have_order || !have_shape)
     corrupt("header lacks descr, fortran_order or shape");
   size_t n = 1;
-  for (size_t d : a.shape) n = detail::checked_mul(n, d, "npy shape");
-  const size_t bytes = detail::checked_mul(n, npy_dtype_size(a.dtype), "npy data size");
+  for (size_t d : a.shape) {
+    if (__builtin_mul_overflow(n, d, &n)) corrupt("shape's element count overflows");
+  }
+  size_t bytes;
+  if (__builtin_mul_overflow(n, npy_dtype_size(a.dtype), &bytes)) corrupt("data size overflows");
   const size_t data_start = header_start + header_len;
   if (b.size() - data_start < bytes) {
     throw Error(ErrorCode::truncated_input, "npy: data holds " +

@@ -9,6 +9,7 @@
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
 #include "llama/cgkv_blobs.h"
+#include "llama/state_internal.h"
 
 namespace cachegen::llama {
 namespace {
@@ -71,6 +72,9 @@ std::vector<uint8_t> write_lossless(const KvStream& stream, const ModelShape& sh
               " holds K type " + std::to_string(l.k_type) + ", V type " + std::to_string(l.v_type) +
               " (use a quantized level)");
     }
+    if (l.k_row_bytes != row * sizeof(Half) || l.v_row_bytes != row * sizeof(Half)) {
+      invalid("layer " + std::to_string(il) + " rows are not n_kv_heads * head_dim halves");
+    }
     // f16 rows are [n_kv_heads, head_dim] halves, token-major: the container's layout.
     std::memcpy(dst, l.k.data(), n * row * sizeof(Half));
     dst += n * row;
@@ -105,7 +109,11 @@ KVCacheConfig snapshot_config(const KvSnapshot& s, const KvStream& stream, const
       while (j < c.layer_bits.size() && c.layer_bits[j] == 0) ++j;
       const bool any = j < c.layer_bits.size();
       c.layer_bits[i] = any ? c.layer_bits[j] : 8;
-      if (!c.value_layer_bits.empty()) c.value_layer_bits[i] = any ? c.value_layer_bits[j] : 8;
+      if (i < c.value_layer_bits.size() && j < c.value_layer_bits.size()) {
+        c.value_layer_bits[i] = c.value_layer_bits[j];
+      } else if (i < c.value_layer_bits.size()) {
+        c.value_layer_bits[i] = 8;
+      }
     }
   }
   return c;
@@ -210,6 +218,7 @@ std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIde
                                       const CgkvLevel& level) {
   const KvStream& stream = snapshot.data_stream();  // throws for no cells / several streams
   if (stream.layers.empty()) invalid("the state has no layers");
+  detail::check_layer_sizes(stream);  // KvSnapshot is a mutable struct: trust no size in it
   if (!level.lossless) level.quantized.validate();
   const std::string arch =
       identity.architecture.empty() ? snapshot.arch_tag : identity.architecture;

@@ -88,12 +88,20 @@ RecomputedKv recompute_layers(const Model& model, const KvSnapshot& s, const Cgk
   }
   const std::vector<int> layers = info.recomputed_layers();
   RecomputedKv out;
-  bool consecutive = true;
-  for (size_t i = 1; i < n; ++i) {
-    consecutive =
-        consecutive && stream.cells[i].pos == stream.cells[0].pos + static_cast<int32_t>(i);
+  // Positions come from the file: 64-bit arithmetic, and a prefill only when the run starts at 0
+  // and fits the model's training context (a forged offset must not size a context).
+  for (size_t i = 0; i < n; ++i) {
+    if (stream.cells[i].pos < 0) corrupt("cell " + std::to_string(i) + " has a negative position");
   }
-  if (layers == std::vector<int>{0} && !consecutive) {
+  bool consecutive = n > 0;
+  for (size_t i = 1; i < n; ++i) {
+    consecutive = consecutive && int64_t{stream.cells[i].pos} ==
+                                     int64_t{stream.cells[0].pos} + static_cast<int64_t>(i);
+  }
+  const int64_t ctx_train = llama_model_n_ctx_train(model.get());
+  const bool prefill = consecutive && stream.cells[0].pos == 0 &&
+                       static_cast<int64_t>(n) <= (ctx_train > 0 ? ctx_train : int64_t{1} << 20);
+  if (layers == std::vector<int>{0} && !prefill) {
     // Layer 0's K/V depend only on the token: one decode per distinct token at position 0,
     // where RoPE is the identity, then K rotated to each cell's position. (Consecutive cells,
     // the usual case, take the single batched prefill below instead: one llama_decode rather
@@ -133,11 +141,21 @@ RecomputedKv recompute_layers(const Model& model, const KvSnapshot& s, const Cgk
     out[0] = {std::move(k), std::move(v)};
     return out;
   }
-  // Prefill the tokens at the cells' positions: exact for layer 0 (a function of token and
-  // position only) and the only way for deeper layers, which depend on the whole prefix.
-  if (!consecutive) corrupt("recomputing layers beyond 0 needs cells at consecutive positions");
-  Context ctx(model, scratch_settings(static_cast<uint32_t>(stream.cells[0].pos + n)));
-  ctx.decode(s.tokens, stream.cells[0].pos, false);
+  // Prefill the tokens at positions 0..n-1: exact for layer 0 (a function of token and position
+  // only) and the only way for deeper layers, which depend on the whole prefix.
+  if (!prefill) {
+    corrupt(
+        "recomputing layers beyond 0 needs cells at positions 0..n-1 within the model's "
+        "training context");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (s.tokens[i] < 0 || s.tokens[i] >= model.n_vocab()) {
+      corrupt("token id " + std::to_string(s.tokens[i]) + " at cell " + std::to_string(i) +
+              " is outside the model's vocabulary");
+    }
+  }
+  Context ctx(model, scratch_settings(static_cast<uint32_t>(n)));
+  ctx.decode(s.tokens, 0, false);
   const KvSnapshot cap = capture_seq_state(ctx, s.tokens);
   for (int l : layers) {
     const KvLayer& layer = cap.data_stream().layers.at(static_cast<size_t>(l));

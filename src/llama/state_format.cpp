@@ -137,6 +137,21 @@ void parse_kv_block(ByteReader& in, const ParseOptions& options, bool cell_ext,
   }
 }
 
+void check_layer_sizes(const KvStream& stream) {
+  const uint64_t n = stream.cells.size();
+  for (size_t il = 0; il < stream.layers.size(); ++il) {
+    const KvLayer& layer = stream.layers[il];
+    uint64_t k_bytes, v_bytes;
+    if (__builtin_mul_overflow(n, layer.k_row_bytes, &k_bytes) || layer.k.size() != k_bytes ||
+        __builtin_mul_overflow(n, layer.v_row_bytes, &v_bytes) || layer.v.size() != v_bytes) {
+      throw Error(ErrorCode::invalid_argument,
+                  "llama state: layer " + std::to_string(il) + " holds K/V of " +
+                      std::to_string(layer.k.size()) + "/" + std::to_string(layer.v.size()) +
+                      " bytes, expected n_cells * k_row_bytes / n_cells * v_row_bytes");
+    }
+  }
+}
+
 void build_kv_block(const KvSnapshot& s, ByteWriter& out) {
   out.u32(static_cast<uint32_t>(s.streams.size()));
   for (const KvStream& stream : s.streams) {
@@ -153,22 +168,13 @@ void build_kv_block(const KvSnapshot& s, ByteWriter& out) {
     }
     out.u32(stream.v_trans ? 1 : 0);
     out.u32(static_cast<uint32_t>(stream.layers.size()));
+    check_layer_sizes(stream);
     for (const KvLayer& layer : stream.layers) {
-      if (layer.k.size() != n * layer.k_row_bytes) {
-        throw Error(ErrorCode::invalid_argument, "llama state: a layer's K holds " +
-                                                     std::to_string(layer.k.size()) +
-                                                     " bytes, expected n_cells * k_row_bytes");
-      }
       out.i32(layer.k_type);
       out.u64(layer.k_row_bytes);
       out.bytes(layer.k);
     }
     for (const KvLayer& layer : stream.layers) {
-      if (layer.v.size() != n * layer.v_row_bytes) {
-        throw Error(ErrorCode::invalid_argument, "llama state: a layer's V holds " +
-                                                     std::to_string(layer.v.size()) +
-                                                     " bytes, expected n_cells * v_row_bytes");
-      }
       out.i32(layer.v_type);
       if (!stream.v_trans) {
         out.u64(layer.v_row_bytes);

@@ -16,6 +16,8 @@ const ggml_type_traits& checked_type(ByteReader& in, int32_t type, const char* f
 void parse_kv_block(ByteReader& in, const ParseOptions& options, bool cell_ext,
                     std::vector<KvStream>& streams);
 void build_kv_block(const KvSnapshot& snapshot, ByteWriter& out);
+// Error(invalid_argument) unless every layer's K and V hold n_cells rows of their row size.
+void check_layer_sizes(const KvStream& stream);
 // io_magic of llama_context::state_seq_get_data (llama-context.cpp), frozen by the release.
 inline constexpr uint32_t kSeqStateMagic = 0xaf143cd8u;
 

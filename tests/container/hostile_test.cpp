@@ -133,6 +133,24 @@ TEST(Hostile, ForgedChunkRangesRejected) {
   }
 }
 
+TEST(Hostile, ReadsOverTheReadersLimitAreRefusedBeforeAllocating) {
+  // The header's token count and shape size the output: a reader refuses a read over its
+  // limit before allocating (a forged header cannot ask for a huge buffer).
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  CgkvReader r = CgkvReader::from_bytes(write_cgkv(test::filled_cache(100, cfg).cache));
+  r.set_max_elements(1000);
+  try {
+    r.read_tokens(0, 100);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
+  }
+  r.set_max_elements(size_t{1} << 30);
+  EXPECT_EQ(r.read_tokens(0, 100).size(), 2u * 2 * 100 * 16);
+}
+
 TEST(Hostile, GarbageAndEmptyInputs) {
   EXPECT_EQ(outcome({}), ErrorCode::truncated_input);
   EXPECT_EQ(outcome(std::vector<uint8_t>(31, 0)), ErrorCode::truncated_input);

@@ -12,7 +12,14 @@ namespace cachegen {
 namespace {
 
 std::vector<uint8_t> with_header(const std::string& header, size_t data_bytes) {
-  const uint8_t preamble[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+  const uint8_t preamble[10] = {0x93,
+                                'N',
+                                'U',
+                                'M',
+                                'P',
+                                'Y',
+                                1,
+                                0,
                                 static_cast<uint8_t>(header.size() & 0xff),
                                 static_cast<uint8_t>(header.size() >> 8)};
   std::vector<uint8_t> b(10 + header.size() + data_bytes, 0);
@@ -86,7 +93,7 @@ TEST(Npy, HostileInputsRejected) {
   EXPECT_EQ(
       error_of(with_header(
           "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }", 0)),
-      ErrorCode::invalid_argument);
+      ErrorCode::corrupt_input);
   EXPECT_EQ(
       error_of(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000,), }", 8)),
       ErrorCode::truncated_input);
@@ -98,6 +105,11 @@ TEST(Npy, HostileInputsRejected) {
             ErrorCode::corrupt_input);
   EXPECT_EQ(error_of(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1,", 4)),
             ErrorCode::corrupt_input);
+  EXPECT_EQ(error_of(with_header(
+                "{'descr': '<f4', 'shape': (2,), 'fortran_order': False, 'shape': (3,), }", 24)),
+            ErrorCode::corrupt_input);
+  // A v2 preamble cut inside its 4-byte header length.
+  EXPECT_EQ(error_of({0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0, 0}), ErrorCode::truncated_input);
   // Every truncation of a valid file is an error, never a crash.
   const auto full = with_header(ok, 16);
   for (size_t n = 0; n < full.size(); ++n) {
