@@ -30,7 +30,8 @@ for tool in npm git tar sha512sum base64 od; do
 done
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$DEST.tmp"' EXIT
+rm -rf "$DEST.tmp"  # left by an interrupted run
 echo "fetch-llama: npm pack $NPM_PACKAGE"
 (cd "$work" && npm pack --silent "$NPM_PACKAGE" >/dev/null)
 tarball=$(ls "$work"/node-llama-cpp-*.tgz)
@@ -53,5 +54,6 @@ if [[ "$(git -C "$DEST.tmp" rev-parse HEAD)" != "$LLAMA_COMMIT_PREFIX"* ]]; then
   echo "fetch-llama: checkout is not at $LLAMA_COMMIT_PREFIX" >&2
   exit 1
 fi
+rm -rf "$DEST"
 mv "$DEST.tmp" "$DEST"
 echo "fetch-llama: $DEST at $commit"

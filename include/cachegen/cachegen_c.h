@@ -1,7 +1,7 @@
 /* cachegen: the C API, for other languages. Opaque handles, *_create / *_free pairs (free
  * accepts NULL), integer status codes equal to cachegen::ErrorCode (0 = CACHEGEN_OK), and no
- * exceptions across the boundary. The message of the last failure on the calling thread is
- * available from cachegen_last_error(). */
+ * exceptions across the boundary. cachegen_last_error() gives the message of the calling thread's
+ * most recent call: the failure's message, or "" after a success. */
 #ifndef CACHEGEN_C_H
 #define CACHEGEN_C_H
 
@@ -27,7 +27,8 @@ enum {
 
 /* Stable name of a status code ("corrupt_input"); never NULL. */
 const char* cachegen_status_name(int status);
-/* Message of the calling thread's last failed call ("" if none); valid until the next call. */
+/* Message of the calling thread's most recent call ("" if it succeeded); valid until the next
+ * call. */
 const char* cachegen_last_error(void);
 /* "MAJOR.MINOR.PATCH" */
 const char* cachegen_version(void);

@@ -6,8 +6,12 @@ namespace cachegen::capi {
 namespace {
 thread_local std::string t_last_error;
 }
-void set_last_error(const std::string& message) {
-  t_last_error = message;
+void set_last_error(const char* message) noexcept {
+  try {
+    t_last_error = message;
+  } catch (...) {  // no memory for the message itself: leave it empty rather than terminate
+    t_last_error.clear();
+  }
 }
 const char* last_error() {
   return t_last_error.c_str();

@@ -8,7 +8,7 @@
 
 namespace cachegen::capi {
 
-void set_last_error(const std::string& message);
+void set_last_error(const char* message) noexcept;
 const char* last_error();
 
 // Runs fn, mapping exceptions to status codes and recording their message.
@@ -19,7 +19,7 @@ int guard(Fn&& fn) noexcept {
     set_last_error("");
     return 0;
   } catch (const Error& e) {
-    set_last_error(e.what());
+    set_last_error(e.what());  // takes a const char*: no allocation outside its own try
     return static_cast<int>(e.code());
   } catch (const std::bad_alloc&) {
     set_last_error("out of memory");

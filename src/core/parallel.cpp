@@ -3,6 +3,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -37,7 +38,11 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   };
   std::vector<std::thread> threads;
   threads.reserve(workers - 1);
-  for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
+  try {
+    for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads to be had: the ones started and this one share the items.
+  }
   work();
   for (auto& t : threads) t.join();
   if (first_error) std::rethrow_exception(first_error);

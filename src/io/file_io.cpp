@@ -65,8 +65,10 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int e = errno;
+  const int sync_rc = ::fsync(fd);
+  const int sync_errno = errno;
+  if (::close(fd) != 0 || sync_rc != 0) {  // close even when fsync failed: no leaked descriptor
+    const int e = sync_rc != 0 ? sync_errno : errno;
     ::unlink(tmp.c_str());
     io_fail("cannot flush", tmp, e);
   }

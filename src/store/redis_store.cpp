@@ -76,8 +76,19 @@ class RedisStore final : public Store {
       m.parts = static_cast<uint32_t>((value.size() + m.part_bytes - 1) / m.part_bytes);
     }
     std::lock_guard lock(mu_);
+    uint64_t previous_attempt = 0;
     const std::string old_header = with_retry("put", key, [&] {
+      if (previous_attempt != 0 && m.parts > 0) {
+        // The connection broke during the last attempt: its parts may be orphans, or (if only
+        // the swap's reply was lost) the live value. Let them expire after the grace period
+        // rather than vanish under a reader, and never leave them behind for good.
+        Manifest prev = m;
+        prev.generation = previous_attempt;
+        delete_parts_of(key, encode_manifest_header(prev), 0,
+                        std::max(options_.superseded_grace_ms, 1));
+      }
       m.generation = random_u64();  // fresh per attempt: a retry never reuses half-written parts
+      previous_attempt = m.generation;
       return write_generation(key, value, m);
     });
     delete_parts_of(key, old_header, m.generation, options_.superseded_grace_ms);

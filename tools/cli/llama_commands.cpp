@@ -20,6 +20,7 @@
 #include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
+#include "cachegen/npy.h"
 #include "cachegen/transform.h"
 
 namespace cachegen::cli {
@@ -129,12 +130,9 @@ void add_inspect(CLI::App& llama_cmd) {
   });
 }
 
+// Atomic: a crash or a full disk never leaves a truncated file under `path`.
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f.write(reinterpret_cast<const char*>(bytes.data()),
-               static_cast<std::streamsize>(bytes.size()))) {
-    throw Error(ErrorCode::io_error, "cannot write '" + path + "'");
-  }
+  write_file_atomic(path, bytes);
 }
 
 // K+V elements of a snapshot's data stream.
