@@ -87,8 +87,10 @@ struct ModelShape {
   static ModelShape from_gguf(const std::string& path);
 };
 
-// xxHash64 of a GGUF file's header and metadata (everything before the tensor infos): the
-// model identity recorded with a compressed cache.
+// xxHash64 (seed 0) of a GGUF file's header and metadata key/values (everything before the
+// tensor infos), read without llama.cpp: a cheap identity for a model file. Not the same value
+// as llama::ModelIdentity's hash (which .cgkv files written from llama.cpp states record, and
+// which also covers the tensor infos): compare like with like.
 uint64_t gguf_metadata_hash(const std::string& path);
 
 enum class KVDType : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
