@@ -68,7 +68,7 @@ inline __m256i renorm8(__m256i x, const uint16_t* words, size_t& cursor) {
 template <int NT>
 size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                      size_t end, uint8_t* symbols) {
-  const ThresholdPattern pattern = make_threshold_pattern(tables, dim, begin, 8);
+  const ThresholdPattern& pattern = make_threshold_pattern(tables, dim, begin, 8);
   if (pattern.period == 0) return begin;
   const __m128i p = _mm_cvtsi32_si128(tables.precision);
   const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));

@@ -99,7 +99,7 @@ inline void search_step(__m512i& x0, __m512i& x1, const uint16_t* th, const Sear
 template <int NT>
 size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                      size_t end, uint8_t* symbols) {
-  const ThresholdPattern pattern = make_threshold_pattern(tables, dim, begin, 16);
+  const ThresholdPattern& pattern = make_threshold_pattern(tables, dim, begin, 16);
   if (pattern.period == 0) return begin;
   const SearchConstants k(tables.precision);
   __m512i x0 = _mm512_loadu_si512(st.x);
@@ -124,7 +124,7 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
 template <int NT>
 size_t decode_search_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTables& tables,
                           size_t dim, size_t end, uint8_t* symbols_a, uint8_t* symbols_b) {
-  const ThresholdPattern pattern = make_threshold_pattern(tables, dim, 0, 16);
+  const ThresholdPattern& pattern = make_threshold_pattern(tables, dim, 0, 16);
   if (pattern.period == 0) return 0;
   const SearchConstants k(tables.precision);
   __m512i a0 = _mm512_loadu_si512(a.x), a1 = _mm512_loadu_si512(a.x + 16);

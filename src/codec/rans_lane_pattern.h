@@ -55,8 +55,8 @@ struct ThresholdPattern {
   std::vector<uint16_t> thresholds;
 };
 
-inline ThresholdPattern make_threshold_pattern(const DecodeTables& t, size_t dim, size_t begin,
-                                               size_t width) {
+inline ThresholdPattern build_threshold_pattern(const DecodeTables& t, size_t dim, size_t begin,
+                                                size_t width) {
   ThresholdPattern p;
   const size_t period = lane_period(dim);
   if (period == 0) return p;
@@ -79,6 +79,32 @@ inline ThresholdPattern make_threshold_pattern(const DecodeTables& t, size_t dim
         p.thresholds[(k * nt + j) * kMaxLanes + position] = t.cum[c * stride + j + 1];
       }
   return p;
+}
+
+// The pattern for these tables, reused across calls on this thread: a batch's slices (and
+// each payload's paired, single and padded-tail kernel calls) share one, and building it per
+// call showed in profiles of short payloads. The cache is keyed by the tables' contents, not
+// their address. The reference stays valid until this thread's next call.
+inline const ThresholdPattern& make_threshold_pattern(const DecodeTables& t, size_t dim,
+                                                      size_t begin, size_t width) {
+  struct Cache {
+    std::vector<uint16_t> cum;
+    size_t dim = 0, phase = 0, width = 0;
+    int precision = -1;
+    ThresholdPattern pattern;
+  };
+  thread_local Cache cache;
+  const size_t phase = dim == 0 ? 0 : begin % dim;
+  if (cache.dim != dim || cache.phase != phase || cache.width != width ||
+      cache.precision != t.precision || cache.cum != t.cum) {
+    cache.pattern = build_threshold_pattern(t, dim, begin, width);
+    cache.cum = t.cum;
+    cache.dim = dim;
+    cache.phase = phase;
+    cache.width = width;
+    cache.precision = t.precision;
+  }
+  return cache.pattern;
 }
 
 }  // namespace cachegen::detail
