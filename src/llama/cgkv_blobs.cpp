@@ -28,15 +28,25 @@ constexpr const char* kMetadataFormat = "cachegen.llama";
 
 // Cells form the common run: consecutive positions, one shared sequence id, default ext.
 bool is_run(const std::vector<KvCell>& cells) {
+  if (!consecutive_positions(cells)) return false;
   const KvCell& c0 = cells[0];
-  for (size_t i = 0; i < cells.size(); ++i) {
-    const KvCell& c = cells[i];
-    if (int64_t{c.pos} != int64_t{c0.pos} + static_cast<int64_t>(i)) return false;
+  for (const KvCell& c : cells) {
     if (c.seq_ids.size() != 1 || c.seq_ids[0] != c0.seq_ids.at(0)) return false;
     if (c.ext != KvCell{}.ext) return false;
   }
   return true;
 }
+
+}  // namespace
+
+bool consecutive_positions(const std::vector<KvCell>& cells) {
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (int64_t{cells[i].pos} != int64_t{cells[0].pos} + static_cast<int64_t>(i)) return false;
+  }
+  return !cells.empty();
+}
+
+namespace {
 
 void write_cells(const KvSnapshot& s, const KvStream& stream, ByteWriter& out) {
   if (is_run(stream.cells)) {

@@ -15,6 +15,10 @@ namespace cachegen::llama::detail {
 // per-layer types/row sizes (no K/V data, no tokens). decode_app_state returns a snapshot
 // whose layers have empty k/v; throws corrupt_input / truncated_input / unsupported_version
 // naming the field ("app_state.<field>").
+// Whether cells hold consecutive positions cells[0].pos + i (64-bit arithmetic: positions come
+// from files). False for no cells.
+bool consecutive_positions(const std::vector<KvCell>& cells);
+
 std::vector<uint8_t> encode_app_state(const KvSnapshot& snapshot);
 KvSnapshot decode_app_state(std::span<const uint8_t> bytes, const ParseOptions& limits);
 

@@ -90,10 +90,7 @@ std::vector<uint8_t> write_lossless(const KvStream& stream, const ModelShape& sh
 KVCacheConfig snapshot_config(const KvSnapshot& s, const KvStream& stream, const ModelShape& shape,
                               const ModelIdentity& id, KVCacheConfig c) {
   if (c.key_pre_rope) {
-    bool run = true;
-    for (size_t i = 0; i < stream.cells.size(); ++i) {
-      run = run && int64_t{stream.cells[i].pos} == int64_t{stream.cells[0].pos} + int64_t(i);
-    }
+    const bool run = detail::consecutive_positions(stream.cells);
     const bool heads_known =
         id.head_dim > 0 && static_cast<uint32_t>(shape.head_dim) == id.head_dim;
     if (run && heads_known && stream.cells[0].pos >= 0) {

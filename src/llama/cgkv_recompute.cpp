@@ -93,11 +93,7 @@ RecomputedKv recompute_layers(const Model& model, const KvSnapshot& s, const Cgk
   for (size_t i = 0; i < n; ++i) {
     if (stream.cells[i].pos < 0) corrupt("cell " + std::to_string(i) + " has a negative position");
   }
-  bool consecutive = n > 0;
-  for (size_t i = 1; i < n; ++i) {
-    consecutive = consecutive && int64_t{stream.cells[i].pos} ==
-                                     int64_t{stream.cells[0].pos} + static_cast<int64_t>(i);
-  }
+  const bool consecutive = detail::consecutive_positions(stream.cells);
   const int64_t ctx_train = llama_model_n_ctx_train(model.get());
   const bool prefill = consecutive && stream.cells[0].pos == 0 &&
                        static_cast<int64_t>(n) <= (ctx_train > 0 ? ctx_train : int64_t{1} << 20);
