@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs every codec fuzzer for SECONDS from its seed corpus; fails on the first crash.
+# Runs every fuzzer (codec, .cgkv container, .npy) for SECONDS from its seed corpus; fails on the first crash.
 # Builds nothing: configure and build BUILD_DIR first, e.g.
 #   CC=clang CXX=clang++ cmake -B build-fuzz -G Ninja -DCACHEGEN_BUILD_FUZZ=ON \
 #       -DCACHEGEN_SANITIZE=ON -DCACHEGEN_BUILD_TESTS=OFF -DCACHEGEN_BUILD_BENCH=OFF \
@@ -14,7 +14,8 @@ build=$1
 seconds=$2
 here=$(cd "$(dirname "$0")" && pwd)
 status=0
-for target in fuzz_codec_decode fuzz_codec_decode_batch fuzz_codec_roundtrip; do
+for target in fuzz_codec_decode fuzz_codec_decode_batch fuzz_codec_roundtrip fuzz_cgkv_read \
+    fuzz_npy_parse; do
   bin="$build/fuzz/$target"
   if [ ! -x "$bin" ]; then
     echo "run_fuzzers: $bin missing (build $build with -DCACHEGEN_BUILD_FUZZ=ON)" >&2
