@@ -76,6 +76,12 @@ std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& optio
 // (1 + 2^-scale_mantissa_bits) * (2^bits-1) / (2^bits-1 - 2^-zero_step_log2).
 // If the returned pointer `quantized` is non-null it receives the CodeStream that was coded
 // (so decode(result) == *quantized).
+// The quantization step of encode_values alone: the CodeStream that encode_values would code
+// (parameters on the compact grid, or fp16 / the reference's when the grid cannot hold them).
+// For callers that quantize groups as they arrive and code them later (the cache layer).
+CodeStream quantize_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                           size_t group_size = 32, const EncodeOptions& options = {});
+
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                                    size_t group_size = 32, const EncodeOptions& options = {},
                                    CodeStream* quantized = nullptr);

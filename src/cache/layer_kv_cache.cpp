@@ -195,11 +195,9 @@ CodeStream detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, in
   }
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = half_to_float(x[i]);
-  CodeStream s;
   EncodeOptions opt;
   opt.allow_delta = config.use_delta;
-  encode_values(f, rows, dim, bits, config.group_size, opt, &s);
-  return s;
+  return quantize_values(f, rows, dim, bits, config.group_size, opt);
 }
 
 void LayerKVCache::quantize_group(int kind) {

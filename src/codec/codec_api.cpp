@@ -178,6 +178,13 @@ std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& optio
   return out;
 }
 
+CodeStream quantize_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                           size_t group_size, const EncodeOptions& options) {
+  check_options(options);
+  ParamPrecision precision;
+  return quantize_for_codec(x, n_rows, dim, bits, group_size, options, precision);
+}
+
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                                    size_t group_size, const EncodeOptions& options,
                                    CodeStream* quantized) {

@@ -61,6 +61,7 @@ TEST_P(RoundTrip, EncodeValuesReproducesItsQuantization) {
     CodeStream q;
     const auto bytes = encode_values(x, n_rows, 16, bits, 32, {}, &q);
     expect_same_stream(decode(bytes), q);
+    expect_same_stream(quantize_values(x, n_rows, 16, bits, 32), q);  // the same quantization
     // Reconstruction error stays within half a (slightly widened) step.
     const auto rec = decode_to_half(bytes);
     for (size_t t = 0; t < n_rows; ++t)
