@@ -404,23 +404,6 @@ void apply_method(const Method& m, size_t group, size_t head_dim, const WindowIn
   }
 }
 
-// The model's RoPE as llama.cpp applies it to keys (from the GGUF metadata).
-RopeParams model_rope(const Model& model) {
-  RopeParams r;
-  const std::string arch = model.identity().architecture;
-  char buf[64];
-  if (llama_model_meta_val_str(model.get(), (arch + ".rope.freq_base").c_str(), buf, sizeof buf) >
-      0) {
-    r.freq_base = std::strtof(buf, nullptr);
-  }
-  if (llama_model_meta_val_str(model.get(), (arch + ".rope.dimension_count").c_str(), buf,
-                               sizeof buf) > 0) {
-    r.n_rot = std::atoi(buf);
-  }
-  r.neox = llama_model_rope_type(model.get()) == LLAMA_ROPE_TYPE_NEOX;
-  return r;
-}
-
 // Layer 0's K and V depend only on the token id (embedding -> norm -> projections, then RoPE
 // by position on K): rebuilt from a table of each token decoded alone at position 0, where RoPE
 // is the identity. Returns a copy of `captured`'s layer 0 with K and V recomputed.
@@ -545,7 +528,7 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
   }
 
   const size_t head_dim = model.identity().head_dim;
-  const RopeParams rope = model_rope(model);
+  const RopeParams rope = model_rope_params(model);  // the bridge's reading, freq_scale included
   std::unique_ptr<Layer0Table> layer0;
   for (const Method& m : methods) {
     const auto recomputes = [](const std::vector<int>& b) {
