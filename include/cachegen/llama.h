@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -48,6 +49,10 @@ struct llama_model;
 struct llama_context;
 
 namespace cachegen::llama {
+
+namespace detail {
+class Layer0Projector;
+}
 
 // ggml type ids as they appear in state bytes (ggml.h `enum ggml_type`, frozen by GGUF).
 inline constexpr int32_t kTypeF32 = 0;
@@ -175,16 +180,29 @@ class Model {
   const ModelIdentity& identity() const { return identity_; }
   bool cell_ext() const { return cell_ext_; }
   int32_t n_vocab() const;
+  int32_t n_ctx_train() const;  // the context length the model was trained for
   // Tokenizes text (with BOS when the model adds one).
   std::vector<int32_t> tokenize(const std::string& text, bool add_bos) const;
   // Text of token ids (special tokens left out).
   std::string detokenize(std::span<const int32_t> tokens) const;
+  const std::string& path() const { return path_; }
+  // Layer 0's K/V computed from this model's weights (restores of files whose layer 0 is not
+  // stored); built on first use, then shared. Throws invalid_argument when the architecture's
+  // layer 0 is not supported (detail::Layer0Projector::supported).
+  const detail::Layer0Projector& layer0() const;
 
  private:
   llama_model* model_ = nullptr;
+  std::string path_;
   ModelIdentity identity_;
   bool cell_ext_ = false;
+  mutable std::once_flag layer0_once_;
+  mutable std::unique_ptr<detail::Layer0Projector> layer0_;
 };
+
+// How many times cachegen has run a llama.cpp forward pass (llama_decode, through
+// Context::decode) in this process. Restoring a file never adds to it (tests check this).
+uint64_t model_evaluations();
 
 // A llama.cpp context with known settings. Throws invalid_argument when llama.cpp refuses
 // the settings (e.g. a quantized KV type whose block does not divide head_dim).
@@ -246,6 +264,9 @@ struct CgkvLevel {
   // quality_level_config(level, shape, rope): keys pre-RoPE, layer 0 recomputed from the token
   // ids (restoring then needs the model), groups of 256, per-layer K/V bits.
   static CgkvLevel quality(QualityLevel level, const ModelShape& shape, const RopeParams& rope);
+  // The same for `model` (shape and RoPE from it); where Model::layer0 cannot compute the
+  // model's layer 0 from its weights, layer 0 is stored instead (with the bits of layer 1).
+  static CgkvLevel quality(QualityLevel level, const Model& model);
 };
 
 // The model's RoPE as llama.cpp applies it to keys: {arch}.rope.freq_base,
@@ -265,7 +286,7 @@ ModelShape model_cache_shape(const Model& model);
 // layer is stored with the next stored layer's bits.
 std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIdentity& identity,
                                       const CgkvLevel& level);
-// The same at a quality level for a capture of `model` (identity and RoPE from the model).
+// The same at CgkvLevel::quality(level, model) for a capture of `model`.
 std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const Model& model,
                                       QualityLevel level);
 
@@ -278,11 +299,12 @@ std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const Model& m
 // A file with recomputed layers (CgkvInfo::recomputed_layers) is refused with invalid_argument:
 // use the overload taking the model.
 KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits = {});
-// The same, rebuilding recomputed layers from the token ids with `model` (which must be the
-// file's model: identity compared, invalid_argument otherwise). Layer 0 alone: each distinct
-// token decoded alone at position 0 (RoPE is the identity there), its layer-0 K/V taken and K
-// rotated to the cell's position. Deeper recomputed layers: the tokens prefilled at the cells'
-// positions in a scratch context. Needs one token id per cell (corrupt_input otherwise).
+// The same, rebuilding a recomputed layer 0 from the token ids with `model` (which must be the
+// file's model: identity compared, invalid_argument otherwise): K and V computed from the
+// model's layer-0 weights (embedding, attention norm, K/V projections; Model::layer0), K rotated
+// to each cell's position. No forward pass is run: the cost is proportional to the distinct
+// tokens times n_embd times the K/V width. Needs one token id per cell and only layer 0 marked
+// recomputed (corrupt_input otherwise).
 KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const Model& model,
                             const ParseOptions& limits = {});
 

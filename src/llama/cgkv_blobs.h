@@ -26,9 +26,15 @@ KvSnapshot decode_app_state(std::span<const uint8_t> bytes, const ParseOptions& 
 std::vector<uint8_t> encode_metadata(const ModelIdentity& identity, const KvSnapshot& snapshot);
 ModelIdentity decode_metadata(std::span<const uint8_t> bytes);
 
-// K and V (fp32 [n_cells, row width]) of the layers a file marks recomputed, rebuilt from the
-// snapshot's token ids and cells with the model (src/llama/cgkv_recompute.cpp).
+// K and V (fp32 [n_cells, row width]) of the layers a file marks recomputed (layer 0 only; any
+// other is corrupt_input), computed from the snapshot's token ids and cells with the model's
+// weights (Layer0Projector: no forward pass; src/llama/cgkv_recompute.cpp).
 using RecomputedKv = std::map<size_t, std::pair<std::vector<float>, std::vector<float>>>;
 RecomputedKv recompute_layers(const Model& model, const KvSnapshot& snapshot, const CgkvInfo& info);
+
+// Turns a config's recomputed layers (bits 0) into stored ones, each with the bits of the next
+// stored layer (8 when none is): for snapshots without token ids and models whose layer 0
+// Layer0Projector cannot compute.
+void store_recomputed_layers(KVCacheConfig& config);
 
 }  // namespace cachegen::llama::detail

@@ -12,6 +12,25 @@
 #include "llama/state_internal.h"
 
 namespace cachegen::llama {
+namespace detail {
+
+void store_recomputed_layers(KVCacheConfig& c) {
+  for (size_t i = 0; i < c.layer_bits.size(); ++i) {
+    if (c.layer_bits[i] != 0) continue;
+    size_t j = i;
+    while (j < c.layer_bits.size() && c.layer_bits[j] == 0) ++j;
+    const bool any = j < c.layer_bits.size();
+    c.layer_bits[i] = any ? c.layer_bits[j] : 8;
+    if (i < c.value_layer_bits.size() && j < c.value_layer_bits.size()) {
+      c.value_layer_bits[i] = c.value_layer_bits[j];
+    } else if (i < c.value_layer_bits.size()) {
+      c.value_layer_bits[i] = 8;
+    }
+  }
+}
+
+}  // namespace detail
+
 namespace {
 
 [[noreturn]] void invalid(const std::string& why) {
@@ -99,20 +118,7 @@ KVCacheConfig snapshot_config(const KvSnapshot& s, const KvStream& stream, const
       c.key_pre_rope = false;
     }
   }
-  if (s.tokens.size() != stream.cells.size()) {
-    for (size_t i = 0; i < c.layer_bits.size(); ++i) {
-      if (c.layer_bits[i] != 0) continue;
-      size_t j = i;
-      while (j < c.layer_bits.size() && c.layer_bits[j] == 0) ++j;
-      const bool any = j < c.layer_bits.size();
-      c.layer_bits[i] = any ? c.layer_bits[j] : 8;
-      if (i < c.value_layer_bits.size() && j < c.value_layer_bits.size()) {
-        c.value_layer_bits[i] = c.value_layer_bits[j];
-      } else if (i < c.value_layer_bits.size()) {
-        c.value_layer_bits[i] = 8;
-      }
-    }
-  }
+  if (s.tokens.size() != stream.cells.size()) detail::store_recomputed_layers(c);
   return c;
 }
 

@@ -21,6 +21,7 @@
 #include "cachegen/llama.h"
 #include "cachegen/quant.h"
 #include "cachegen/transform.h"
+#include "llama/layer0_kv.h"
 
 namespace cachegen::llama {
 namespace {
@@ -404,52 +405,19 @@ void apply_method(const Method& m, size_t group, size_t head_dim, const WindowIn
   }
 }
 
-// Layer 0's K and V depend only on the token id (embedding -> norm -> projections, then RoPE
-// by position on K): rebuilt from a table of each token decoded alone at position 0, where RoPE
-// is the identity. Returns a copy of `captured`'s layer 0 with K and V recomputed.
-class Layer0Table {
- public:
-  Layer0Table(const Model& model, const ContextSettings& cs) : ctx_(model, small(cs)) {}
-  KvLayer rebuild(const KvSnapshot& captured, const RopeParams& rope, size_t head_dim) {
-    const KvStream& st = captured.data_stream();
-    const KvLayer& l0 = st.layers.at(0);
-    const size_t n = st.cells.size(), ke = k_row_elements(l0), ve = v_row_elements(l0);
-    std::vector<float> k(n * ke), v(n * ve);
-    std::vector<int32_t> pos(n);
-    for (size_t i = 0; i < n; ++i) {
-      const Entry& e = entry(captured.tokens.at(i));
-      std::copy(e.k.begin(), e.k.end(), k.begin() + static_cast<ptrdiff_t>(i * ke));
-      std::copy(e.v.begin(), e.v.end(), v.begin() + static_cast<ptrdiff_t>(i * ve));
-      pos[i] = st.cells[i].pos;
-    }
-    rope_rows(k, n, ke / head_dim, head_dim, pos, rope, false);
-    KvLayer out = l0;
-    set_layer_k_float(out, k);
-    set_layer_v_float(out, v);
-    return out;
-  }
-
- private:
-  struct Entry {
-    std::vector<float> k, v;
-  };
-  static ContextSettings small(ContextSettings cs) {
-    cs.n_ctx = 256;
-    return cs;
-  }
-  const Entry& entry(int32_t token) {
-    auto it = table_.find(token);
-    if (it != table_.end()) return it->second;
-    ctx_.clear();
-    const int32_t tok[1] = {token};
-    ctx_.decode(tok, 0, false);
-    const KvSnapshot s = capture_seq_state(ctx_, tok);
-    const KvLayer& l0 = s.data_stream().layers.at(0);
-    return table_[token] = Entry{layer_k_float(l0), layer_v_float(l0)};
-  }
-  Context ctx_;
-  std::map<int32_t, Entry> table_;
-};
+// Layer 0 recomputed exactly as a restore does (Model::layer0, no forward pass): a copy of
+// `captured`'s layer 0 with K and V computed from the token ids and weights.
+KvLayer rebuild_layer0(const Model& model, const KvSnapshot& captured, const RopeParams& rope) {
+  const KvStream& st = captured.data_stream();
+  std::vector<int32_t> pos;
+  for (const KvCell& c : st.cells) pos.push_back(c.pos);
+  std::vector<float> k, v;
+  model.layer0().compute(captured.tokens, pos, rope, k, v);
+  KvLayer out = st.layers.at(0);
+  set_layer_k_float(out, k);
+  set_layer_v_float(out, v);
+  return out;
+}
 
 std::vector<double> log_softmax(const float* logits, size_t n) {
   const float mx = *std::max_element(logits, logits + n);
@@ -529,15 +497,12 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
 
   const size_t head_dim = model.identity().head_dim;
   const RopeParams rope = model_rope_params(model);  // the bridge's reading, freq_scale included
-  std::unique_ptr<Layer0Table> layer0;
+  bool layer0 = false;
   for (const Method& m : methods) {
     const auto recomputes = [](const std::vector<int>& b) {
       return std::find(b.begin(), b.end(), 0) != b.end();
     };
-    if (recomputes(m.k_bits) || recomputes(m.v_bits)) {
-      layer0 = std::make_unique<Layer0Table>(model, cs);
-      break;
-    }
+    layer0 = layer0 || recomputes(m.k_bits) || recomputes(m.v_bits);
   }
 
   const size_t n_vocab = static_cast<size_t>(model.n_vocab());
@@ -562,7 +527,7 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
     KvLayer rebuilt;
     double layer0_err = 0;
     if (layer0) {
-      rebuilt = layer0->rebuild(captured, rope, head_dim);
+      rebuilt = rebuild_layer0(model, captured, rope);
       info.recomputed_layer0 = &rebuilt;
       const KvLayer& l0 = captured.data_stream().layers.at(0);
       const std::vector<float> a = layer_k_float(l0), b = layer_k_float(rebuilt);

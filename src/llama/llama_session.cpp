@@ -3,6 +3,7 @@
 #include <llama.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,9 +13,12 @@
 
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
+#include "llama/layer0_kv.h"
 
 namespace cachegen::llama {
 namespace {
+
+std::atomic<uint64_t> g_model_evaluations{0};
 
 void quiet_log(ggml_log_level, const char*, void*) {}
 
@@ -58,7 +62,11 @@ std::string type_name(int32_t type) {
 
 }  // namespace
 
-Model::Model(const std::string& gguf_path) {
+uint64_t model_evaluations() {
+  return g_model_evaluations.load();
+}
+
+Model::Model(const std::string& gguf_path) : path_(gguf_path) {
   init_backend_once();
   if (!std::filesystem::exists(gguf_path)) {
     throw Error(ErrorCode::not_found, "llama: model file '" + gguf_path + "' not found");
@@ -87,8 +95,18 @@ Model::~Model() {
   llama_model_free(model_);
 }
 
+const detail::Layer0Projector& Model::layer0() const {
+  std::call_once(layer0_once_,
+                 [this] { layer0_ = std::make_unique<detail::Layer0Projector>(*this); });
+  return *layer0_;
+}
+
 int32_t Model::n_vocab() const {
   return llama_vocab_n_tokens(llama_model_get_vocab(model_));
+}
+
+int32_t Model::n_ctx_train() const {
+  return llama_model_n_ctx_train(model_);
 }
 
 std::vector<int32_t> Model::tokenize(const std::string& text, bool add_bos) const {
@@ -163,6 +181,7 @@ std::vector<float> Context::decode(std::span<const int32_t> tokens, int32_t firs
     batch.logits[i] = all_logits || i == n - 1;
   }
   batch.n_tokens = n;
+  g_model_evaluations.fetch_add(1);
   const int32_t rc = llama_decode(ctx_, batch);
   llama_batch_free(batch);
   if (rc != 0) {

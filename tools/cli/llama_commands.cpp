@@ -2,8 +2,7 @@
 // `cachegen llama inspect STATE`: what a llama.cpp state file holds.
 // `cachegen llama pack STATE -o STATE.cgkv` / `unpack STATE.cgkv -o STATE`: state files in the
 // .cgkv container (llama::snapshot_to_cgkv / cgkv_to_snapshot).
-// `cachegen llama demo`: capture a real KV cache, write it as a .cgkv, read it back, restore it
-// into a fresh context, continue generating.
+// (`cachegen llama demo`: llama_demo.cpp.)
 #include "llama_commands.h"
 
 #include <unistd.h>
@@ -22,26 +21,10 @@
 #include "cachegen/llama.h"
 #include "cachegen/npy.h"
 #include "cachegen/transform.h"
+#include "llama_cli.h"
 
 namespace cachegen::cli {
 namespace {
-
-// --model, else $CACHEGEN_MODEL, else ../shared/models/stories260K.gguf from the working dir.
-std::string resolve_model(const std::string& given) {
-  if (!given.empty()) return given;
-  if (const char* env = std::getenv("CACHEGEN_MODEL"); env != nullptr && *env != '\0') return env;
-  const std::string fallback = "../shared/models/stories260K.gguf";
-  if (std::filesystem::exists(fallback)) return fallback;
-  throw Error(ErrorCode::not_found,
-              "no model: pass --model M.gguf or set CACHEGEN_MODEL (looked at " + fallback + ")");
-}
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::not_found, "cannot open '" + path + "'");
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
 void print_table(const std::vector<llama::EvalRow>& rows) {
   std::printf("%-30s %7s %6s %6s %8s %10s %7s %8s %9s %9s %9s\n", "method", "bits/el", "K", "V",
               "x fp16", "KL", "top1", "ppl", "ppl_exact", "enc ms", "dec ms");
@@ -130,90 +113,6 @@ void add_inspect(CLI::App& llama_cmd) {
   });
 }
 
-// Atomic: a crash or a full disk never leaves a truncated file under `path`.
-void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
-  write_file_atomic(path, bytes);
-}
-
-// K+V elements of a snapshot's data stream.
-size_t kv_elements(const llama::KvSnapshot& s) {
-  size_t n = 0;
-  for (const llama::KvLayer& l : s.data_stream().layers) {
-    n += s.n_cells() * (llama::k_row_elements(l) + llama::v_row_elements(l));
-  }
-  return n;
-}
-
-struct LevelArgs {
-  std::string level = "high";  // lossless | high | medium | low (unless --bits / --lossless)
-  bool lossless = false;
-  int bits = 6;
-  CLI::Option* bits_opt = nullptr;
-  size_t group_size = 32;
-  size_t chunk_tokens = 0;  // 0: the level's default
-};
-
-QualityLevel parse_level(const std::string& name) {
-  for (QualityLevel l :
-       {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-    if (name == quality_level_name(l)) return l;
-  }
-  throw Error(ErrorCode::invalid_argument,
-              "--level must be lossless, high, medium or low, not '" + name + "'");
-}
-
-bool uses_bits(const LevelArgs& a) {
-  return a.bits_opt != nullptr && a.bits_opt->count() > 0;
-}
-
-std::string level_name(const LevelArgs& a) {
-  if (a.lossless) return "lossless";
-  if (uses_bits(a)) return std::to_string(a.bits) + "-bit";
-  return "level " + a.level;
-}
-
-// The level chosen by --lossless / --bits / --level. `model` (may be null) gives the shape and
-// RoPE of the quality levels; without it they are stored without pre-RoPE keys and without
-// recomputed layers (both need the model), which the caller reports.
-llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers) {
-  llama::CgkvLevel level;
-  if (a.lossless || (!uses_bits(a) && parse_level(a.level) == QualityLevel::lossless)) {
-    level = llama::CgkvLevel::exact();
-  } else if (uses_bits(a)) {
-    level = llama::CgkvLevel::bits(a.bits, a.group_size);
-  } else if (model != nullptr) {
-    level = llama::CgkvLevel::quality(parse_level(a.level), llama::model_cache_shape(*model),
-                                      llama::model_rope_params(*model));
-  } else {
-    ModelShape shape;
-    shape.n_layers = static_cast<int>(n_layers);
-    shape.n_kv_heads = shape.head_dim = 1;
-    // No model to recompute with or to read RoPE from: recomputed layers are stored, keys as is.
-    level.quantized = quality_level_config_stored(parse_level(a.level), shape, nullptr);
-  }
-  if (a.chunk_tokens != 0) {
-    level.lossless_chunk_tokens = a.chunk_tokens;
-    level.quantized.block_tokens = a.chunk_tokens;
-  }
-  return level;
-}
-
-void add_level_options(CLI::App* cmd, LevelArgs& a) {
-  cmd->add_option("--level", a.level,
-                  "quality level: lossless, high (KL below q8_0), medium, low (KL below q4_0); "
-                  "docs/QUALITY_LEVELS.md")
-      ->capture_default_str();
-  a.bits_opt = cmd->add_option("--bits", a.bits,
-                               "uniform quantization bits for K and V (1..8) instead of a level");
-  cmd->add_flag("--lossless", a.lossless, "store the exact f16 K/V (same as --level lossless)")
-      ->excludes(a.bits_opt);
-  cmd->add_option("--group-size", a.group_size, "tokens per quantization group (with --bits)")
-      ->capture_default_str();
-  cmd->add_option("--chunk-tokens", a.chunk_tokens,
-                  "tokens per container chunk (a multiple of the group size when quantized; "
-                  "default: 256 quantized, 1024 lossless)");
-}
-
 void add_pack(CLI::App& llama_cmd) {
   struct Args {
     std::string in, out, model;
@@ -290,110 +189,6 @@ void add_unpack(CLI::App& llama_cmd) {
         s.kind == llama::StateKind::sequence ? "sequence" : "session", s.tokens.size(), s.n_cells(),
         reader.info().codec == ContainerCodec::lossless_fp16 ? "exact (lossless)" : "dequantized",
         bytes.size(), a->out.c_str());
-  });
-}
-
-void add_demo(CLI::App& llama_cmd) {
-  struct Args {
-    std::string model, text, out, save_state,
-        prompt = "Once upon a time, there was a little girl named Lily.";
-    int prefix = 448, n_generate = 32;
-    LevelArgs level;
-  };
-  auto* a = new Args;
-  CLI::App* cmd = llama_cmd.add_subcommand(
-      "demo",
-      "capture a KV cache, store it in a .cgkv, read it back, restore it into a fresh "
-      "context, generate");
-  cmd->add_option("--model", a->model, "GGUF model (default: $CACHEGEN_MODEL)");
-  CLI::Option* text =
-      cmd->add_option("--text", a->text, "take the first --prefix tokens of this UTF-8 file");
-  cmd->add_option("--prompt", a->prompt, "prompt text (without --text)")
-      ->capture_default_str()
-      ->excludes(text);
-  cmd->add_option("--prefix", a->prefix, "tokens captured with --text")->capture_default_str();
-  cmd->add_option("--generate", a->n_generate, "tokens to generate")->capture_default_str();
-  cmd->add_option("-o,--output", a->out, "where the .cgkv goes (default: a temporary file)");
-  cmd->add_option("--save-state", a->save_state,
-                  "also write the captured state as a llama.cpp sequence state file (the bytes "
-                  "llama_state_seq_save_file writes), e.g. to try `llama pack`");
-  add_level_options(cmd, a->level);
-  cmd->callback([a] {
-    const llama::Model model(resolve_model(a->model));
-    std::vector<int32_t> tokens;
-    if (a->text.empty()) {
-      tokens = model.tokenize(a->prompt, true);
-    } else {
-      const std::vector<uint8_t> t = read_file(a->text);
-      tokens = model.tokenize(std::string(t.begin(), t.end()), true);
-      if (a->prefix < 1 || tokens.size() < static_cast<size_t>(a->prefix) + 1) {
-        throw Error(ErrorCode::invalid_argument,
-                    "--text '" + a->text + "' has " + std::to_string(tokens.size()) +
-                        " tokens, --prefix " + std::to_string(a->prefix) + " needs one more");
-      }
-      tokens.resize(static_cast<size_t>(a->prefix) + 1);
-    }
-    if (tokens.size() < 2) throw Error(ErrorCode::invalid_argument, "the prompt is too short");
-    llama::ContextSettings cs;
-    cs.n_ctx = static_cast<uint32_t>((tokens.size() + a->n_generate + 255) / 256 * 256);
-    const auto generate = [&](llama::Context& ctx, int32_t first, int32_t pos, int n) {
-      std::vector<int32_t> out{first};
-      for (int i = 0; i < n; ++i) {
-        const std::vector<float> logits = ctx.decode(std::span(&out.back(), 1), pos++, false);
-        out.push_back(
-            static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-      }
-      return out;
-    };
-    llama::Context original(model, cs);
-    const std::span<const int32_t> head(tokens.data(), tokens.size() - 1);
-    original.decode(head, 0, false);
-    const llama::KvSnapshot snap = llama::capture_seq_state(original, head);
-    if (!a->save_state.empty()) write_file(a->save_state, llama::build_state_file(snap));
-
-    const std::string path = !a->out.empty()
-                                 ? a->out
-                                 : (std::filesystem::temp_directory_path() /
-                                    ("cachegen_demo_" + std::to_string(::getpid()) + ".cgkv"))
-                                       .string();
-    const auto t0 = std::chrono::steady_clock::now();
-    write_file(path, llama::snapshot_to_cgkv(
-                         snap, snap.model,
-                         make_level(a->level, &model, snap.data_stream().layers.size())));
-    const auto t1 = std::chrono::steady_clock::now();
-    const CgkvReader reader = CgkvReader::open_file(path);
-    const llama::KvSnapshot back = llama::cgkv_to_snapshot(reader, model);
-    llama::Context restored(model, cs);
-    llama::restore_seq_state(restored, back);
-    const auto t2 = std::chrono::steady_clock::now();
-    const double file_bytes = static_cast<double>(reader.info().file_bytes);
-    const size_t elements = kv_elements(snap);
-    const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-    std::printf("captured %zu tokens x %zu layers from %s (%s, flash attention off)\n", head.size(),
-                snap.data_stream().layers.size(), a->text.empty() ? "the prompt" : a->text.c_str(),
-                model.identity().architecture.c_str());
-    std::printf(
-        "wrote %s: %.0f bytes, %s, %.3f bits/element, %.2fx smaller than fp16 K/V (%zu bytes), "
-        "state bytes %zu; write %.1f ms, read+restore %.1f ms\n",
-        path.c_str(), file_bytes, level_name(a->level).c_str(),
-        8 * file_bytes / static_cast<double>(elements),
-        static_cast<double>(elements * 2) / file_bytes, elements * 2,
-        llama::build_state(snap).size(), ms(t1 - t0), ms(t2 - t1));
-    if (a->out.empty()) std::filesystem::remove(path);
-    const int32_t pos = static_cast<int32_t>(head.size());
-    const std::vector<int32_t> a_out = generate(original, tokens.back(), pos, a->n_generate);
-    const std::vector<int32_t> b_out = generate(restored, tokens.back(), pos, a->n_generate);
-    size_t same = 0;
-    while (same < a_out.size() && a_out[same] == b_out[same]) ++same;
-    size_t agree = 0;
-    for (size_t i = 0; i < a_out.size(); ++i) agree += a_out[i] == b_out[i] ? 1 : 0;
-    std::printf(
-        "greedy continuation from the restored cache: first %zu/%zu tokens identical, %zu/%zu "
-        "positions agree\n",
-        same, a_out.size(), agree, a_out.size());
-    if (a->text.empty()) std::printf("prompt:    %s\n", a->prompt.c_str());
-    std::printf("exact:     ...%s\n", model.detokenize(a_out).c_str());
-    std::printf("restored:  ...%s\n", model.detokenize(b_out).c_str());
   });
 }
 

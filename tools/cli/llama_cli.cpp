@@ -1,0 +1,100 @@
+// The llama commands' shared pieces (contracts: llama_cli.h).
+#include "llama_cli.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "cachegen/error.h"
+#include "cachegen/npy.h"
+
+namespace cachegen::cli {
+
+// --model, else $CACHEGEN_MODEL, else ../shared/models/stories260K.gguf from the working dir.
+std::string resolve_model(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* env = std::getenv("CACHEGEN_MODEL"); env != nullptr && *env != '\0') return env;
+  const std::string fallback = "../shared/models/stories260K.gguf";
+  if (std::filesystem::exists(fallback)) return fallback;
+  throw Error(ErrorCode::not_found,
+              "no model: pass --model M.gguf or set CACHEGEN_MODEL (looked at " + fallback + ")");
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(ErrorCode::not_found, "cannot open '" + path + "'");
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+// Atomic: a crash or a full disk never leaves a truncated file under `path`.
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
+  write_file_atomic(path, bytes);
+}
+
+// K+V elements of a snapshot's data stream.
+size_t kv_elements(const llama::KvSnapshot& s) {
+  size_t n = 0;
+  for (const llama::KvLayer& l : s.data_stream().layers) {
+    n += s.n_cells() * (llama::k_row_elements(l) + llama::v_row_elements(l));
+  }
+  return n;
+}
+
+QualityLevel parse_level(const std::string& name) {
+  for (QualityLevel l :
+       {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
+    if (name == quality_level_name(l)) return l;
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "--level must be lossless, high, medium or low, not '" + name + "'");
+}
+
+bool uses_bits(const LevelArgs& a) {
+  return a.bits_opt != nullptr && a.bits_opt->count() > 0;
+}
+
+std::string level_name(const LevelArgs& a) {
+  if (a.lossless) return "lossless";
+  if (uses_bits(a)) return std::to_string(a.bits) + "-bit";
+  return "level " + a.level;
+}
+
+llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers) {
+  llama::CgkvLevel level;
+  if (a.lossless || (!uses_bits(a) && parse_level(a.level) == QualityLevel::lossless)) {
+    level = llama::CgkvLevel::exact();
+  } else if (uses_bits(a)) {
+    level = llama::CgkvLevel::bits(a.bits, a.group_size);
+  } else if (model != nullptr) {
+    level = llama::CgkvLevel::quality(parse_level(a.level), *model);
+  } else {
+    ModelShape shape;
+    shape.n_layers = static_cast<int>(n_layers);
+    shape.n_kv_heads = shape.head_dim = 1;
+    // No model to recompute with or to read RoPE from: recomputed layers are stored, keys as is.
+    level.quantized = quality_level_config_stored(parse_level(a.level), shape, nullptr);
+  }
+  if (a.chunk_tokens != 0) {
+    level.lossless_chunk_tokens = a.chunk_tokens;
+    level.quantized.block_tokens = a.chunk_tokens;
+  }
+  return level;
+}
+
+void add_level_options(CLI::App* cmd, LevelArgs& a) {
+  cmd->add_option("--level", a.level,
+                  "quality level: lossless, high (KL below q8_0), medium, low (KL below q4_0); "
+                  "docs/QUALITY_LEVELS.md")
+      ->capture_default_str();
+  a.bits_opt = cmd->add_option("--bits", a.bits,
+                               "uniform quantization bits for K and V (1..8) instead of a level");
+  cmd->add_flag("--lossless", a.lossless, "store the exact f16 K/V (same as --level lossless)")
+      ->excludes(a.bits_opt);
+  cmd->add_option("--group-size", a.group_size, "tokens per quantization group (with --bits)")
+      ->capture_default_str();
+  cmd->add_option("--chunk-tokens", a.chunk_tokens,
+                  "tokens per container chunk (a multiple of the group size when quantized; "
+                  "default: 256 quantized, 1024 lossless)");
+}
+
+}  // namespace cachegen::cli

@@ -1,0 +1,45 @@
+// Pieces shared by the llama.cpp commands (llama_commands.cpp, llama_demo.cpp): model and file
+// lookup, and the --level / --bits / --lossless options.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cachegen/llama.h"
+#include "cachegen/transform.h"
+
+namespace cachegen::cli {
+
+// --model, else $CACHEGEN_MODEL, else ../shared/models/stories260K.gguf from the working dir.
+std::string resolve_model(const std::string& given);
+std::vector<uint8_t> read_file(const std::string& path);
+// Atomic: a crash or a full disk never leaves a truncated file under `path`.
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
+// K+V elements of a snapshot's data stream.
+size_t kv_elements(const llama::KvSnapshot& s);
+
+struct LevelArgs {
+  std::string level = "high";  // lossless | high | medium | low (unless --bits / --lossless)
+  bool lossless = false;
+  int bits = 6;
+  CLI::Option* bits_opt = nullptr;
+  size_t group_size = 32;
+  size_t chunk_tokens = 0;  // 0: the level's default
+};
+
+QualityLevel parse_level(const std::string& name);
+bool uses_bits(const LevelArgs& a);
+std::string level_name(const LevelArgs& a);
+// The level chosen by --lossless / --bits / --level. `model` (may be null) gives the shape and
+// RoPE of the quality levels; without it they are stored without pre-RoPE keys and without
+// recomputed layers (both need the model), which the caller reports. With a model whose layer 0
+// restore cannot compute from the weights, layer 0 is stored.
+llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers);
+void add_level_options(CLI::App* cmd, LevelArgs& a);
+
+// `cachegen llama demo`.
+void add_demo(CLI::App& llama_cmd);
+
+}  // namespace cachegen::cli
