@@ -176,7 +176,10 @@ void Layer0Projector::compute(std::span<const int32_t> tokens, std::span<const i
   constexpr size_t kBatch = 256;  // bounds the scratch context
   std::vector<int32_t> rows_ids(kBatch);
   for (size_t i = 0; i < kBatch; ++i) rows_ids[i] = static_cast<int32_t>(i);
-  const int n_threads = static_cast<int>(std::max<size_t>(1, thread_count()));
+  // Threads only for matmuls big enough to repay ggml's spinning barriers (2^22 MACs each).
+  const size_t macs = std::min(kBatch, distinct.size()) * m.n_embd * (m.k_width + m.v_width);
+  const int n_threads =
+      static_cast<int>(std::clamp<size_t>(macs >> 22, 1, std::max<size_t>(1, thread_count())));
   for (size_t first = 0; first < distinct.size(); first += kBatch) {
     const size_t b = std::min(kBatch, distinct.size() - first);
     const size_t act = b * (m.n_embd * 4 + m.k_width * 2 + m.v_width * 2) * sizeof(float);

@@ -20,7 +20,7 @@ namespace {
 struct DemoArgs {
   std::string model, text, out, save_state,
       prompt = "Once upon a time, there was a little girl named Lily.";
-  int prefix = 448, n_generate = 32, repeat = 3;
+  int prefix = 448, n_generate = 32, repeat = 3, threads = 2;
   bool json = false;
   LevelArgs level;
 };
@@ -50,15 +50,22 @@ std::vector<int32_t> demo_tokens(const DemoArgs& a, const llama::Model& model) {
     throw Error(ErrorCode::invalid_argument,
                 "--generate must be 0 or more, not " + std::to_string(a.n_generate));
   }
-  if (a.repeat < 1) {
-    throw Error(ErrorCode::invalid_argument, "--repeat must be at least 1");
-  }
+  if (a.repeat < 1) throw Error(ErrorCode::invalid_argument, "--repeat must be at least 1");
+  if (a.threads < 1) throw Error(ErrorCode::invalid_argument, "--threads must be at least 1");
   std::vector<int32_t> tokens;
   if (a.text.empty()) {
     tokens = model.tokenize(a.prompt, true);
   } else {
     const std::vector<uint8_t> t = read_file(a.text);
-    tokens = model.tokenize(std::string(t.begin(), t.end()), true);
+    // Tokenize a growing head of the text, not all of it: 16 spare tokens keep the ones used
+    // clear of a cut in mid-word.
+    const size_t want = static_cast<size_t>(a.prefix) + 1 + 16;
+    for (size_t bytes = want * 8;; bytes *= 2) {
+      const size_t take = std::min(bytes, t.size());
+      tokens =
+          model.tokenize(std::string(t.begin(), t.begin() + static_cast<ptrdiff_t>(take)), true);
+      if (tokens.size() >= want || take == t.size()) break;
+    }
     if (tokens.size() < static_cast<size_t>(a.prefix) + 1) {
       throw Error(ErrorCode::invalid_argument,
                   "--text '" + a.text + "' has " + std::to_string(tokens.size()) +
@@ -104,6 +111,7 @@ void add_demo(CLI::App& llama_cmd) {
   cmd->add_option("--repeat", a->repeat,
                   "time restore and prefill this many times each and report the fastest")
       ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "llama.cpp threads")->capture_default_str();
   cmd->add_option("-o,--output", a->out, "where the .cgkv goes (default: a temporary file)");
   cmd->add_option("--save-state", a->save_state,
                   "also write the captured state as a llama.cpp sequence state file (the bytes "
@@ -115,6 +123,7 @@ void add_demo(CLI::App& llama_cmd) {
     const llama::Model model(resolve_model(a->model));
     const std::vector<int32_t> tokens = demo_tokens(*a, model);
     llama::ContextSettings cs;
+    cs.n_threads = a->threads;
     cs.n_ctx = static_cast<uint32_t>((tokens.size() + static_cast<size_t>(a->n_generate) + 255) /
                                      256 * 256);
     llama::Context original(model, cs);
