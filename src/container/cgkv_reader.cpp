@@ -1,4 +1,5 @@
 // Reading .cgkv files: header on open, chunks on demand, each verified before it is decoded.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -112,7 +113,9 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::vec
       Half* keys = out.data() + t * T * H * D;
       for (size_t i = 0; i < k.size(); ++i) k[i] = half_to_float(keys[i]);
       rope_rows(k, T, H, D, pos, info.rope, false);
-      for (size_t i = 0; i < k.size(); ++i) keys[i] = float_to_half(k[i]);
+      // Saturate as dequantization does: keys that were finite fp16 stay finite.
+      for (size_t i = 0; i < k.size(); ++i)
+        keys[i] = float_to_half(std::clamp(k[i], -65504.0f, 65504.0f));
     }
     t += 2;
   }
