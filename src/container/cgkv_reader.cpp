@@ -24,7 +24,7 @@ CgkvReader CgkvReader::open_file(const std::string& path) {
     return CgkvReader(detail::file_source(path));
   } catch (const Error& e) {
     if (std::string(e.what()).find(path) != std::string::npos) throw;
-    throw Error(e.code(), std::string(e.what()) + " (in '" + path + "')");
+    throw Error(e.code(), e.message() + " (in '" + path + "')");
   }
 }
 
