@@ -128,6 +128,7 @@ std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
     detail::invalid("token range " + std::to_string(begin) + ":" + std::to_string(end) +
                     " is outside 0:" + std::to_string(info_.n_tokens));
   }
+  if (begin == end) return {};  // an empty range reads no chunk
   const size_t T = end - begin,
                row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
   const size_t n_attn = static_cast<size_t>(info_.n_attention_layers());
