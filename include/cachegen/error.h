@@ -25,15 +25,18 @@ enum class ErrorCode : int {
 // Stable lower-case name of a code, e.g. "corrupt_input".
 const char* error_code_name(ErrorCode code) noexcept;
 
-// The exception every cachegen C++ function throws. what() names the argument, field,
-// offset or limit that was wrong.
+// The exception every cachegen C++ function throws. what() is "<code name>: <message>"; the
+// message names the argument, field, offset or limit that was wrong.
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);
   ErrorCode code() const noexcept { return code_; }
+  // The message without the code name (to add context and rethrow without repeating it).
+  const std::string& message() const noexcept { return message_; }
 
  private:
   ErrorCode code_;
+  std::string message_;
 };
 
 }  // namespace cachegen

@@ -43,12 +43,20 @@ NpyArray parse_npy(std::span<const uint8_t> bytes);
 NpyArray read_npy(const std::string& path);
 // Serialises to the .npy v1.0 format.
 std::vector<uint8_t> serialize_npy(const NpyArray& a);
-// Writes atomically (temp file + fsync + rename).
+// Writes as write_file_atomic does.
 void write_npy(const std::string& path, const NpyArray& a);
 
 // Whole-file helpers shared by the CLI and the stores.
+// Reads a regular file, exactly the size fstat reports. A directory, device, FIFO or socket is
+// refused with invalid_argument (opened without blocking); a missing file is not_found; a file
+// that shrinks while read is io_error.
 std::vector<uint8_t> read_file_bytes(const std::string& path);
-// Atomic replace: write to a temp file beside `path`, fsync, rename over `path`.
+// Writes `bytes` to `path`:
+//   a regular file or a new name: atomic replace (temp file beside it, fsync, rename);
+//   a symbolic link: its (final) target is replaced atomically, the link stays;
+//   a device, FIFO or socket (e.g. /dev/null): written through, never replaced;
+//   "-": standard output;
+//   a directory: invalid_argument.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 
 }  // namespace cachegen

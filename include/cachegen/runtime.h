@@ -23,4 +23,10 @@ void set_simd_path(SimdPath path) noexcept;
 SimdPath best_supported_simd_path() noexcept;
 const char* simd_path_name(SimdPath path) noexcept;
 
+// Throws Error(invalid_argument) naming the variable when CACHEGEN_THREADS is set (non-empty) but
+// is not a decimal integer in 1..1024, or CACHEGEN_SIMD is set but is not scalar, avx2 or avx512.
+// (thread_count() and simd_path() cannot fail: they ignore such values.) Tools call this once
+// at start-up so a typo is reported rather than silently ignored.
+void check_runtime_environment();
+
 }  // namespace cachegen

@@ -72,16 +72,23 @@ class Store {
 //                                      "file:///abs/dir" is absolute, "file://rel/dir" relative.
 //   redis://HOST[:PORT][/DB]        -> RedisStore (PORT defaults to 6379, DB to 0; HOST may be
 //                                      an IPv6 literal in brackets). Connects immediately.
-// Throws invalid_argument naming what is wrong with a malformed URL, io_error when DIR cannot
-// be created, unavailable when the Redis server cannot be reached.
-std::unique_ptr<Store> open_store(std::string_view url);
+// A plain path may not contain ':' (write file://PATH): "redis:/h" is a mistyped URL, not a
+// directory. Throws invalid_argument naming what is wrong with a malformed URL, io_error when
+// DIR cannot be created, unavailable when the Redis server cannot be reached.
+//
+// StoreOpen::existing (for readers: get, list, verify) never creates DIR: a missing one is
+// not_found.
+enum class StoreOpen : uint8_t { create, existing };
+std::unique_ptr<Store> open_store(std::string_view url, StoreOpen open = StoreOpen::create);
 
 // FileStore on directory `dir` (created if missing). Layout: one regular file per key, named by
 // the key with every byte outside [A-Za-z0-9._-] (and a leading '.') written as %XX (uppercase
 // hex). Writes go to a uniquely named ".tmp-*" file in the same directory, are fsync'ed, renamed
 // over the final name, and the directory is fsync'ed; names starting with '.' (temp files left
 // by a crashed writer) and names that are not valid escapes are ignored by list() and get().
-std::unique_ptr<Store> open_file_store(std::string_view dir);
+// get() opens values with O_NOFOLLOW: a symbolic link planted in the directory is refused
+// (io_error), never followed.
+std::unique_ptr<Store> open_file_store(std::string_view dir, StoreOpen open = StoreOpen::create);
 
 struct RedisStoreOptions {
   int connect_timeout_ms = 2000;   // per connection attempt

@@ -31,9 +31,15 @@ struct RopeParams {
   int n_rot = 0;            // rotated channels per head (<= head_dim, even); 0 = head_dim
   bool neox = false;        // pairs (i, i + n_rot/2) (NEOX) instead of adjacent (i, i + 1) (NORM)
   bool operator==(const RopeParams&) const = default;
+  // Accepted ranges: freq_base in [1, 1e12], freq_scale in [1e-6, 1e3] (NaN rejected), which
+  // keep every angle finite for positions below 2^31; n_rot even, <= 65536 and <= head_dim.
   // Error(invalid_argument) naming the bad field (head_dim 0: n_rot is not checked against it).
   void validate(size_t head_dim = 0) const;
+  // What validate() would throw about (without "rope: "), or "" when the parameters are valid.
+  std::string problem(size_t head_dim = 0) const;
 };
+inline constexpr float kRopeMinFreqBase = 1.0f, kRopeMaxFreqBase = 1e12f;
+inline constexpr float kRopeMinFreqScale = 1e-6f, kRopeMaxFreqScale = 1e3f;
 // Rotates rows by their positions (positions.size() == n_rows); inverse undoes it, giving the
 // pre-RoPE keys that the model's K projection produced.
 void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,

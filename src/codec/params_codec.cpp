@@ -1,5 +1,6 @@
 #include "codec/params_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -11,6 +12,8 @@ namespace {
 
 constexpr int64_t kMaxZeroIndex = int64_t{1} << 40;
 constexpr int kMaxEgOrder = 31;
+// The longest Exp-Golomb prefix BitReader::exp_golomb accepts (bit_io.cpp).
+constexpr int kMaxEgPrefix = 40;
 
 uint32_t float_bits(float f) {
   uint32_t u;
@@ -45,10 +48,17 @@ uint32_t scale_index(float scale, const CompactGrid& g) {
   return float_bits(scale) >> (23 - g.scale_mantissa_bits);
 }
 
+// The order that codes the residuals in the fewest bits among the orders whose every code the
+// reader accepts (prefix <= kMaxEgPrefix). A residual can be near 2^51 (a saturated prediction
+// next to an extreme zero), whose cheapest order may have a longer prefix; order 24 always
+// fits (zigzag values < 2^64, so (v >> 24) + 1 <= 2^40).
 int best_eg_order(const std::vector<int64_t>& residuals) {
-  int best_k = 0;
+  uint64_t largest = 0;
+  for (int64_t v : residuals) largest = std::max(largest, BitWriter::zigzag(v));
+  int best_k = 24;
   uint64_t best = UINT64_MAX;
   for (int k = 0; k <= 24; ++k) {
+    if ((largest >> k) + 1 >= (uint64_t{1} << (kMaxEgPrefix + 1))) continue;
     uint64_t n = 0;
     for (int64_t v : residuals) n += BitWriter::exp_golomb_bits(BitWriter::zigzag(v), k);
     if (n < best) best = n, best_k = k;
@@ -119,6 +129,7 @@ bool round_params_compact(std::span<const float> mins, std::span<const float> ma
       if (!(std::fabs(q) < static_cast<float>(kMaxZeroIndex))) return false;
       int64_t k = static_cast<int64_t>(q);
       while (static_cast<float>(k) * step > mins[i]) --k;
+      if (k <= -kMaxZeroIndex || k >= kMaxZeroIndex) return false;  // the reader's bound
       const float z = static_cast<float>(k) * step;
       if (!std::isfinite(z)) return false;
       if (z + s * levels >= maxs[i]) {

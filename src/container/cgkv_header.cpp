@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cachegen/error.h"
+#include "cachegen/transform.h"
 #include "container/cgkv_bytes.h"
 #include "container/cgkv_internal.h"
 
@@ -80,25 +81,23 @@ void read_rope(LeReader& r, CgkvInfo& info) {
   const uint8_t mode = r.u8("rope mode");
   check(r.u8("rope reserved") == 0, "rope: reserved byte is not zero");
   info.rope_position_offset = static_cast<int32_t>(r.u32("rope position_offset"));
-  const auto finite_pos = [](float f) { return std::isfinite(f) && f > 0; };
-  check(finite_pos(info.rope.freq_base), "rope freq_base is not finite and > 0");
-  check(finite_pos(info.rope.freq_scale), "rope freq_scale is not finite and > 0");
-  check(n_rot % 2 == 0 && n_rot <= static_cast<uint32_t>(info.head_dim),
-        "rope n_rot " + std::to_string(n_rot) + " is not even and <= head_dim " +
-            std::to_string(info.head_dim));
+  info.rope.n_rot = n_rot;
+  const std::string problem = info.rope.problem(static_cast<size_t>(info.head_dim));
+  check(problem.empty(), "rope " + problem);
   check(mode <= 1, "rope mode " + std::to_string(mode) + " is not 0 (adjacent) or 1 (NEOX)");
   check(info.rope_position_offset >= 0 &&
             int64_t{info.rope_position_offset} + static_cast<int64_t>(info.n_tokens) <=
                 int64_t{INT32_MAX} + 1,
         "rope position_offset " + std::to_string(info.rope_position_offset) +
             " is negative or puts positions past 2^31 - 1");
-  info.rope.n_rot = n_rot;
   info.rope.neox = mode == 1;
 }
 
 }  // namespace
 
 std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
+  // Never write a RoPE block the reader refuses (invalid_argument naming the field).
+  if (info.has_rope) info.rope.validate(static_cast<size_t>(info.head_dim));
   std::vector<uint8_t> out;
   out.reserve(static_cast<size_t>(info.header_bytes));
   LeWriter w(out);

@@ -1,4 +1,5 @@
 // Reading .cgkv files: header on open, chunks on demand, each verified before it is decoded.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -23,7 +24,7 @@ CgkvReader CgkvReader::open_file(const std::string& path) {
     return CgkvReader(detail::file_source(path));
   } catch (const Error& e) {
     if (std::string(e.what()).find(path) != std::string::npos) throw;
-    throw Error(e.code(), std::string(e.what()) + " (in '" + path + "')");
+    throw Error(e.code(), e.message() + " (in '" + path + "')");
   }
 }
 
@@ -112,7 +113,9 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::vec
       Half* keys = out.data() + t * T * H * D;
       for (size_t i = 0; i < k.size(); ++i) k[i] = half_to_float(keys[i]);
       rope_rows(k, T, H, D, pos, info.rope, false);
-      for (size_t i = 0; i < k.size(); ++i) keys[i] = float_to_half(k[i]);
+      // Saturate as dequantization does: keys that were finite fp16 stay finite.
+      for (size_t i = 0; i < k.size(); ++i)
+        keys[i] = float_to_half(std::clamp(k[i], -65504.0f, 65504.0f));
     }
     t += 2;
   }
@@ -125,6 +128,7 @@ std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
     detail::invalid("token range " + std::to_string(begin) + ":" + std::to_string(end) +
                     " is outside 0:" + std::to_string(info_.n_tokens));
   }
+  if (begin == end) return {};  // an empty range reads no chunk
   const size_t T = end - begin,
                row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
   const size_t n_attn = static_cast<size_t>(info_.n_attention_layers());

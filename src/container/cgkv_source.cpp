@@ -10,6 +10,7 @@
 
 #include "cachegen/error.h"
 #include "container/cgkv_internal.h"
+#include "core/input_file.h"
 
 namespace cachegen::detail {
 namespace {
@@ -30,17 +31,7 @@ class MemorySource final : public CgkvReader::Source {
 class FileSource final : public CgkvReader::Source {
  public:
   explicit FileSource(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      throw Error(errno == ENOENT ? ErrorCode::not_found : ErrorCode::io_error,
-                  "cannot open '" + path + "': " + std::strerror(errno));
-    }
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      throw Error(ErrorCode::io_error, "'" + path + "' is not a readable regular file");
-    }
-    size_ = static_cast<uint64_t>(st.st_size);
+    fd_ = open_regular_input(path, size_);
   }
   ~FileSource() override { ::close(fd_); }
   uint64_t size() const override { return size_; }

@@ -29,6 +29,8 @@ const char* error_code_name(ErrorCode code) noexcept {
 }
 
 Error::Error(ErrorCode code, const std::string& message)
-    : std::runtime_error(std::string(error_code_name(code)) + ": " + message), code_(code) {}
+    : std::runtime_error(std::string(error_code_name(code)) + ": " + message),
+      code_(code),
+      message_(message) {}
 
 }  // namespace cachegen

@@ -3,7 +3,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
+
+#include "cachegen/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -15,16 +18,39 @@ namespace {
 std::atomic<size_t> g_threads{0};  // 0 = not chosen yet
 std::atomic<int> g_simd{-1};       // -1 = not chosen yet
 
-size_t default_threads() noexcept {
-  if (const char* env = std::getenv("CACHEGEN_THREADS")) {
-    const long n = std::strtol(env, nullptr, 10);
-    if (n >= 1 && n <= 1024) return static_cast<size_t>(n);
+// CACHEGEN_THREADS as a strict decimal in 1..1024, or 0 when unset or malformed.
+size_t env_threads() noexcept {
+  const char* env = std::getenv("CACHEGEN_THREADS");
+  if (env == nullptr || *env == '\0') return 0;
+  size_t n = 0;
+  for (const char* p = env; *p; ++p) {
+    if (*p < '0' || *p > '9' || n > 1024) return 0;
+    n = n * 10 + static_cast<size_t>(*p - '0');
   }
+  return n >= 1 && n <= 1024 ? n : 0;
+}
+
+size_t default_threads() noexcept {
+  if (const size_t n = env_threads()) return n;
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : hw;
 }
 
 }  // namespace
+
+void check_runtime_environment() {
+  if (const char* env = std::getenv("CACHEGEN_THREADS"); env && *env && env_threads() == 0) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("CACHEGEN_THREADS='") + env + "' is not a whole number in 1..1024");
+  }
+  if (const char* env = std::getenv("CACHEGEN_SIMD"); env && *env) {
+    if (std::strcmp(env, "scalar") != 0 && std::strcmp(env, "avx2") != 0 &&
+        std::strcmp(env, "avx512") != 0) {
+      throw Error(ErrorCode::invalid_argument,
+                  std::string("CACHEGEN_SIMD='") + env + "' is not scalar, avx2 or avx512");
+    }
+  }
+}
 
 size_t thread_count() noexcept {
   size_t n = g_threads.load(std::memory_order_relaxed);

@@ -226,7 +226,7 @@ NpyArray read_npy(const std::string& path) {
   try {
     return parse_npy(bytes);
   } catch (const Error& e) {
-    throw Error(e.code(), std::string(e.what()) + " (in '" + path + "')");
+    throw Error(e.code(), e.message() + " (in '" + path + "')");
   }
 }
 

@@ -22,7 +22,9 @@ struct QuantKernels {
   // codes[r, c] = clamp(round_half_even((x[r, c] - zero[c]) / scale[c]), 0, max_code).
   void (*quantize_rows)(const float* x, size_t rows, size_t dim, const float* scale,
                         const float* zero, float max_code, uint8_t* codes);
-  // out[r, c] = fp16((float(codes[r, c]) * scale[c]) + zero[c]), two fp32 roundings.
+  // out[r, c] = fp16(clamp((float(codes[r, c]) * scale[c]) + zero[c], -65504, 65504)), two
+  // fp32 roundings. The clamp saturates instead of rounding to +-Inf: a group of finite fp16
+  // inputs reaching +-65504 has a rounded-up scale whose top level lies past 65504.
   void (*dequant_rows)(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
                        const float* zero, uint16_t* out);
 };

@@ -19,6 +19,7 @@
 namespace cachegen::detail::CACHEGEN_KERNEL_NS {
 
 inline constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
+inline constexpr float kHalfMax = 65504.0f;        // largest finite fp16
 
 // Local min/max (not std::): an inline function shared with another target's TU could be
 // merged by the linker into a copy compiled for the wrong instruction set.
@@ -100,15 +101,18 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
     for (; c + 8 <= dim; c += 8) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + c));
       const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
-      const __m256 y =
+      __m256 y =
           _mm256_add_ps(_mm256_mul_ps(f, _mm256_loadu_ps(scale + c)), _mm256_loadu_ps(zero + c));
+      // Same operand order as min_f/max_f below (a NaN y becomes the bound on both paths).
+      y = _mm256_min_ps(y, _mm256_set1_ps(kHalfMax));
+      y = _mm256_max_ps(y, _mm256_set1_ps(-kHalfMax));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c),
                        _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
 #endif
     for (; c < dim; ++c) {
       const float y = static_cast<float>(in[c]) * scale[c] + zero[c];
-      o[c] = float_to_half(y).bits;
+      o[c] = float_to_half(max_f(min_f(y, kHalfMax), -kHalfMax)).bits;
     }
   }
 }

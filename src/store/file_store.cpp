@@ -98,9 +98,15 @@ class FileStore final : public Store {
 
   std::optional<std::vector<uint8_t>> try_get(std::string_view key) override {
     const std::string path = path_for(key);
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    // No following links (a link planted in the directory could expose any file the caller can
+    // read) and no blocking on a FIFO; the S_ISREG check below refuses what is not a file.
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (fd.fd < 0) {
       if (errno == ENOENT) return std::nullopt;
+      if (errno == ELOOP) {
+        throw Error(ErrorCode::io_error,
+                    "FileStore: '" + path + "' is a symbolic link; values are never links");
+      }
       throw_errno(errno, "opening", path);
     }
     struct stat st {};
@@ -133,7 +139,7 @@ class FileStore final : public Store {
   bool exists(std::string_view key) override {
     const std::string path = path_for(key);
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
+    if (::lstat(path.c_str(), &st) != 0) {  // a link is not a value (try_get refuses it)
       if (errno == ENOENT) return false;
       throw_errno(errno, "stat of", path);
     }
@@ -188,7 +194,7 @@ class FileStore final : public Store {
 
 }  // namespace
 
-std::unique_ptr<Store> open_file_store(std::string_view dir) {
+std::unique_ptr<Store> open_file_store(std::string_view dir, StoreOpen open) {
   if (dir.empty()) throw Error(ErrorCode::invalid_argument, "FileStore: directory is empty");
   if (dir.find('\0') != std::string_view::npos) {
     throw Error(ErrorCode::invalid_argument, "FileStore: directory path contains a NUL byte");
@@ -196,7 +202,13 @@ std::unique_ptr<Store> open_file_store(std::string_view dir) {
   std::string path(dir);
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   std::error_code ec;
-  std::filesystem::create_directories(path, ec);
+  if (open == StoreOpen::existing) {
+    if (!std::filesystem::exists(path, ec)) {
+      throw Error(ErrorCode::not_found, "FileStore: directory '" + path + "' does not exist");
+    }
+  } else {
+    std::filesystem::create_directories(path, ec);
+  }
   if (ec) {
     throw Error(ErrorCode::io_error,
                 "FileStore: cannot create directory '" + path + "': " + ec.message());

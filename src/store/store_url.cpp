@@ -78,6 +78,17 @@ StoreUrl parse_store_url(std::string_view url) {
   const size_t sep = url.find("://");
   StoreUrl out;
   if (sep == std::string_view::npos) {
+    // A plain path. A ':' (as in "redis:/h:6379" or "redis:h") or a scheme name followed by
+    // "//" ("redis//h") is far more likely a mistyped URL than a directory name, and taking it
+    // as a directory would silently write somewhere unexpected.
+    if (url.find(':') != std::string_view::npos) {
+      bad_url(url,
+              "a plain directory path may not contain ':' (mistyped scheme? a directory "
+              "whose name has ':' is written file://PATH)");
+    }
+    if (url.starts_with("redis//") || url.starts_with("file//")) {
+      bad_url(url, "looks like a URL missing its ':' (redis://... or file://...)");
+    }
     out.path = std::string(url);
     return out;
   }
@@ -93,12 +104,12 @@ StoreUrl parse_store_url(std::string_view url) {
 
 }  // namespace store_detail
 
-std::unique_ptr<Store> open_store(std::string_view url) {
+std::unique_ptr<Store> open_store(std::string_view url, StoreOpen open) {
   const store_detail::StoreUrl parsed = store_detail::parse_store_url(url);
   if (parsed.kind == store_detail::StoreUrl::Kind::redis) {
     return open_redis_store(parsed.host, parsed.port, parsed.db);
   }
-  return open_file_store(parsed.path);
+  return open_file_store(parsed.path, open);
 }
 
 }  // namespace cachegen

@@ -21,17 +21,24 @@ void check_shape(const char* what, std::span<float> x, size_t n_rows, size_t n_h
 
 }  // namespace
 
-void RopeParams::validate(size_t head_dim) const {
-  const auto bad = [](const std::string& why) {
-    throw Error(ErrorCode::invalid_argument, "rope: " + why);
-  };
-  if (!(freq_base > 0) || !std::isfinite(freq_base)) bad("freq_base must be finite and > 0");
-  if (!(freq_scale > 0) || !std::isfinite(freq_scale)) bad("freq_scale must be finite and > 0");
+std::string RopeParams::problem(size_t head_dim) const {
+  // Ranges, not just finiteness: angles freq_scale * pos * freq_base^(-2i/n_rot) must stay
+  // finite in fp32 for every position < 2^31 (1e3 * 2^31 * 1 ~ 2e12), else sin/cos give NaN.
+  if (!(freq_base >= kRopeMinFreqBase && freq_base <= kRopeMaxFreqBase))
+    return "freq_base " + std::to_string(freq_base) + " is not in [1, 1e12]";
+  if (!(freq_scale >= kRopeMinFreqScale && freq_scale <= kRopeMaxFreqScale))
+    return "freq_scale " + std::to_string(freq_scale) + " is not in [1e-6, 1e3]";
   if (n_rot < 0 || n_rot % 2 != 0 || n_rot > 65536 ||
       (head_dim != 0 && static_cast<size_t>(n_rot) > head_dim)) {
-    bad("n_rot " + std::to_string(n_rot) + " must be even and <= head_dim" +
-        (head_dim != 0 ? " (" + std::to_string(head_dim) + ")" : std::string()));
+    return "n_rot " + std::to_string(n_rot) + " must be even and <= head_dim" +
+           (head_dim != 0 ? " (" + std::to_string(head_dim) + ")" : std::string());
   }
+  return {};
+}
+
+void RopeParams::validate(size_t head_dim) const {
+  const std::string why = problem(head_dim);
+  if (!why.empty()) throw Error(ErrorCode::invalid_argument, "rope: " + why);
 }
 
 void hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim) {

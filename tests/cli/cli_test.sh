@@ -78,5 +78,162 @@ check "bad store url" 2 "$cg" verify x --store "ftp://nowhere"
 check "bench seed" 0 "$cg" bench seed --json
 grep -q '"coded_bytes"' "$work/out" || { failed=$((failed + 1)); echo "FAIL: bench seed lacks coded_bytes"; }
 check "usage" 2 "$cg" frobnicate
+
+# ---- Hardening (issue 12) ----
+# npy_f16 FILE SHAPE PERL_EXPR: a float16 .npy whose element i (C order) has the fp16 bit
+# pattern PERL_EXPR (of $i); npy_raw FILE DESCR SHAPE BYTES: any header over BYTES zero bytes.
+npy_header() {  # DESCR SHAPE
+  local h="{'descr': '$1', 'fortran_order': False, 'shape': $2, }"
+  local pad=$(( (64 - (10 + ${#h} + 1) % 64) % 64 ))
+  local total=$(( ${#h} + pad + 1 ))
+  printf '\x93NUMPY\x01\x00'
+  printf "\\x$(printf %02x $((total & 255)))\\x$(printf %02x $((total >> 8)))"
+  printf '%s' "$h"
+  printf '%*s' "$pad" ''
+  printf '\n'
+}
+npy_f16() {  # FILE SHAPE N PERL_EXPR
+  { npy_header '<f2' "$2"; perl -e "print pack('v*', map { my \$i = \$_; $4 } 0..$3-1)"; } >"$1"
+}
+npy_raw() {  # FILE DESCR SHAPE BYTES
+  { npy_header "$2" "$3"; head -c "$4" /dev/zero; } >"$1"
+}
+expect_text() {  # NAME TEXT: the last command's output contains TEXT
+  grep -qF -- "$2" "$work/out" || { failed=$((failed + 1)); echo "FAIL: $1: output lacks '$2'"; sed 's/^/    /' "$work/out" | head -5; }
+}
+reject_text() {  # NAME TEXT: the last command's output does not contain TEXT
+  ! grep -qF -- "$2" "$work/out" || { failed=$((failed + 1)); echo "FAIL: $1: output has '$2'"; }
+}
+count_nonfinite() {  # FILE.npy (float16): prints how many values are Inf or NaN
+  perl -e 'local $/; my $b = <STDIN>; my $hl = unpack("v", substr($b, 8, 2));
+           my @h = unpack("v*", substr($b, 10 + $hl)); print scalar(grep { ($_ & 0x7c00) == 0x7c00 } @h), "\n"' <"$1"
+}
+
+# Finite fp16 at +-65504 (T = 1024 tokens, 1 head x 4 dims): channel 0 alternates -65504/65504,
+# channel 1 ramps over every fp16 bit pattern 0..65504, channel 2 is 1.0 with one -65504,
+# channel 3 a constant subnormal. The encoder must write what decode/verify accept, and decoding
+# must give finite values on every SIMD path.
+npy_f16 ext.npy "(1, 2, 1024, 1, 4)" 8192 \
+  'my ($t, $c) = (int($i / 4) % 1024, $i % 4);
+   $c == 0 ? ($t % 2 ? 0x7bff : 0xfbff) : $c == 1 ? int(0x7bff * $t / 1023)
+   : $c == 2 ? ($t == 512 ? 0xfbff : 0x3c00) : 0x0001'
+for bits in 1 4 8; do
+  check "encode fp16 extremes $bits bits" 0 "$cg" encode ext.npy -o ext$bits.cgkv --bits $bits
+  check "verify fp16 extremes $bits bits" 0 "$cg" verify ext$bits.cgkv
+  for simd in scalar avx2 avx512; do
+    check "decode fp16 extremes $bits bits $simd" 0 env CACHEGEN_SIMD=$simd "$cg" decode ext$bits.cgkv -o ext$bits.$simd.npy
+    n=$(count_nonfinite ext$bits.$simd.npy)
+    [[ $n == 0 ]] || { failed=$((failed + 1)); echo "FAIL: $bits-bit decode ($simd) of finite input has $n Inf/NaN"; }
+    cmp -s ext$bits.$simd.npy ext$bits.scalar.npy || { failed=$((failed + 1)); echo "FAIL: $simd decode differs from scalar"; }
+  done
+done
+# Keys (65504, 0) in one RoPE pair: undone they stay within fp16, re-rotated after quantization
+# they may land past 65504 and must saturate. (ext.npy's keys cannot be undone within fp16:
+# the encoder refuses them, naming the element.)
+npy_f16 pair.npy "(1, 2, 1024, 1, 2)" 4096 '$i % 2 ? 0 : 0x7bff'
+check "encode fp16 extremes pre-RoPE" 0 "$cg" encode pair.npy -o extrope.cgkv --level high --rope-base 10000
+check "decode fp16 extremes pre-RoPE" 0 "$cg" decode extrope.cgkv -o extrope.npy
+n=$(count_nonfinite extrope.npy)
+[[ $n == 0 ]] || { failed=$((failed + 1)); echo "FAIL: pre-RoPE decode of finite input has $n Inf/NaN"; }
+check "encode fp16 extremes reference params" 0 "$cg" encode ext.npy -o extref.cgkv --bits 3 --params reference
+check "decode fp16 extremes reference params" 0 "$cg" decode extref.cgkv -o extref.npy
+n=$(count_nonfinite extref.npy)
+[[ $n == 0 ]] || { failed=$((failed + 1)); echo "FAIL: reference-params decode of finite input has $n Inf/NaN"; }
+
+# A dimension >= 2^32 is not truncated: (4294967297, 2, 0, 4, 8) holds no data but is no
+# 1-layer array either.
+npy_raw huge.npy '<f2' "(4294967297, 2, 0, 4, 8)" 0
+check "npy dimension >= 2^32" 4 "$cg" encode huge.npy -o huge.cgkv
+expect_text "npy dimension >= 2^32" "n_layers"
+npy_raw layers.npy '<f2' "(5000, 2, 1, 1, 1)" 20000
+check "npy absurd n_layers" 4 "$cg" encode layers.npy -o x.cgkv
+npy_raw shape4.npy '<f2' "(1, 2, 4, 8)" 128
+check "npy not 5-d" 4 "$cg" encode shape4.npy -o x.cgkv
+
+# Wrong dtypes are unsupported input (4), known or not; messages print the code once.
+npy_raw i16.npy '<i2' "(1, 2, 4, 1, 8)" 128
+check "npy int16 dtype" 4 "$cg" encode i16.npy -o x.cgkv
+npy_raw c8.npy '<c8' "(1, 2, 4, 1, 8)" 512
+check "npy complex dtype" 4 "$cg" encode c8.npy -o x.cgkv
+reject_text "error printed once" "corrupt_input: corrupt_input"
+npy_raw trunc.npy '<f2' "(1, 2, 4, 1, 8)" 10
+check "npy truncated" 4 "$cg" encode trunc.npy -o x.cgkv
+reject_text "error printed once" "truncated_input: truncated_input"
+
+# Option names, not library field names.
+check "chunk tokens message" 2 "$cg" encode kv.npy -o x.cgkv --chunk-tokens 33
+expect_text "chunk tokens message" "--chunk-tokens"
+reject_text "chunk tokens message" "config."
+check "rope base nan" 2 "$cg" encode kv.npy -o x.cgkv --level high --rope-base nan
+check "rope scale absurd" 2 "$cg" encode kv.npy -o x.cgkv --level high --rope-base 10000 --rope-scale 3e38
+check "bad CACHEGEN_SIMD" 2 env CACHEGEN_SIMD=bogus "$cg" verify kv.cgkv
+expect_text "bad CACHEGEN_SIMD" "CACHEGEN_SIMD"
+check "bad CACHEGEN_THREADS" 2 env CACHEGEN_THREADS=abc "$cg" verify kv.cgkv
+check "bad CACHEGEN_THREADS 0" 2 env CACHEGEN_THREADS=0 "$cg" verify kv.cgkv
+check "good CACHEGEN_THREADS" 0 env CACHEGEN_THREADS=2 CACHEGEN_SIMD=scalar "$cg" verify kv.cgkv
+
+# Strict --tokens.
+for bad in 0x10:20 1:2:3 " 1:2" +1:+3 "1 :2" 1:2x -1:2 1e1:20 12; do
+  check "tokens '$bad'" 2 "$cg" decode kv.cgkv -o x.npy --tokens "$bad"
+done
+check "tokens 16:20 decimal" 0 "$cg" decode kv.cgkv -o t16.npy --tokens 16:20
+check "tokens 0016:20 is 16:20" 0 "$cg" decode kv.cgkv -o t0016.npy --tokens 0016:20
+cmp -s t16.npy t0016.npy || { failed=$((failed + 1)); echo "FAIL: 0016:20 differs from 16:20"; }
+check "tokens 5:5 empty range" 0 "$cg" decode kv.cgkv -o empty.npy --tokens 5:5
+grep -qa "'shape': (1, 2, 0, 2, 8)" empty.npy || { failed=$((failed + 1)); echo "FAIL: 5:5 is not an empty [1, 2, 0, 2, 8] array"; }
+
+# Mistyped store URLs are refused (2), never taken as a directory.
+for url in redis:/127.0.0.1:6391 redis//127.0.0.1:6391 redis//127.0.0.1 file:/tmp/x; do
+  check "store url '$url'" 2 "$cg" encode kv.npy -o k --store "$url"
+done
+[[ ! -e redis: && ! -e redis && ! -e file: ]] || { failed=$((failed + 1)); echo "FAIL: a mistyped URL created a directory"; }
+# Read-only commands do not create a missing store directory.
+check "verify missing store" 3 "$cg" verify k --store "file://$work/nostore"
+check "decode missing store" 3 "$cg" decode k -o x.npy --store "file://$work/nostore"
+check "store get missing store" 3 "$cg" store get "file://$work/nostore" k -o x.bin
+check "store list missing store" 3 "$cg" store list "file://$work/nostore"
+[[ ! -e nostore ]] || { failed=$((failed + 1)); echo "FAIL: a read-only command created the store directory"; }
+# A link planted in a store directory is not followed.
+echo secret >secret.txt
+ln -s "$work/secret.txt" "$work/store/planted"
+check "store get planted link" 5 "$cg" store get "file://$work/store" planted -o x.bin
+[[ ! -e x.bin ]] || { failed=$((failed + 1)); echo "FAIL: a planted link was read"; }
+
+# Outputs: a symlink's target is replaced (the link stays), a FIFO and /dev/null are written
+# through, '-' is standard output, a directory is an error.
+cp back.npy target.npy
+printf 'old' >target.npy
+ln -s target.npy link.npy
+check "decode -o symlink" 0 "$cg" decode kv.cgkv -o link.npy
+[[ -L link.npy ]] || { failed=$((failed + 1)); echo "FAIL: -o symlink replaced the link"; }
+cmp -s target.npy back.npy || { failed=$((failed + 1)); echo "FAIL: -o symlink did not write its target"; }
+mkfifo out.fifo
+timeout 30 cat out.fifo >fifo.npy &  # bounded: a replaced FIFO must not hang the test
+reader=$!
+check "decode -o fifo" 0 timeout 20 "$cg" decode kv.cgkv -o out.fifo
+wait $reader
+[[ -p out.fifo ]] || { failed=$((failed + 1)); echo "FAIL: -o fifo replaced the FIFO"; }
+cmp -s fifo.npy back.npy || { failed=$((failed + 1)); echo "FAIL: -o fifo did not write through"; }
+"$cg" decode kv.cgkv -o - >stdout.npy 2>/dev/null
+cmp -s stdout.npy back.npy || { failed=$((failed + 1)); echo "FAIL: -o - did not write standard output"; }
+[[ ! -e ./- ]] || { failed=$((failed + 1)); echo "FAIL: -o - created a file named '-'"; }
+check "encode -o /dev/null" 0 "$cg" encode kv.npy -o /dev/null --bits 4
+[[ -c /dev/null ]] || { failed=$((failed + 1)); echo "FAIL: /dev/null is no longer a character device"; }
+mkdir outdir
+check "decode -o directory" 2 "$cg" decode kv.cgkv -o outdir
+
+# Inputs must be regular files: no endless read of /dev/zero, no blocking on a FIFO.
+check "input /dev/zero" 2 timeout 20 "$cg" encode /dev/zero -o x.cgkv
+check "input /dev/zero cgkv" 2 timeout 20 "$cg" verify /dev/zero
+mkfifo in.fifo
+check "input fifo" 2 timeout 20 "$cg" encode in.fifo -o x.cgkv
+check "input fifo cgkv" 2 timeout 20 "$cg" inspect in.fifo
+check "input directory" 2 "$cg" encode outdir -o x.cgkv
+expect_text "input directory" "is a directory"
+reject_text "input directory" "basic_filebuf"
+check "input directory cgkv" 2 "$cg" verify outdir
+check "store put directory" 2 "$cg" store put "file://$work/store" d outdir
+check "inspect reports its checks" 0 "$cg" inspect kv.cgkv
+expect_text "inspect reports its checks" "checksums"
 echo "cli: $passed passed, $failed failed"
 [[ $failed == 0 ]]

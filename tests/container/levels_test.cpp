@@ -102,6 +102,12 @@ TEST(CgkvLevels, ForgedFieldsNameTheField) {
       {80, le32(nan), "freq_base"},
       {80, le32(neg), "freq_base"},
       {84, le32(0), "freq_scale"},
+      // Finite but absurd: angles overflow fp32 and decode would give NaN.
+      {84, le32(0x7f61b1e6u), "freq_scale"},  // 3e38
+      {84, le32(0x0da24260u), "freq_scale"},  // 1e-30
+      {80, le32(0x7f61b1e6u), "freq_base"},   // 3e38
+      {80, le32(0x53e8d4a5u), "freq_base"},   // 2e12
+      {80, le32(0x3f000000u), "freq_base"},   // 0.5
       {88, {3, 0}, "n_rot"},
       {88, {10, 0}, "n_rot"},  // > head_dim 8
       {90, {2}, "mode"},
@@ -130,6 +136,25 @@ TEST(CgkvLevels, ForgedFieldsNameTheField) {
   for (int i = 0; i < 8; ++i) lossless[hb - 8 + i] = static_cast<uint8_t>(h >> (8 * i));
   EXPECT_EQ(outcome(lossless, &msg), ErrorCode::corrupt_input);
   EXPECT_NE(msg.find("recompute flag"), std::string::npos) << msg;
+}
+
+TEST(CgkvLevels, AbsurdRopeParamsAreNotWritten) {
+  // What the reader refuses, the writer refuses first (invalid_argument naming the field).
+  for (const auto& [base, scale, needle] :
+       {std::tuple<float, float, const char*>{500.0f, 3e38f, "freq_scale"},
+        std::tuple<float, float, const char*>{3e38f, 1.0f, "freq_base"},
+        std::tuple<float, float, const char*>{500.0f, std::nanf(""), "freq_scale"}}) {
+    KVCacheConfig cfg = level_config();
+    cfg.rope.freq_base = base;
+    cfg.rope.freq_scale = scale;
+    try {
+      write_cgkv(test::filled_cache(kT, cfg).cache);
+      ADD_FAILURE() << needle << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

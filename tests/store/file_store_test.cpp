@@ -1,6 +1,7 @@
 // FileStore specifics: file names, temp files, directory errors, concurrent processes.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +101,39 @@ TEST(FileStore, CreatesMissingDirectoriesAndReportsUnusablePaths) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::io_error);
     EXPECT_NE(std::string(e.what()).find(dir.path() + "/plain/sub"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FileStore, OpeningForReadingNeverCreatesTheDirectory) {
+  TempDir dir;
+  const std::string missing = dir.path() + "/not/there";
+  for (const std::string& url : {missing, "file://" + missing}) {
+    try {
+      open_store(url, StoreOpen::existing);
+      FAIL() << "a missing directory was opened for reading: " << url;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::not_found) << e.what();
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir.path() + "/not"));
+  open_file_store(missing)->put("k", std::vector<uint8_t>{1});
+  EXPECT_EQ(open_file_store(missing, StoreOpen::existing)->get("k"), std::vector<uint8_t>{1});
+}
+
+TEST(FileStore, LinksAndFifosPlantedInTheDirectoryAreNotRead) {
+  TempDir dir;
+  auto store = open_file_store(dir.path() + "/s");
+  std::ofstream(dir.path() + "/secret") << "secret";
+  fs::create_symlink(dir.path() + "/secret", dir.path() + "/s/planted");
+  ASSERT_EQ(::mkfifo((dir.path() + "/s/fifo").c_str(), 0600), 0);
+  for (const char* key : {"planted", "fifo"}) {
+    try {
+      store->get(key);  // a FIFO would block forever in open() without O_NONBLOCK
+      FAIL() << key << " was read";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::io_error) << e.what();
+    }
+    EXPECT_FALSE(store->exists(key)) << key;
   }
 }
 

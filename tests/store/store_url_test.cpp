@@ -15,6 +15,8 @@ TEST(StoreUrl, FileUrlsAndPlainPaths) {
   EXPECT_EQ(parse_store_url("file://rel/dir").path, "rel/dir");
   EXPECT_EQ(parse_store_url("/plain/path").path, "/plain/path");
   EXPECT_EQ(parse_store_url("dir").kind, StoreUrl::Kind::file);
+  EXPECT_EQ(parse_store_url("redis/sub").path, "redis/sub");  // a directory named redis
+  EXPECT_EQ(parse_store_url("file:///dir:with:colons").path, "/dir:with:colons");
 }
 
 TEST(StoreUrl, RedisUrls) {
@@ -47,6 +49,15 @@ TEST(StoreUrl, BadUrlsNameTheProblem) {
       {"redis://user:pw@h:6379", "passwords"},
       {"redis://h:6379/0?timeout=1", "query strings"},
       {"redis://[::1", "closing ']'"},
+      // Mistyped URLs are not taken as directory paths.
+      {"redis:/127.0.0.1:6391", "may not contain ':'"},
+      {"redis:127.0.0.1", "may not contain ':'"},
+      {"file:/tmp/kv", "may not contain ':'"},
+      {"redis//127.0.0.1:6391", "may not contain ':'"},
+      {"redis//127.0.0.1", "missing its ':'"},
+      {"file///tmp/kv", "missing its ':'"},
+      {"s3:/bucket", "may not contain ':'"},
+      {"http://h/x", "unsupported scheme 'http'"},
   };
   for (const auto& [url, fragment] : cases) {
     try {

@@ -1,7 +1,9 @@
 // `cachegen encode | decode | inspect | verify`: .npy KV arrays <-> .cgkv containers, in files
 // or in a store (--store file://DIR | redis://HOST:PORT[/DB]; the file argument is the key).
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -58,25 +60,79 @@ KVDType npy_kv_dtype(const NpyArray& a, const std::string& path) {
       return KVDType::bf16;
     case NpyDType::f32:
       return KVDType::f32;
-    default:
-      throw Error(ErrorCode::invalid_argument,
-                  path + ": KV arrays must be float16, bfloat16 or float32");
+    default:  // a well-formed file this command does not take: unsupported input (exit 4)
+      throw Error(ErrorCode::corrupt_input, path + ": unsupported dtype " + npy_descr(a.dtype) +
+                                                "; KV arrays must be float16, bfloat16 or float32");
   }
 }
 
-void run_encode(const EncodeOptions& o) {
-  const NpyArray a = read_npy(o.input);
+// The .npy's shape as a model shape. The shape comes from the file, so an impossible one is
+// unsupported input (exit 4), named by axis; checked before any cast narrows a dimension.
+ModelShape npy_model_shape(const NpyArray& a, const std::string& path) {
   if (a.shape.size() != 5 || a.shape[1] != 2) {
-    throw Error(ErrorCode::invalid_argument,
-                o.input + ": expected shape [n_layers, 2, n_tokens, n_kv_heads, head_dim]");
+    throw Error(ErrorCode::corrupt_input,
+                path + ": expected shape [n_layers, 2, n_tokens, n_kv_heads, head_dim]");
   }
-  const KVDType dtype = npy_kv_dtype(a, o.input);
+  const struct {
+    size_t axis, max;
+    const char* name;
+  } limits[] = {{0, 4096, "n_layers"},
+                {2, size_t{1} << 40, "n_tokens"},
+                {3, 65536, "n_kv_heads"},
+                {4, 65536, "head_dim"}};
+  for (const auto& l : limits) {
+    if (a.shape[l.axis] > l.max || (l.axis != 2 && a.shape[l.axis] == 0)) {
+      throw Error(ErrorCode::corrupt_input, path + ": shape[" + std::to_string(l.axis) + "] (" +
+                                                l.name + ") = " + std::to_string(a.shape[l.axis]) +
+                                                " is outside " + (l.axis == 2 ? "0" : "1") + ".." +
+                                                std::to_string(l.max));
+    }
+  }
   ModelShape shape;
   shape.architecture = "npy";
   shape.n_layers = static_cast<int>(a.shape[0]);
   shape.n_kv_heads = static_cast<int>(a.shape[3]);
   shape.head_dim = static_cast<int>(a.shape[4]);
   shape.validate();
+  return shape;
+}
+
+// The library names KVCacheConfig fields; a CLI user typed options. Rewrites the names of the
+// fields the CLI sets from its options.
+Error with_option_names(const Error& e) {
+  std::string m = e.message();
+  const std::pair<const char*, const char*> names[] = {{"config.block_tokens", "--chunk-tokens"},
+                                                       {"config.group_size", "--group-size"},
+                                                       {"group_size", "--group-size"},
+                                                       {"config.base_bits", "--bits"},
+                                                       {"config.layer_groups", "--layer-groups"}};
+  for (const auto& [field, option] : names) {
+    for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at)) {
+      const bool inside = at > 0 && (m[at - 1] == '.' || m[at - 1] == '-');
+      if (inside) {
+        at += std::strlen(field);
+        continue;
+      }
+      m.replace(at, std::strlen(field), option);
+      at += std::strlen(option);
+    }
+  }
+  return Error(e.code(), m);
+}
+
+void run_encode(const EncodeOptions& o) {
+  if (o.rope_base != 0 || o.rope_scale != 1) {  // NaN included: it compares unequal
+    RopeParams rope;
+    rope.freq_base = o.rope_base;
+    rope.freq_scale = o.rope_scale;
+    rope.n_rot = o.rope_dims;
+    const std::string problem = rope.problem();
+    if (!problem.empty())
+      throw Error(ErrorCode::invalid_argument, "--rope-base/--rope-scale: " + problem);
+  }
+  const NpyArray a = read_npy(o.input);
+  const ModelShape shape = npy_model_shape(a, o.input);
+  const KVDType dtype = npy_kv_dtype(a, o.input);
   const size_t T = a.shape[2], H = a.shape[3], D = a.shape[4];
   const size_t esize = npy_dtype_size(a.dtype), plane = T * H * D * esize;
   std::vector<uint8_t> file;
@@ -100,7 +156,14 @@ void run_encode(const EncodeOptions& o) {
       cfg.params = ParamMode::reference;
     else if (o.params != "compact")
       throw Error(ErrorCode::invalid_argument, "--params must be compact or reference");
-    KVCache cache = KVCacheBuilder::for_model(shape, cfg);
+    KVCache cache = [&] {
+      try {
+        return KVCacheBuilder::for_model(shape, cfg);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::invalid_argument) throw;
+        throw with_option_names(e);
+      }
+    }();
     Progress progress("encoding", shape.n_layers * T);
     for (size_t l = 0; l < cache.layers.size(); ++l) {
       // Feed one block at a time: the progress bar moves, the result is the same (results
@@ -126,17 +189,31 @@ struct DecodeOptions {
   std::string input, output, store, tokens;
 };
 
+// A strict decimal (digits only: no sign, space, base prefix or suffix), or false.
+bool parse_decimal(std::string_view s, size_t& out) {
+  if (s.empty() || s.size() > 19) return false;
+  out = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return false;
+    out = out * 10 + static_cast<size_t>(ch - '0');
+  }
+  return true;
+}
+
+// --tokens A:B, either end optional (A defaults to 0, B to n). A == B is an empty range: the
+// output holds 0 tokens.
 void parse_range(const std::string& s, size_t n, size_t& a, size_t& b) {
   a = 0;
   b = n;
   if (s.empty()) return;
   const size_t colon = s.find(':');
-  if (colon == std::string::npos) throw Error(ErrorCode::invalid_argument, "--tokens must be A:B");
-  try {
-    if (colon > 0) a = std::stoull(s.substr(0, colon));
-    if (colon + 1 < s.size()) b = std::stoull(s.substr(colon + 1));
-  } catch (const std::exception&) {
-    throw Error(ErrorCode::invalid_argument, "--tokens '" + s + "' is not A:B with numbers");
+  const std::string_view lo = std::string_view(s).substr(0, colon);
+  const std::string_view hi =
+      colon == std::string::npos ? std::string_view() : std::string_view(s).substr(colon + 1);
+  if (colon == std::string::npos || (!lo.empty() && !parse_decimal(lo, a)) ||
+      (!hi.empty() && !parse_decimal(hi, b))) {
+    throw Error(ErrorCode::invalid_argument,
+                "--tokens '" + s + "' is not A:B with decimal token indices");
   }
   if (a > b || b > n) {
     throw Error(ErrorCode::invalid_argument,
@@ -160,7 +237,7 @@ void run_decode(const DecodeOptions& o) {
   out.shape = {static_cast<size_t>(info.n_attention_layers()), 2, b - a,
                static_cast<size_t>(info.n_kv_heads), static_cast<size_t>(info.head_dim)};
   out.data.resize(kv.size() * 2);
-  std::memcpy(out.data.data(), kv.data(), out.data.size());
+  if (!kv.empty()) std::memcpy(out.data.data(), kv.data(), out.data.size());
   write_npy(o.output, out);
 }
 
@@ -195,7 +272,13 @@ void run_inspect(const InspectOptions& o) {
       bytes[t] += len;
       pos += len;
     }
+    if (pos != chunk.size()) {
+      throw Error(ErrorCode::corrupt_input, "chunk " + std::to_string(c) + ": " +
+                                                std::to_string(chunk.size() - pos) +
+                                                " bytes after its tensors");
+    }
   }
+  for (const CgkvBlobInfo& b : info.blobs) r.read_blob(b.kind);  // checksums too
   const size_t per_tensor =
       info.n_tokens * static_cast<size_t>(info.n_kv_heads) * static_cast<size_t>(info.head_dim);
   const double fp16_total = 2.0 * static_cast<double>(per_tensor) * 2 * static_cast<double>(n_attn);
@@ -222,6 +305,8 @@ void run_inspect(const InspectOptions& o) {
                        (static_cast<double>(per_tensor) * 2 * static_cast<double>(n_attn))
                  : 0.0;
   j["ratio_vs_fp16"] = info.file_bytes ? fp16_total / static_cast<double>(info.file_bytes) : 0.0;
+  // What inspect checked (every chunk and blob checksum, the tensor lengths); verify decodes.
+  j["checked"] = "checksums";
   j["layers"] = nlohmann::json::array();
   size_t t = 0;
   for (size_t l = 0; l < info.layers.size(); ++l) {
@@ -279,6 +364,7 @@ void run_inspect(const InspectOptions& o) {
   std::printf("total %llu bytes, %.3f bits/element, %.2fx smaller than fp16\n",
               static_cast<unsigned long long>(info.file_bytes), j["bits_per_element"].get<double>(),
               j["ratio_vs_fp16"].get<double>());
+  std::printf("checked: header, chunk and blob checksums, tensor framing (verify also decodes)\n");
 }
 
 }  // namespace

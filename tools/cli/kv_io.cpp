@@ -28,7 +28,7 @@ int exit_code_for(ErrorCode code) {
 
 std::vector<uint8_t> load_input(const std::string& name, const std::string& store_url) {
   if (store_url.empty()) return read_file_bytes(name);
-  return open_store(store_url)->get(name);
+  return open_store(store_url, StoreOpen::existing)->get(name);
 }
 
 void save_output(const std::string& name, const std::string& store_url,

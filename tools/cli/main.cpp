@@ -1,10 +1,12 @@
-// cachegen: command-line tool. Exit codes: 0 success, 1 a cachegen error (message on
-// stderr names what was wrong), 2 bad usage.
+// cachegen: command-line tool. Exit codes (exit_code_for): 0 ok, 1 other error, 2 bad
+// arguments, 3 not found, 4 corrupt/truncated/unsupported input, 5 I/O or server failure; the
+// message on stderr names what was wrong.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
 #include "cachegen/error.h"
+#include "cachegen/runtime.h"
 #include "commands.h"
 #include "kv_io.h"
 #ifdef CACHEGEN_WITH_LLAMA
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
       "Exit codes: 0 ok, 1 other error, 2 bad arguments, 3 file or key not found, "
       "4 corrupt/truncated/unsupported input, 5 I/O or server failure.");
   try {
+    cachegen::check_runtime_environment();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);

@@ -25,18 +25,20 @@ void add_store_commands(CLI::App& app) {
   get->add_option("url", a->url)->required();
   get->add_option("key", a->key)->required();
   get->add_option("-o,--output", a->file)->required();
-  get->callback([a] { write_file_atomic(a->file, open_store(a->url)->get(a->key)); });
+  get->callback(
+      [a] { write_file_atomic(a->file, open_store(a->url, StoreOpen::existing)->get(a->key)); });
   CLI::App* list = s->add_subcommand("list", "list keys (optionally with a prefix)");
   list->add_option("url", a->url)->required();
   list->add_option("prefix", a->prefix);
   list->callback([a] {
-    for (const std::string& k : open_store(a->url)->list(a->prefix)) std::printf("%s\n", k.c_str());
+    for (const std::string& k : open_store(a->url, StoreOpen::existing)->list(a->prefix))
+      std::printf("%s\n", k.c_str());
   });
   CLI::App* rm = s->add_subcommand("rm", "remove a key");
   rm->add_option("url", a->url)->required();
   rm->add_option("key", a->key)->required();
   rm->callback([a] {
-    if (!open_store(a->url)->remove(a->key))
+    if (!open_store(a->url, StoreOpen::existing)->remove(a->key))
       throw Error(ErrorCode::not_found, "no key '" + a->key + "'");
   });
 }

@@ -1,0 +1,43 @@
+#include "core/input_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "cachegen/error.h"
+
+namespace cachegen::detail {
+
+int open_regular_input(const std::string& path, uint64_t& size_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    throw Error(e == ENOENT ? ErrorCode::not_found : ErrorCode::io_error,
+                "cannot open '" + path + "': " + std::strerror(e));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw Error(ErrorCode::io_error, "cannot stat '" + path + "': " + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                                              : "not a regular file";
+    throw Error(ErrorCode::invalid_argument,
+                "'" + path + "' is " + what + "; inputs must be regular files");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  size_bytes = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+}  // namespace cachegen::detail
