@@ -3,8 +3,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
@@ -21,15 +19,6 @@ std::string resolve_model(const std::string& given) {
               "no model: pass --model M.gguf or set CACHEGEN_MODEL (looked at " + fallback + ")");
 }
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::not_found, "cannot open '" + path + "'");
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-// Atomic: a crash or a full disk never leaves a truncated file under `path`.
-void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
-  write_file_atomic(path, bytes);
-}
 
 // K+V elements of a snapshot's data stream.
 size_t kv_elements(const llama::KvSnapshot& s) {

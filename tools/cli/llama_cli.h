@@ -8,15 +8,13 @@
 #include <vector>
 
 #include "cachegen/llama.h"
+#include "cachegen/npy.h"  // read_file_bytes, write_file_atomic
 #include "cachegen/transform.h"
 
 namespace cachegen::cli {
 
 // --model, else $CACHEGEN_MODEL, else ../shared/models/stories260K.gguf from the working dir.
 std::string resolve_model(const std::string& given);
-std::vector<uint8_t> read_file(const std::string& path);
-// Atomic: a crash or a full disk never leaves a truncated file under `path`.
-void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
 // K+V elements of a snapshot's data stream.
 size_t kv_elements(const llama::KvSnapshot& s);
 

@@ -93,7 +93,7 @@ void add_inspect(CLI::App& llama_cmd) {
   cmd->add_option("STATE", *path, "file from llama_state_seq_save_file / llama_state_save_file")
       ->required();
   cmd->callback([path] {
-    const std::vector<uint8_t> bytes = read_file(*path);
+    const std::vector<uint8_t> bytes = read_file_bytes(*path);
     const llama::KvSnapshot s = llama::parse_state_file(bytes);
     std::printf("%s state file, %zu bytes, %zu tokens, %zu streams%s%s\n",
                 s.kind == llama::StateKind::sequence ? "sequence" : "session", bytes.size(),
@@ -129,7 +129,7 @@ void add_pack(CLI::App& llama_cmd) {
                   "refused (optional)");
   add_level_options(cmd, a->level);
   cmd->callback([a] {
-    const std::vector<uint8_t> bytes = read_file(a->in);
+    const std::vector<uint8_t> bytes = read_file_bytes(a->in);
     llama::ModelIdentity identity;
     llama::ParseOptions options;
     std::unique_ptr<llama::Model> model;
@@ -150,7 +150,7 @@ void add_pack(CLI::App& llama_cmd) {
     }
     const std::vector<uint8_t> out = llama::snapshot_to_cgkv(
         s, identity, make_level(a->level, model.get(), s.data_stream().layers.size()));
-    write_file(a->out, out);
+    write_file_atomic(a->out, out);
     const size_t elements = kv_elements(s);
     std::printf(
         "%s state file, %zu tokens, %zu cells: %zu bytes -> %zu bytes (%.2fx smaller), %s, "
@@ -183,7 +183,7 @@ void add_unpack(CLI::App& llama_cmd) {
     const llama::KvSnapshot s =
         model ? llama::cgkv_to_snapshot(reader, *model) : llama::cgkv_to_snapshot(reader);
     const std::vector<uint8_t> bytes = llama::build_state_file(s);
-    write_file(a->out, bytes);
+    write_file_atomic(a->out, bytes);
     std::printf(
         "%s state file, %zu tokens, %zu cells, %s: %zu bytes written to %s\n",
         s.kind == llama::StateKind::sequence ? "sequence" : "session", s.tokens.size(), s.n_cells(),

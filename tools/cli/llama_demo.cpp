@@ -56,7 +56,7 @@ std::vector<int32_t> demo_tokens(const DemoArgs& a, const llama::Model& model) {
   if (a.text.empty()) {
     tokens = model.tokenize(a.prompt, true);
   } else {
-    const std::vector<uint8_t> t = read_file(a.text);
+    const std::vector<uint8_t> t = read_file_bytes(a.text);
     // Tokenize a growing head of the text, not all of it: 16 spare tokens keep the ones used
     // clear of a cut in mid-word.
     const size_t want = static_cast<size_t>(a.prefix) + 1 + 16;
@@ -137,7 +137,7 @@ void add_demo(CLI::App& llama_cmd) {
       prefill_ms = std::min(prefill_ms, ms_since(t0));
     }
     const llama::KvSnapshot snap = llama::capture_seq_state(original, head);
-    if (!a->save_state.empty()) write_file(a->save_state, llama::build_state_file(snap));
+    if (!a->save_state.empty()) write_file_atomic(a->save_state, llama::build_state_file(snap));
     const int32_t pos = static_cast<int32_t>(head.size());
     const std::vector<int32_t> exact = generate(original, tokens.back(), pos, a->n_generate);
     const size_t elements = kv_elements(snap);
@@ -158,7 +158,7 @@ void add_demo(CLI::App& llama_cmd) {
                       ("cachegen_demo_" + std::to_string(::getpid()) + "_" + name + ".cgkv"))
                          .string();
       const auto t0 = std::chrono::steady_clock::now();
-      write_file(r.path,
+      write_file_atomic(r.path,
                  llama::snapshot_to_cgkv(snap, snap.model,
                                          make_level(la, &model, snap.data_stream().layers.size())));
       r.write_ms = ms_since(t0);
