@@ -103,7 +103,7 @@ std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
   out.reserve(static_cast<size_t>(info.header_bytes));
   LeWriter w(out);
   for (uint8_t m : kCgkvMagic) w.u8(m);
-  w.u16(kCgkvVersion);
+  w.u16(info.version);
   w.u16(0);
   w.u32(static_cast<uint32_t>(info.header_bytes));
   w.u32(0);
@@ -165,9 +165,10 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
   const auto magic = p.take(4, "magic");
   check(std::equal(magic.begin(), magic.end(), kCgkvMagic), "bad magic (not a .cgkv file)");
   info.version = p.u16("version");
-  if (info.version != kCgkvVersion) {
+  if (info.version < kCgkvOldestVersion || info.version > kCgkvVersion) {
     throw Error(ErrorCode::unsupported_version,
-                "cgkv: format version " + std::to_string(info.version) + " (this build reads 1)");
+                "cgkv: format version " + std::to_string(info.version) + " (this build reads " +
+                    std::to_string(kCgkvOldestVersion) + ".." + std::to_string(kCgkvVersion) + ")");
   }
   check(p.u16("flags") == 0, "reserved flags are not zero");
   info.header_bytes = p.u32("header_bytes");

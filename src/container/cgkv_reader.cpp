@@ -34,7 +34,7 @@ std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
   }
   const CgkvRange& r = info_.chunks[index].range;
   std::vector<uint8_t> b = src_->read(r.offset, static_cast<size_t>(r.bytes));
-  if (detail::xxh64(b) != r.xxh64) {
+  if (detail::chunk_checksum(info_.version, index, info_.chunks[index], b) != r.xxh64) {
     throw Error(ErrorCode::corrupt_input,
                 "cgkv: chunk " + std::to_string(index) + " (tokens " +
                     std::to_string(info_.chunks[index].token_begin) + ".." +

@@ -19,7 +19,9 @@ std::vector<uint8_t> assemble(CgkvInfo& info, const std::vector<std::vector<uint
     detail::invalid("too many chunks for one header");
   uint64_t offset = info.header_bytes;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    info.chunks[c].range = {offset, chunks[c].size(), detail::xxh64(chunks[c])};
+    info.chunks[c].range = {
+        offset, chunks[c].size(),
+        detail::chunk_checksum(detail::kCgkvVersion, c, info.chunks[c], chunks[c])};
     offset += chunks[c].size();
   }
   info.blobs.clear();

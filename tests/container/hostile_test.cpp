@@ -4,6 +4,9 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "cachegen/error.h"
 #include "container/container_test_util.h"
 
@@ -72,7 +75,8 @@ TEST(Hostile, ForgedHeadersNameTheField) {
   // Offsets: preamble 0..31; body: n_layers 32, heads 36, dim 40, group 44, n_tokens 48,
   // chunk_tokens 56, n_chunks 60, codec 64, param_mode 65, reserved 66.
   const Case cases[] = {
-      {4, 2, 2, ErrorCode::unsupported_version, "version"},
+      {4, 2, 3, ErrorCode::unsupported_version, "version"},
+      {4, 2, 0, ErrorCode::unsupported_version, "version"},
       {6, 2, 1, ErrorCode::corrupt_input, "flags"},
       {12, 4, 7, ErrorCode::corrupt_input, "reserved"},
       {32, 4, 0, ErrorCode::corrupt_input, "n_layers"},
@@ -131,6 +135,60 @@ TEST(Hostile, ForgedChunkRangesRejected) {
     b.push_back(0);  // trailing byte after the declared end
     EXPECT_EQ(outcome(b), ErrorCode::corrupt_input);
   }
+}
+
+// Offset of chunk entry 0 in the chunk table of a small_shape file without a RoPE block.
+constexpr size_t kChunkTable = 32 + 36 + 4 * 3;
+
+void swap_chunk_entries(std::vector<uint8_t>& b, size_t i, size_t j) {
+  std::swap_ranges(b.begin() + static_cast<ptrdiff_t>(kChunkTable + 24 * i),
+                   b.begin() + static_cast<ptrdiff_t>(kChunkTable + 24 * i + 24),
+                   b.begin() + static_cast<ptrdiff_t>(kChunkTable + 24 * j));
+}
+
+TEST(Hostile, SwappedChunkEntriesAreDetected) {
+  // Two chunks of the same shape: swapped table entries (header re-signed) would decode as
+  // the wrong tokens if a chunk's checksum did not cover its place in the table.
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  std::vector<uint8_t> b = write_cgkv(test::filled_cache(128, cfg).cache);
+  ASSERT_EQ(CgkvReader::from_bytes(b).info().version, 2);
+  ASSERT_EQ(outcome(b), ErrorCode::ok);
+  swap_chunk_entries(b, 0, 1);
+  resign(b);
+  std::string msg;
+  EXPECT_EQ(outcome(b, &msg), ErrorCode::corrupt_input) << msg;
+  EXPECT_NE(msg.find("chunk 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
+}
+
+TEST(Hostile, VersionOneFilesStillRead) {
+  // A version-1 file: chunk checksums over the bytes alone. It reads as before (and, as
+  // FORMAT.md says, cannot detect swapped entries).
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const test::Filled f = test::filled_cache(128, cfg);
+  const std::vector<uint8_t> v2 = write_cgkv(f.cache);
+  std::vector<uint8_t> b = v2;
+  b[4] = 1;
+  const CgkvInfo info = CgkvReader::from_bytes(v2).info();
+  for (size_t c = 0; c < info.chunks.size(); ++c) {
+    const CgkvRange& r = info.chunks[c].range;
+    put_u64(b, kChunkTable + 24 * c + 16, XXH64(b.data() + r.offset, r.bytes, 0));
+  }
+  resign(b);
+  const CgkvReader r1 = CgkvReader::from_bytes(b);
+  EXPECT_EQ(r1.info().version, 1);
+  EXPECT_NO_THROW(r1.verify());
+  const std::vector<Half> a = r1.read_tokens(0, 128),
+                          e = CgkvReader::from_bytes(v2).read_tokens(0, 128);
+  ASSERT_EQ(a.size(), e.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), e.data(), a.size() * 2));
+  // A version-2 checksum in a version-1 file (or the reverse) does not verify.
+  std::vector<uint8_t> mixed = v2;
+  mixed[4] = 1;
+  resign(mixed);
+  EXPECT_EQ(outcome(mixed), ErrorCode::corrupt_input);
 }
 
 TEST(Hostile, ReadsOverTheReadersLimitAreRefusedBeforeAllocating) {
