@@ -1,4 +1,5 @@
 // Writing .cgkv files: quantized (from a KVCache) and lossless (from fp16 arrays).
+#include <algorithm>
 #include <string>
 
 #include "cachegen/error.h"
@@ -85,6 +86,17 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
       li.key_transform = KeyTransform::pre_rope;
       info.has_rope = true;
     }
+  }
+  const bool any_stored =
+      std::any_of(info.layers.begin(), info.layers.end(),
+                  [](const CgkvLayerInfo& l) { return l.attention && !l.recomputed; });
+  const bool ids_cover = std::any_of(blobs.begin(), blobs.end(), [&](const CgkvBlob& b) {
+    return b.kind == static_cast<uint32_t>(BlobKind::token_ids) && b.bytes.size() / 4 >= n_tokens;
+  });
+  if (!any_stored && !ids_cover) {  // readers reject such a file (FORMAT.md)
+    detail::invalid(
+        "write_cgkv: every attention layer is recomputed, so the file needs a "
+        "token_ids blob with one id per token");
   }
   if (info.has_rope) {
     info.rope = cache.config.rope;

@@ -191,6 +191,92 @@ TEST(Hostile, VersionOneFilesStillRead) {
   EXPECT_EQ(outcome(mixed), ErrorCode::corrupt_input);
 }
 
+TEST(Hostile, ChunksTooSmallForTheirTokensAreRejectedOnOpen) {
+  // A re-signed header claiming 2^24 tokens in one chunk of a few hundred bytes: read_tokens
+  // would allocate 2^30 values (2 GiB) before finding out. The chunk's size bounds what it can
+  // decode to (>= 2 bits per group parameter), so opening the file refuses it.
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  std::vector<uint8_t> b = write_cgkv(test::filled_cache(64, cfg).cache);
+  put_u64(b, 48, uint64_t{1} << 24);  // n_tokens
+  put_u32(b, 56, 1u << 24);           // chunk_tokens (n_chunks stays 1)
+  resign(b);
+  std::string msg;
+  try {
+    CgkvReader::from_bytes(b);
+    FAIL() << "opened";
+  } catch (const Error& e) {
+    msg = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << msg;
+  }
+  EXPECT_NE(msg.find("chunk 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("too small"), std::string::npos) << msg;
+}
+
+// A self-consistent file whose one attention layer is recomputed: n_chunks empty chunks and,
+// when id_bytes > 0, a token_ids blob of that many zero bytes. Checksums are valid.
+std::vector<uint8_t> recomputed_only_file(uint64_t n_tokens, uint32_t chunk_tokens,
+                                          uint64_t id_bytes) {
+  const uint64_t n_chunks = (n_tokens + chunk_tokens - 1) / chunk_tokens;
+  const uint32_t n_blobs = id_bytes ? 1 : 0;
+  const uint64_t header_bytes = 32 + 36 + 4 + 24 * n_chunks + 4 + 32 * n_blobs + 8;
+  std::vector<uint8_t> b(header_bytes + id_bytes, 0);
+  std::memcpy(b.data(), "CGKV", 4);
+  b[4] = 2;
+  put_u32(b, 8, static_cast<uint32_t>(header_bytes));
+  put_u64(b, 16, b.size());
+  put_u32(b, 32, 1);  // n_layers
+  put_u32(b, 36, 1);  // n_kv_heads
+  put_u32(b, 40, 1);  // head_dim
+  put_u32(b, 44, 1);  // group_size
+  put_u64(b, 48, n_tokens);
+  put_u32(b, 56, chunk_tokens);
+  put_u32(b, 60, static_cast<uint32_t>(n_chunks));
+  b[70] = 3;  // layer 0: bits 0/0, attention + recomputed
+  size_t at = 72;
+  for (uint64_t c = 0; c < n_chunks; ++c, at += 24) {
+    const uint64_t tag[3] = {c, c * chunk_tokens,
+                             std::min<uint64_t>(chunk_tokens, n_tokens - c * chunk_tokens)};
+    put_u64(b, at, header_bytes);
+    put_u64(b, at + 16, XXH64(tag, sizeof tag, 0));  // the tag and no bytes (little-endian host)
+  }
+  put_u32(b, at, n_blobs);
+  if (n_blobs) {
+    put_u32(b, at + 4, 1);  // token ids
+    put_u64(b, at + 12, header_bytes);
+    put_u64(b, at + 20, id_bytes);
+    put_u64(b, at + 28, XXH64(b.data() + header_bytes, id_bytes, 0));
+  }
+  resign(b);
+  return b;
+}
+
+TEST(Hostile, RecomputedOnlyFileClaimingHugeTokenCountIsRejectedOnOpen) {
+  // 1.5 MB, valid checksums, 2^40 tokens in 65,536 empty chunks: verify once zeroed 2^24
+  // values per chunk (hours). Without stored layers the token ids are the content, and there
+  // are none: refused when opened, before any chunk is read.
+  const std::vector<uint8_t> b = recomputed_only_file(uint64_t{1} << 40, 1u << 24, 0);
+  ASSERT_LT(b.size(), 2u << 20);
+  std::string msg;
+  try {
+    CgkvReader::from_bytes(b);
+    FAIL() << "opened";
+  } catch (const Error& e) {
+    msg = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << msg;
+  }
+  EXPECT_NE(msg.find("token_ids"), std::string::npos) << msg;
+}
+
+TEST(Hostile, VerifyOfRecomputedOnlyFileAllocatesNothingPerToken) {
+  // 65,536 empty chunks of 16 tokens with their ids: verify checks every checksum in
+  // O(chunks) and decodes nothing; a reader limit of one value shows no per-token buffer.
+  CgkvReader r = CgkvReader::from_bytes(recomputed_only_file(uint64_t{16} << 16, 16, 4u << 20));
+  ASSERT_EQ(r.info().chunks.size(), 65536u);
+  r.set_max_elements(1);
+  EXPECT_NO_THROW(r.verify());
+}
+
 TEST(Hostile, ReadsOverTheReadersLimitAreRefusedBeforeAllocating) {
   // The header's token count and shape size the output: a reader refuses a read over its
   // limit before allocating (a forged header cannot ask for a huge buffer).
