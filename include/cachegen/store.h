@@ -21,6 +21,7 @@
 //     its single connection with a mutex, so open one RedisStore per thread for parallel I/O.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -65,6 +66,17 @@ class Store {
 
   // A URL describing this store, e.g. "file:///var/cache/kv" or "redis://127.0.0.1:6379/0".
   virtual std::string url() const = 0;
+
+  struct GcResult {
+    size_t removed = 0;   // leftovers deleted now
+    size_t expiring = 0;  // leftovers that already carry an expiry (Redis), left to expire
+  };
+  // Removes what writers that crashed or were killed left behind, never a value a get() could
+  // return and never what a put() still in progress needs: FileStore deletes its ".tmp-*" files
+  // last modified more than `grace` ago; RedisStore deletes parts that no manifest names and
+  // that carry no expiry (parts written by a put carry one until its manifest commits them;
+  // such parts are counted in `expiring`). Safe to run while other clients read and write.
+  virtual GcResult gc(std::chrono::milliseconds grace = std::chrono::hours(1)) = 0;
 };
 
 // Opens a store from a URL:
@@ -91,6 +103,10 @@ struct RedisStoreOptions {
   // vanishing at once, so a reader that already holds the old manifest can finish reading it
   // (without this, readers starve under a steady stream of overwrites). 0 = delete at once.
   int superseded_grace_ms = 30000;
+  // Parts are written with this expiry and made persistent by the same script that swaps their
+  // manifest in, so a writer killed mid-put leaves nothing for good. A put whose parts take
+  // longer than this to write fails (io_error) rather than commit expired parts.
+  int pending_part_ttl_ms = 3600 * 1000;
 };
 
 // RedisStore on HOST:PORT, database `db`. Values of up to part_bytes are stored in one Redis

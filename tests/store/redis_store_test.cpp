@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include "cachegen/error.h"
@@ -226,6 +230,75 @@ TEST_F(RedisStoreTest, BadOptionsAreRejected) {
   EXPECT_THROW(open_redis_store("127.0.0.1", server_->port(), 0, options), Error);
   EXPECT_THROW(open_redis_store("127.0.0.1", 0, 0), Error);
   EXPECT_THROW(open_redis_store("", 6379, 0), Error);
+}
+
+// Parts of generation `gen` of `key` now in Redis, and their PTTLs.
+std::vector<long long> part_ttls(RedisServer& server, const std::string& key, uint64_t gen) {
+  std::vector<long long> ttls;
+  for (uint32_t i = 0;; ++i) {
+    const long long ttl = std::stoll(server.command({"PTTL", part_key(key, gen, i)}));
+    if (ttl == -2) break;  // no such key: parts are written in order
+    ttls.push_back(ttl);
+  }
+  return ttls;
+}
+
+TEST_F(RedisStoreTest, CommittedPartsPersist) {
+  store_->put("k", random_bytes(size_t{3} << 20, 1));
+  const std::vector<long long> ttls = part_ttls(*server_, "k", manifest_of("k").generation);
+  EXPECT_EQ(ttls, (std::vector<long long>{-1, -1, -1}));  // the swap made them persistent
+  EXPECT_EQ(store_->gc().removed, 0u);
+  EXPECT_EQ(store_->get("k"), random_bytes(size_t{3} << 20, 1));
+}
+
+TEST_F(RedisStoreTest, WriterKilledMidPutLeavesOnlyExpiringParts) {
+  const Bytes old_value = random_bytes(size_t{2} << 20, 1), big = random_bytes(size_t{64} << 20, 2);
+  store_->put("k", old_value);
+  const uint64_t old_gen = manifest_of("k").generation;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the writer: small parts, so the put takes many round trips
+    try {
+      RedisStoreOptions o = test_redis_options();
+      o.part_bytes = 64 << 10;
+      open_redis_store("127.0.0.1", server_->port(), 0, o)->put("k", big);
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  // Kill it once some of its parts are in (more keys than the old manifest and its 2 parts).
+  for (int i = 0; i < 20000 && std::stoll(server_->command({"DBSIZE"})) < 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_EQ(manifest_of("k").generation, old_gen) << "the writer finished before it was killed";
+  EXPECT_EQ(store_->get("k"), old_value);
+  // Every key but the manifest and the old parts is a part of the dead writer, with an expiry.
+  const long long leftovers = std::stoll(server_->command({"DBSIZE"})) - 3;
+  ASSERT_GE(leftovers, 7);
+  const Store::GcResult r = store_->gc();
+  EXPECT_EQ(r.removed, 0u);
+  EXPECT_EQ(r.expiring, static_cast<size_t>(leftovers));
+  // Parts without an expiry (a writer from before this rule): gc deletes them, and only them.
+  const std::string scan =
+      server_->command({"EVAL",
+                        "local n = 0\n"
+                        "for _, k in ipairs(redis.call('KEYS', 'cgs:p:*')) do\n"
+                        "  if redis.call('PTTL', k) > 0 then\n"
+                        "    redis.call('PERSIST', k)\n"
+                        "    n = n + 1\n"
+                        "  end\n"
+                        "end\n"
+                        "return n\n",
+                        "0"});
+  EXPECT_EQ(std::stoll(scan), leftovers);
+  const Store::GcResult again = store_->gc();
+  EXPECT_EQ(again.removed, static_cast<size_t>(leftovers));
+  EXPECT_EQ(again.expiring, 0u);
+  EXPECT_EQ(server_->command({"DBSIZE"}), "3");
+  EXPECT_EQ(store_->get("k"), old_value);
 }
 
 }  // namespace
