@@ -73,7 +73,8 @@ void RedisConnection::ensure_connected() {
   }
 }
 
-Reply RedisConnection::command(const std::vector<std::string_view>& args) {
+Reply RedisConnection::command(const std::vector<std::string_view>& args,
+                               uint64_t max_reply_bytes) {
   ensure_connected();
   std::vector<const char*> argv;
   std::vector<size_t> argvlen;
@@ -83,20 +84,42 @@ Reply RedisConnection::command(const std::vector<std::string_view>& args) {
     argv.push_back(a.data());
     argvlen.push_back(a.size());
   }
-  errno = 0;
-  auto* raw = static_cast<redisReply*>(
-      redisCommandArgv(ctx_, static_cast<int>(args.size()), argv.data(), argvlen.data()));
-  const int saved_errno = errno;
-  if (raw == nullptr) {
+  auto lost = [&](int saved_errno) {
     std::string why = ctx_->errstr;
     if (ctx_->err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK)) {
       why = "no reply within the command timeout of " + std::to_string(command_timeout_ms_) + " ms";
     }
     close();
-    throw ConnectionLost("connection to " + url_ + " lost during " + std::string(args.front()) +
-                         ": " + why);
+    return ConnectionLost("connection to " + url_ + " lost during " + std::string(args.front()) +
+                          ": " + why);
+  };
+  errno = 0;
+  if (redisAppendCommandArgv(ctx_, static_cast<int>(args.size()), argv.data(), argvlen.data()) !=
+      REDIS_OK)
+    throw lost(errno);
+  for (int done = 0; !done;) {
+    errno = 0;
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) throw lost(errno);
   }
-  Reply reply(raw);
+  // redisGetReply's loop, counting the bytes fed to the reader (each read adds at most 16 KiB).
+  void* raw = nullptr;
+  uint64_t received = 0;
+  for (;;) {
+    if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK) throw lost(0);
+    if (raw != nullptr) break;
+    const size_t before = ctx_->reader->len;
+    errno = 0;
+    if (redisBufferRead(ctx_) != REDIS_OK) throw lost(errno);
+    received += ctx_->reader->len - before;
+    if (received > max_reply_bytes) {
+      close();
+      throw ReplyTooLarge(ErrorCode::io_error,
+                          "RedisStore: " + url_ + " sent more than " +
+                              std::to_string(max_reply_bytes) + " bytes in reply to " +
+                              std::string(args.front()) + " (the most it may); connection closed");
+    }
+  }
+  Reply reply(static_cast<redisReply*>(raw));
   if (reply->type == REDIS_REPLY_ERROR) {
     throw Error(ErrorCode::io_error, "RedisStore: " + url_ + " refused " +
                                          std::string(args.front()) + ": " +

@@ -2,11 +2,14 @@
 // serialises calls.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "cachegen/error.h"
 
 struct redisContext;
 struct redisReply;
@@ -19,6 +22,17 @@ class ConnectionLost : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// A reply ran past the byte limit its command allows (a hostile or broken server: an endless
+// or oversized bulk). The connection has been closed; not retried. Error(io_error).
+class ReplyTooLarge : public Error {
+ public:
+  using Error::Error;
+};
+
+// Replies of commands that return no value data (SCAN pages, script results, status) are cut
+// off at this many bytes.
+inline constexpr uint64_t kDefaultMaxReplyBytes = uint64_t{64} << 20;
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept;
@@ -39,8 +53,11 @@ class RedisConnection {
 
   // Sends one command (binary-safe arguments) and returns its reply, never a null one.
   // A transport failure closes the connection and throws ConnectionLost; an error reply from
-  // the server throws Error(io_error) quoting it.
-  Reply command(const std::vector<std::string_view>& args);
+  // the server throws Error(io_error) quoting it; a reply of more than max_reply_bytes bytes on
+  // the wire is cut off there (ReplyTooLarge): memory follows what the caller expects, not
+  // what the server sends.
+  Reply command(const std::vector<std::string_view>& args,
+                uint64_t max_reply_bytes = kDefaultMaxReplyBytes);
 
   // "redis://host:port/db"
   const std::string& url() const { return url_; }

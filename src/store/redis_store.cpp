@@ -61,6 +61,7 @@ constexpr std::string_view kRemoveScript =
 constexpr size_t kMaxPartBytes = size_t{512} << 20;  // Redis's default proto-max-bulk-len
 constexpr int kMaxReadAttempts = 8;                  // reads restarted by concurrent overwrites
 constexpr size_t kUnlinkBatch = 256;
+constexpr uint64_t kReplySlack = 64;  // a bulk reply's framing ("$<length>\r\n...\r\n")
 // Sets a millisecond expiry (ARGV[1]) on every key given.
 constexpr std::string_view kExpireScript =
     "for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, ARGV[1]) end\n"
@@ -328,13 +329,30 @@ class RedisStore final : public Store {
     auto corrupt = [&](const std::string& what) {
       return Error(ErrorCode::corrupt_input, "RedisStore: value " + where + " " + what);
     };
+    const std::string mkey = manifest_key(key);
     for (int attempt = 0; attempt < kMaxReadAttempts; ++attempt) {
-      Reply r = conn_.command({"GET", manifest_key(key)});
-      if (r->type == REDIS_REPLY_NIL) return std::nullopt;
-      const std::string_view stored = reply_string(r, "GET");
-      const Manifest m = parse_manifest_header(stored, where);
+      // The header first (a bounded reply), then only as many bytes as it announces.
+      Reply h = conn_.command({"GETRANGE", mkey, "0", "73"}, kManifestHeaderBytes + kReplySlack);
+      const std::string header(reply_string(h, "GETRANGE"));
+      if (header.empty()) return std::nullopt;  // GETRANGE of a missing key is ""
+      const Manifest m = parse_manifest_header(header, where);
+      if (m.parts == 0 ? m.total_bytes > kMaxPartBytes : m.part_bytes > kMaxPartBytes) {
+        throw corrupt("has a manifest announcing " +
+                      std::to_string(m.parts == 0 ? m.total_bytes : m.part_bytes) +
+                      "-byte strings; no writer makes them over " + std::to_string(kMaxPartBytes));
+      }
       std::vector<uint8_t> value;
       if (m.parts == 0) {
+        Reply r;
+        try {
+          r = conn_.command({"GET", mkey}, kManifestHeaderBytes + m.total_bytes + kReplySlack);
+        } catch (const ReplyTooLarge&) {
+          if (generation_changed(key, m.generation)) continue;  // overwritten meanwhile
+          throw;
+        }
+        if (r->type == REDIS_REPLY_NIL) continue;  // removed meanwhile
+        const std::string_view stored = reply_string(r, "GET");
+        if (stored.substr(0, kManifestHeaderBytes) != header) continue;  // overwritten meanwhile
         const std::string_view inline_bytes = stored.substr(kManifestHeaderBytes);
         if (inline_bytes.size() != m.total_bytes) {
           throw corrupt("holds " + std::to_string(inline_bytes.size()) +
@@ -366,7 +384,13 @@ class RedisStore final : public Store {
     for (uint32_t i = 0; i < m.parts; ++i) {
       const uint64_t begin = uint64_t{i} * m.part_bytes;
       const uint64_t expected = std::min<uint64_t>(m.part_bytes, m.total_bytes - begin);
-      Reply r = conn_.command({"GET", part_key(key, m.generation, i)});
+      Reply r;
+      try {
+        r = conn_.command({"GET", part_key(key, m.generation, i)}, expected + kReplySlack);
+      } catch (const ReplyTooLarge&) {
+        if (generation_changed(key, m.generation)) return false;
+        throw;
+      }
       const bool missing = r->type == REDIS_REPLY_NIL;
       if (missing || r->type != REDIS_REPLY_STRING || r->len != expected) {
         if (generation_changed(key, m.generation)) return false;

@@ -11,6 +11,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/store.h"
+#include "store/fake_redis.h"
 #include "store/redis_manifest.h"
 #include "store/redis_server.h"
 #include "store/store_test_support.h"
@@ -18,6 +19,7 @@
 namespace cachegen::test {
 namespace {
 
+using store_detail::encode_manifest_header;
 using store_detail::manifest_key;
 using store_detail::parse_manifest_header;
 using store_detail::part_key;
@@ -299,6 +301,57 @@ TEST_F(RedisStoreTest, WriterKilledMidPutLeavesOnlyExpiringParts) {
   EXPECT_EQ(again.expiring, 0u);
   EXPECT_EQ(server_->command({"DBSIZE"}), "3");
   EXPECT_EQ(store_->get("k"), old_value);
+}
+
+// Expects `f` to throw Error(io_error) saying the reply was cut off.
+template <class F>
+void expect_reply_cut_off(F&& f) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::io_error) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sent more than"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RedisHostileServer, EndlessBulkReplyIsCutOffAtTheHeaderSize) {
+  // Whatever is asked, the "server" announces a 4 GiB string and streams it. The client reads
+  // the manifest header with a 138-byte limit, so it hangs up after one read; before, it kept
+  // reading (and reconnected to read again).
+  FakeRedis fake;
+  auto store = open_redis_store("127.0.0.1", fake.port(), 0, test_redis_options());
+  expect_reply_cut_off([&] { store->try_get("k"); });
+  EXPECT_LT(fake.bytes_sent(), uint64_t{16} << 20);
+  EXPECT_EQ(fake.connections(), 1);
+}
+
+TEST(RedisHostileServer, PartRepliesAreBoundedByTheManifest) {
+  // A valid manifest of two 1 MiB parts, then an endless part: cut off just past 1 MiB, not at
+  // the generic 64 MiB limit.
+  store_detail::Manifest m;
+  m.generation = 42;
+  m.parts = 2;
+  m.part_bytes = 1 << 20;
+  m.total_bytes = 2 << 20;
+  FakeRedis fake(store_detail::encode_manifest_header(m));
+  auto store = open_redis_store("127.0.0.1", fake.port(), 0, test_redis_options());
+  expect_reply_cut_off([&] { store->try_get("k"); });
+  EXPECT_LT(fake.bytes_sent(), uint64_t{16} << 20);
+}
+
+TEST(RedisHostileServer, ForgedInlineSizeIsRejectedBeforeReading) {
+  store_detail::Manifest m;
+  m.total_bytes = uint64_t{1} << 40;  // inline, 1 TiB
+  FakeRedis fake(store_detail::encode_manifest_header(m));
+  auto store = open_redis_store("127.0.0.1", fake.port(), 0, test_redis_options());
+  try {
+    store->try_get("k");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << e.what();
+  }
+  EXPECT_LT(fake.bytes_sent(), uint64_t{1} << 20);
 }
 
 }  // namespace
