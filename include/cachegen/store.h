@@ -82,8 +82,12 @@ class Store {
 // Opens a store from a URL:
 //   file://DIR or a plain path DIR  -> FileStore on DIR (created, with parents, if missing);
 //                                      "file:///abs/dir" is absolute, "file://rel/dir" relative.
-//   redis://HOST[:PORT][/DB]        -> RedisStore (PORT defaults to 6379, DB to 0; HOST may be
-//                                      an IPv6 literal in brackets). Connects immediately.
+//   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]
+//                                   -> RedisStore (PORT defaults to 6379, DB to 0; HOST may be
+//                                      an IPv6 literal in brackets; USER and PASSWORD may use
+//                                      %XX escapes). Without a password in the URL, the
+//                                      environment variable CACHEGEN_REDIS_PASSWORD supplies
+//                                      one if set. Connects (and authenticates) immediately.
 // Throws invalid_argument naming what is wrong with a malformed URL, io_error when DIR cannot
 // be created, unavailable when the Redis server cannot be reached.
 std::unique_ptr<Store> open_store(std::string_view url);
@@ -107,6 +111,9 @@ struct RedisStoreOptions {
   // manifest in, so a writer killed mid-put leaves nothing for good. A put whose parts take
   // longer than this to write fails (io_error) rather than commit expired parts.
   int pending_part_ttl_ms = 3600 * 1000;
+  // Sent with AUTH after connecting when password is not empty (username empty: the one-argument
+  // AUTH of requirepass). Never part of url() or of any error message.
+  std::string username, password;
 };
 
 // RedisStore on HOST:PORT, database `db`. Values of up to part_bytes are stored in one Redis

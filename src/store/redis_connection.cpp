@@ -24,12 +24,14 @@ void ReplyDeleter::operator()(redisReply* r) const noexcept {
 }
 
 RedisConnection::RedisConnection(std::string host, int port, int db, int connect_timeout_ms,
-                                 int command_timeout_ms)
+                                 int command_timeout_ms, std::string username, std::string password)
     : host_(std::move(host)),
       port_(port),
       db_(db),
       connect_timeout_ms_(connect_timeout_ms),
-      command_timeout_ms_(command_timeout_ms) {
+      command_timeout_ms_(command_timeout_ms),
+      username_(std::move(username)),
+      password_(std::move(password)) {
   const bool ipv6 = host_.find(':') != std::string::npos;
   url_ = "redis://" + (ipv6 ? "[" + host_ + "]" : host_) + ":" + std::to_string(port_) + "/" +
          std::to_string(db_);
@@ -62,6 +64,25 @@ void RedisConnection::ensure_connected() {
     throw unavailable("cannot set the command timeout: " + why);
   }
   ctx_ = c;
+  if (!password_.empty()) {
+    std::vector<std::string_view> auth{"AUTH"};
+    if (!username_.empty()) auth.push_back(username_);
+    auth.push_back(password_);
+    try {
+      command(auth);
+    } catch (const ConnectionLost& e) {
+      throw unavailable(std::string("no answer to AUTH: ") + e.what());
+    } catch (const Error& e) {
+      // The server's words (e.g. WRONGPASS) never contain the password; ours never do either.
+      close();
+      std::string why = e.what();
+      for (size_t at; (at = why.find(password_)) != std::string::npos;)
+        why.replace(at, password_.size(), "***");
+      throw unavailable("authentication" +
+                        (username_.empty() ? std::string() : " as '" + username_ + "'") +
+                        " failed: " + why);
+    }
+  }
   try {
     // SELECT doubles as the handshake that proves the server answers.
     command({"SELECT", std::to_string(db_)});
@@ -69,7 +90,11 @@ void RedisConnection::ensure_connected() {
     throw unavailable(std::string("no answer to SELECT: ") + e.what());
   } catch (const Error& e) {
     close();
-    throw unavailable(std::string("SELECT ") + std::to_string(db_) + " failed: " + e.what());
+    const bool noauth = std::string_view(e.what()).find("NOAUTH") != std::string_view::npos;
+    throw unavailable(std::string("SELECT ") + std::to_string(db_) + " failed: " + e.what() +
+                      (noauth && password_.empty()
+                           ? " (give a password: redis://:PASSWORD@HOST or CACHEGEN_REDIS_PASSWORD)"
+                           : ""));
   }
 }
 

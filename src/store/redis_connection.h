@@ -41,8 +41,9 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 class RedisConnection {
  public:
+  // With a non-empty password, every connection starts with AUTH [username] password.
   RedisConnection(std::string host, int port, int db, int connect_timeout_ms,
-                  int command_timeout_ms);
+                  int command_timeout_ms, std::string username = {}, std::string password = {});
   ~RedisConnection();
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
@@ -70,6 +71,7 @@ class RedisConnection {
   int db_;
   int connect_timeout_ms_;
   int command_timeout_ms_;
+  std::string username_, password_;
   std::string url_;
   redisContext* ctx_ = nullptr;
 };

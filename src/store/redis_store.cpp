@@ -93,7 +93,8 @@ class RedisStore final : public Store {
  public:
   RedisStore(std::string host, int port, int db, const RedisStoreOptions& options)
       : options_(options),
-        conn_(std::move(host), port, db, options.connect_timeout_ms, options.command_timeout_ms) {
+        conn_(std::move(host), port, db, options.connect_timeout_ms, options.command_timeout_ms,
+              options.username, options.password) {
     conn_.ensure_connected();
   }
 

@@ -1,5 +1,6 @@
 // RedisStore specifics: layout, damaged data, server loss, timeouts, reconnect.
 #include <chrono>
+#include <cstdlib>
 
 #include <gtest/gtest.h>
 
@@ -352,6 +353,43 @@ TEST(RedisHostileServer, ForgedInlineSizeIsRejectedBeforeReading) {
     EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << e.what();
   }
   EXPECT_LT(fake.bytes_sent(), uint64_t{1} << 20);
+}
+
+// Expects open_store(url) to fail with unavailable, naming `fragment` and never `secret`.
+void expect_auth_failure(const std::string& url, const std::string& fragment,
+                         const std::string& secret) {
+  try {
+    open_store(url);
+    ADD_FAILURE() << "connected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unavailable) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find(secret), std::string::npos) << e.what();
+  }
+}
+
+TEST(RedisAuth, PasswordFromUrlOrEnvironment) {
+  RedisServer server("s3cret-Pw");
+  const std::string hostport = "127.0.0.1:" + std::to_string(server.port());
+  {
+    auto store = open_store("redis://:s3cret-Pw@" + hostport + "/0");
+    store->put("k", random_bytes(size_t{3} << 20, 1));  // parts and all
+    EXPECT_EQ(store->get("k"), random_bytes(size_t{3} << 20, 1));
+    EXPECT_EQ(store->url().find("s3cret"), std::string::npos) << store->url();
+  }
+  // ACL form: the default user.
+  EXPECT_EQ(open_store("redis://default:s3cret-Pw@" + hostport + "/0")->get("k"),
+            random_bytes(size_t{3} << 20, 1));
+  // Percent-escapes in the password.
+  EXPECT_TRUE(open_store("redis://:s3cret%2DPw@" + hostport)->exists("k"));
+  expect_auth_failure("redis://:wrong-guess@" + hostport + "/0", "authentication failed",
+                      "wrong-guess");
+  expect_auth_failure("redis://" + hostport + "/0", "CACHEGEN_REDIS_PASSWORD", "s3cret");
+  ::setenv("CACHEGEN_REDIS_PASSWORD", "s3cret-Pw", 1);
+  EXPECT_TRUE(open_store("redis://" + hostport)->exists("k"));
+  ::setenv("CACHEGEN_REDIS_PASSWORD", "env-guess", 1);
+  expect_auth_failure("redis://" + hostport, "authentication failed", "env-guess");
+  ::unsetenv("CACHEGEN_REDIS_PASSWORD");
 }
 
 }  // namespace
