@@ -21,6 +21,7 @@
 //     its single connection with a mutex, so open one RedisStore per thread for parallel I/O.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -65,13 +66,28 @@ class Store {
 
   // A URL describing this store, e.g. "file:///var/cache/kv" or "redis://127.0.0.1:6379/0".
   virtual std::string url() const = 0;
+
+  struct GcResult {
+    size_t removed = 0;   // leftovers deleted now
+    size_t expiring = 0;  // leftovers that already carry an expiry (Redis), left to expire
+  };
+  // Removes what writers that crashed or were killed left behind, never a value a get() could
+  // return and never what a put() still in progress needs: FileStore deletes its ".tmp-*" files
+  // last modified more than `grace` ago; RedisStore deletes parts that no manifest names and
+  // that carry no expiry (parts written by a put carry one until its manifest commits them;
+  // such parts are counted in `expiring`). Safe to run while other clients read and write.
+  virtual GcResult gc(std::chrono::milliseconds grace = std::chrono::hours(1)) = 0;
 };
 
 // Opens a store from a URL:
 //   file://DIR or a plain path DIR  -> FileStore on DIR (created, with parents, if missing);
 //                                      "file:///abs/dir" is absolute, "file://rel/dir" relative.
-//   redis://HOST[:PORT][/DB]        -> RedisStore (PORT defaults to 6379, DB to 0; HOST may be
-//                                      an IPv6 literal in brackets). Connects immediately.
+//   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]
+//                                   -> RedisStore (PORT defaults to 6379, DB to 0; HOST may be
+//                                      an IPv6 literal in brackets; USER and PASSWORD may use
+//                                      %XX escapes). Without a password in the URL, the
+//                                      environment variable CACHEGEN_REDIS_PASSWORD supplies
+//                                      one if set. Connects (and authenticates) immediately.
 // A plain path may not contain ':' (write file://PATH): "redis:/h" is a mistyped URL, not a
 // directory. Throws invalid_argument naming what is wrong with a malformed URL, io_error when
 // DIR cannot be created, unavailable when the Redis server cannot be reached.
@@ -98,6 +114,13 @@ struct RedisStoreOptions {
   // vanishing at once, so a reader that already holds the old manifest can finish reading it
   // (without this, readers starve under a steady stream of overwrites). 0 = delete at once.
   int superseded_grace_ms = 30000;
+  // Parts are written with this expiry and made persistent by the same script that swaps their
+  // manifest in, so a writer killed mid-put leaves nothing for good. A put whose parts take
+  // longer than this to write fails (io_error) rather than commit expired parts.
+  int pending_part_ttl_ms = 3600 * 1000;
+  // Sent with AUTH after connecting when password is not empty (username empty: the one-argument
+  // AUTH of requirepass). Never part of url() or of any error message.
+  std::string username, password;
 };
 
 // RedisStore on HOST:PORT, database `db`. Values of up to part_bytes are stored in one Redis

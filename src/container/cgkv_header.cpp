@@ -93,6 +93,51 @@ void read_rope(LeReader& r, CgkvInfo& info) {
   info.rope.neox = mode == 1;
 }
 
+// What the bytes present can hold (FORMAT.md, "Work and memory bounds"): every later
+// allocation and loop is proportional to these, never to n_tokens alone. O(chunks).
+void check_content_bounds(const CgkvInfo& info) {
+  uint64_t stored_tensors = 0;
+  for (const CgkvLayerInfo& l : info.layers) stored_tensors += l.attention && !l.recomputed ? 2 : 0;
+  if (stored_tensors == 0) {
+    // Every attention layer is recomputed from the token ids: the ids are the content.
+    uint64_t id_bytes = 0;
+    for (const CgkvBlobInfo& b : info.blobs) {
+      if (b.kind == static_cast<uint32_t>(BlobKind::token_ids)) {
+        id_bytes = b.range.bytes;
+        break;
+      }
+    }
+    check(id_bytes / 4 >= info.n_tokens,
+          "every attention layer is recomputed, but the token_ids blob holds " +
+              std::to_string(id_bytes / 4) + " ids for " + std::to_string(info.n_tokens) +
+              " tokens");
+    for (size_t c = 0; c < info.chunks.size(); ++c) {
+      check(info.chunks[c].range.bytes == 0,
+            "chunk " + std::to_string(c) + " has bytes, but no layer is stored");
+    }
+    return;
+  }
+  const auto H = static_cast<unsigned __int128>(info.n_kv_heads);
+  const auto D = static_cast<unsigned __int128>(info.head_dim);
+  for (size_t c = 0; c < info.chunks.size(); ++c) {
+    const CgkvChunkInfo& ci = info.chunks[c];
+    const unsigned __int128 bytes = ci.range.bytes;
+    bool ok = bytes >= stored_tensors;  // a varint length per tensor
+    if (info.codec == ContainerCodec::quantized) {
+      // Every head record spends >= 2 bits on each group's parameters of each channel.
+      const uint64_t groups = (ci.n_tokens + info.group_size - 1) / info.group_size;
+      ok = ok && stored_tensors * H * groups * D <= 4 * bytes;
+    } else {
+      // A zstd block expands at most 32768x (an RLE block: 4 bytes -> 128 KiB); a plane code
+      // stream spends >= 2 bits per group (<= 65536 rows) and channel.
+      ok = ok && stored_tensors * H * ci.n_tokens * D <= (bytes << 17);
+    }
+    check(ok, "chunk " + std::to_string(c) + " (" + std::to_string(ci.range.bytes) +
+                  " bytes) is too small for " + std::to_string(ci.n_tokens) + " tokens of " +
+                  std::to_string(stored_tensors) + " stored tensors");
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
@@ -102,7 +147,7 @@ std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
   out.reserve(static_cast<size_t>(info.header_bytes));
   LeWriter w(out);
   for (uint8_t m : kCgkvMagic) w.u8(m);
-  w.u16(kCgkvVersion);
+  w.u16(info.version);
   w.u16(0);
   w.u32(static_cast<uint32_t>(info.header_bytes));
   w.u32(0);
@@ -164,9 +209,10 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
   const auto magic = p.take(4, "magic");
   check(std::equal(magic.begin(), magic.end(), kCgkvMagic), "bad magic (not a .cgkv file)");
   info.version = p.u16("version");
-  if (info.version != kCgkvVersion) {
+  if (info.version < kCgkvOldestVersion || info.version > kCgkvVersion) {
     throw Error(ErrorCode::unsupported_version,
-                "cgkv: format version " + std::to_string(info.version) + " (this build reads 1)");
+                "cgkv: format version " + std::to_string(info.version) + " (this build reads " +
+                    std::to_string(kCgkvOldestVersion) + ".." + std::to_string(kCgkvVersion) + ")");
   }
   check(p.u16("flags") == 0, "reserved flags are not zero");
   info.header_bytes = p.u32("header_bytes");
@@ -278,16 +324,22 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
   }
   check(r.remaining() == 0,
         std::to_string(r.remaining()) + " unexplained bytes at the end of the header");
-  // No two data ranges may overlap.
+  // No two data ranges may overlap (empty ones hold nothing: a file whose layers are all
+  // recomputed has its empty chunks where its first blob starts).
   std::vector<CgkvRange> all;
-  for (const auto& c : info.chunks) all.push_back(c.range);
-  for (const auto& b : info.blobs) all.push_back(b.range);
+  for (const auto& c : info.chunks) {
+    if (c.range.bytes) all.push_back(c.range);
+  }
+  for (const auto& b : info.blobs) {
+    if (b.range.bytes) all.push_back(b.range);
+  }
   std::sort(all.begin(), all.end(),
             [](const CgkvRange& a, const CgkvRange& b) { return a.offset < b.offset; });
   for (size_t i = 1; i < all.size(); ++i) {
     check(all[i - 1].offset + all[i - 1].bytes <= all[i].offset,
           "data ranges overlap at offset " + std::to_string(all[i].offset));
   }
+  check_content_bounds(info);
   return info;
 }
 

@@ -20,7 +20,8 @@ struct CgkvReader::Source {
 namespace detail {
 
 inline constexpr uint8_t kCgkvMagic[4] = {'C', 'G', 'K', 'V'};
-inline constexpr uint16_t kCgkvVersion = 1;
+inline constexpr uint16_t kCgkvVersion = 2;  // written; readers also accept version 1
+inline constexpr uint16_t kCgkvOldestVersion = 1;
 inline constexpr size_t kPreambleBytes = 32;
 inline constexpr uint64_t kMaxHeaderBytes = 64ull << 20;
 inline constexpr uint64_t kMaxTokens = 1ull << 40;
@@ -38,6 +39,11 @@ uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs, bool has_
 CgkvInfo parse_header(const CgkvReader::Source& src);
 
 uint64_t xxh64(std::span<const uint8_t> bytes);
+// A chunk's checksum: version >= 2 hashes its tag (u64 index, u64 first token, u64 token
+// count) before its bytes, so a chunk verifies only in the table entry it was written for;
+// version 1 hashed the bytes alone.
+uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chunk,
+                        std::span<const uint8_t> bytes);
 
 // Lossless fp16 tensor data: byte planes + zstd; and back (checks the decompressed size).
 // `width` = values per row (n_kv_heads * head_dim): the channels of the per-channel models.

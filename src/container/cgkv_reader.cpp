@@ -35,7 +35,7 @@ std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
   }
   const CgkvRange& r = info_.chunks[index].range;
   std::vector<uint8_t> b = src_->read(r.offset, static_cast<size_t>(r.bytes));
-  if (detail::xxh64(b) != r.xxh64) {
+  if (detail::chunk_checksum(info_.version, index, info_.chunks[index], b) != r.xxh64) {
     throw Error(ErrorCode::corrupt_input,
                 "cgkv: chunk " + std::to_string(index) + " (tokens " +
                     std::to_string(info_.chunks[index].token_begin) + ".." +
@@ -66,15 +66,19 @@ namespace {
 void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits, size_t rows,
                    size_t lo, size_t hi, Half* out, const std::string& ctx) {
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
-  std::vector<Half> head_major(H * rows * D);
   if (info.codec == ContainerCodec::lossless_fp16) {
-    detail::unpack_fp16_lossless(data, head_major, H * D, ctx);  // stored token-major already
-    for (size_t t = lo; t < hi; ++t)
-      std::memcpy(out + (t - lo) * H * D, head_major.data() + t * H * D, H * D * 2);
+    if (lo == 0 && hi == rows) {  // stored token-major already
+      detail::unpack_fp16_lossless(data, std::span<Half>(out, rows * H * D), H * D, ctx);
+      return;
+    }
+    std::vector<Half> all(H * rows * D);
+    detail::unpack_fp16_lossless(data, all, H * D, ctx);
+    std::memcpy(out, all.data() + lo * H * D, (hi - lo) * H * D * 2);
     return;
   }
   DecodeOptions opt;
   opt.max_elements = (rows + info.group_size) * D;
+  // Decoded before anything here is allocated: the codec bounds its own buffers by the bytes.
   const std::vector<CodeStream> heads = decode_batch(data, opt);
   if (heads.size() != H) {
     throw Error(ErrorCode::corrupt_input, ctx + ": " + std::to_string(heads.size()) +
@@ -89,12 +93,12 @@ void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits
                       std::to_string(s.bits) + " group " + std::to_string(s.group_size) +
                       " does not match the header");
     }
-    dequant_codes_into(s, std::span<Half>(head_major).subspan(h * rows * D, rows * D));
   }
-  for (size_t t = lo; t < hi; ++t) {
-    for (size_t h = 0; h < H; ++h) {
-      std::memcpy(out + ((t - lo) * H + h) * D, head_major.data() + (h * rows + t) * D, D * 2);
-    }
+  std::vector<Half> head(rows * D);
+  for (size_t h = 0; h < H; ++h) {
+    dequant_codes_into(heads[h], head);
+    for (size_t t = lo; t < hi; ++t)
+      std::memcpy(out + ((t - lo) * H + h) * D, head.data() + t * D, D * 2);
   }
 }
 
@@ -123,6 +127,45 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::vec
 
 }  // namespace
 
+namespace {
+
+// Decodes rows [lo, hi) (relative to the chunk) of every stored tensor of chunk c (bytes
+// already verified) into dst(t), t = the tensor's index among all attention layers' K and V.
+// Recomputed layers are skipped: nothing is stored, nothing is written.
+template <typename Dst>
+void decode_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, size_t lo,
+                  size_t hi, Dst&& dst) {
+  const CgkvChunkInfo& ci = info.chunks[c];
+  detail::LeReader r(bytes, "cgkv chunk " + std::to_string(c),
+                     static_cast<size_t>(ci.range.offset));
+  size_t t = 0;
+  for (size_t l = 0; l < info.layers.size(); ++l) {
+    if (!info.layers[l].attention) continue;
+    if (info.layers[l].recomputed) {
+      t += 2;
+      continue;
+    }
+    for (int kind = 0; kind < 2; ++kind, ++t) {
+      const std::string ctx =
+          "cgkv chunk " + std::to_string(c) + ", layer " + std::to_string(l) + (kind ? " V" : " K");
+      const uint64_t len = r.varint("tensor length");
+      if (len > r.remaining()) {
+        throw Error(ErrorCode::corrupt_input,
+                    ctx + ": length " + std::to_string(len) + " runs past the chunk");
+      }
+      const auto data = r.take(static_cast<size_t>(len), "tensor data");
+      const int bits = kind ? info.layers[l].value_bits : info.layers[l].key_bits;
+      decode_tensor(info, data, bits, ci.n_tokens, lo, hi, dst(t), ctx);
+    }
+  }
+  if (r.remaining() != 0) {
+    throw Error(ErrorCode::corrupt_input, "cgkv chunk " + std::to_string(c) + ": " +
+                                              std::to_string(r.remaining()) + " trailing bytes");
+  }
+}
+
+}  // namespace
+
 std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
   if (begin > end || end > info_.n_tokens) {
     detail::invalid("token range " + std::to_string(begin) + ":" + std::to_string(end) +
@@ -146,45 +189,34 @@ std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
     if (ci.token_begin >= end || ci.token_begin + ci.n_tokens <= begin) continue;
-    const std::vector<uint8_t> bytes = read_chunk(c);
-    detail::LeReader r(bytes, "cgkv chunk " + std::to_string(c),
-                       static_cast<size_t>(ci.range.offset));
     const size_t lo = std::max(begin, ci.token_begin) - ci.token_begin;
     const size_t hi = std::min(end, ci.token_begin + ci.n_tokens) - ci.token_begin;
-    size_t t = 0;
-    for (size_t l = 0; l < info_.layers.size(); ++l) {
-      if (!info_.layers[l].attention) continue;
-      if (info_.layers[l].recomputed) {  // nothing stored: its rows stay zero
-        t += 2;
-        continue;
-      }
-      for (int kind = 0; kind < 2; ++kind, ++t) {
-        const std::string ctx = "cgkv chunk " + std::to_string(c) + ", layer " + std::to_string(l) +
-                                (kind ? " V" : " K");
-        const uint64_t len = r.varint("tensor length");
-        if (len > r.remaining()) {
-          throw Error(ErrorCode::corrupt_input,
-                      ctx + ": length " + std::to_string(len) + " runs past the chunk");
-        }
-        const auto data = r.take(static_cast<size_t>(len), "tensor data");
-        const int bits = kind ? info_.layers[l].value_bits : info_.layers[l].key_bits;
-        Half* dst = out.data() + (t * T + (ci.token_begin + lo - begin)) * row;
-        decode_tensor(info_, data, bits, ci.n_tokens, lo, hi, dst, ctx);
-      }
-    }
-    if (r.remaining() != 0) {
-      throw Error(ErrorCode::corrupt_input, "cgkv chunk " + std::to_string(c) + ": " +
-                                                std::to_string(r.remaining()) + " trailing bytes");
-    }
+    decode_chunk(info_, c, read_chunk(c), lo, hi, [&](size_t t) {
+      return out.data() + (t * T + (ci.token_begin + lo - begin)) * row;
+    });
   }
   rotate_pre_rope_keys(info_, begin, T, out);
   return out;
 }
 
 void CgkvReader::verify() const {
+  // One chunk's tensor at a time, into one buffer of a chunk's rows: memory follows a chunk,
+  // not the file, and recomputed layers cost nothing (a file of empty chunks verifies in
+  // O(chunks)).
+  const size_t row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
+  std::vector<Half> scratch;
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
-    read_tokens(ci.token_begin, ci.token_begin + ci.n_tokens);  // checksum + full decode
+    decode_chunk(info_, c, read_chunk(c), 0, ci.n_tokens, [&](size_t) {
+      const size_t n = detail::checked_mul(ci.n_tokens, row, "cgkv chunk");
+      if (n > max_elements_) {
+        detail::invalid("cgkv: chunk " + std::to_string(c) + " holds " + std::to_string(n) +
+                        " values per tensor, over this reader's limit of " +
+                        std::to_string(max_elements_) + " (set_max_elements)");
+      }
+      if (scratch.size() < n) scratch.resize(n);
+      return scratch.data();
+    });
   }
   for (const CgkvBlobInfo& b : info_.blobs) read_blob(b.kind);
 }

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY  // XXH64_state_t on the stack
 #include <xxhash.h>
 
 #include <cerrno>
@@ -69,6 +70,21 @@ std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path) {
 
 uint64_t xxh64(std::span<const uint8_t> bytes) {
   return XXH64(bytes.data(), bytes.size(), 0);
+}
+
+uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chunk,
+                        std::span<const uint8_t> bytes) {
+  if (version < 2) return xxh64(bytes);
+  uint8_t tag[24];
+  const uint64_t fields[3] = {index, chunk.token_begin, chunk.n_tokens};
+  for (int f = 0; f < 3; ++f) {
+    for (int i = 0; i < 8; ++i) tag[8 * f + i] = static_cast<uint8_t>(fields[f] >> (8 * i));
+  }
+  XXH64_state_t st;
+  XXH64_reset(&st, 0);
+  XXH64_update(&st, tag, sizeof tag);
+  XXH64_update(&st, bytes.data(), bytes.size());
+  return XXH64_digest(&st);
 }
 
 }  // namespace cachegen::detail

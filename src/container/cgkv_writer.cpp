@@ -1,4 +1,5 @@
 // Writing .cgkv files: quantized (from a KVCache) and lossless (from fp16 arrays).
+#include <algorithm>
 #include <string>
 
 #include "cachegen/error.h"
@@ -19,7 +20,9 @@ std::vector<uint8_t> assemble(CgkvInfo& info, const std::vector<std::vector<uint
     detail::invalid("too many chunks for one header");
   uint64_t offset = info.header_bytes;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    info.chunks[c].range = {offset, chunks[c].size(), detail::xxh64(chunks[c])};
+    info.chunks[c].range = {
+        offset, chunks[c].size(),
+        detail::chunk_checksum(detail::kCgkvVersion, c, info.chunks[c], chunks[c])};
     offset += chunks[c].size();
   }
   info.blobs.clear();
@@ -83,6 +86,17 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
       li.key_transform = KeyTransform::pre_rope;
       info.has_rope = true;
     }
+  }
+  const bool any_stored =
+      std::any_of(info.layers.begin(), info.layers.end(),
+                  [](const CgkvLayerInfo& l) { return l.attention && !l.recomputed; });
+  const bool ids_cover = std::any_of(blobs.begin(), blobs.end(), [&](const CgkvBlob& b) {
+    return b.kind == static_cast<uint32_t>(BlobKind::token_ids) && b.bytes.size() / 4 >= n_tokens;
+  });
+  if (!any_stored && !ids_cover) {  // readers reject such a file (FORMAT.md)
+    detail::invalid(
+        "write_cgkv: every attention layer is recomputed, so the file needs a "
+        "token_ids blob with one id per token");
   }
   if (info.has_rope) {
     info.rope = cache.config.rope;

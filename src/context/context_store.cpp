@@ -5,7 +5,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <random>
+#include <thread>
 
 #include "cachegen/container.h"
 #include "cachegen/error.h"
@@ -17,7 +20,7 @@ namespace {
 constexpr uint32_t kManifestMagic = 0x4D434743;  // "CGCM"
 constexpr uint8_t kManifestVersion = 1;
 constexpr size_t kMaxLevelName = 32;
-constexpr int kManifestMergeAttempts = 4;
+constexpr int kManifestMergeAttempts = 16;
 
 std::string hex(const uint8_t* p, size_t n) {
   static constexpr char digits[] = "0123456789abcdef";
@@ -49,7 +52,8 @@ ChunkKey chain(const ChunkKey& parent, std::string_view fingerprint,
   std::vector<uint8_t> le(tokens.size() * 4);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const auto u = static_cast<uint32_t>(tokens[i]);
-    for (int b = 0; b < 4; ++b) le[4 * i + static_cast<size_t>(b)] = static_cast<uint8_t>(u >> (8 * b));
+    for (int b = 0; b < 4; ++b)
+      le[4 * i + static_cast<size_t>(b)] = static_cast<uint8_t>(u >> (8 * b));
   }
   XXH3_128bits_update(st, le.data(), le.size());
   const XXH128_hash_t h = XXH3_128bits_digest(st);
@@ -81,8 +85,7 @@ const ChunkLevelEntry* StoredChunk::find(std::string_view level) const {
 void check_level_name(std::string_view level) {
   const bool ok = !level.empty() && level.size() <= kMaxLevelName &&
                   std::all_of(level.begin(), level.end(), [](char c) {
-                    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-                           c == '-';
+                    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
                   });
   if (!ok) {
     throw Error(ErrorCode::invalid_argument,
@@ -91,8 +94,7 @@ void check_level_name(std::string_view level) {
   }
 }
 
-ContextStore::ContextStore(Store& store, std::string model_fingerprint,
-                           ContextStoreOptions options)
+ContextStore::ContextStore(Store& store, std::string model_fingerprint, ContextStoreOptions options)
     : store_(store), fingerprint_(std::move(model_fingerprint)), options_(std::move(options)) {
   if (options_.chunk_tokens == 0 || options_.chunk_tokens > (size_t{1} << 20)) {
     throw Error(ErrorCode::invalid_argument, "context store: chunk_tokens must be 1..2^20, not " +
@@ -172,8 +174,8 @@ StoredChunk ContextStore::decode_manifest(std::span<const uint8_t> bytes,
   const uint32_t n_tokens = r.u32("n_tokens");
   const uint8_t n_levels = r.u8("n_levels");
   if (n_levels == 0 || n_levels > max_levels) {
-    corrupt("manifest: " + std::to_string(n_levels) + " levels (1.." +
-            std::to_string(max_levels) + " allowed)");
+    corrupt("manifest: " + std::to_string(n_levels) + " levels (1.." + std::to_string(max_levels) +
+            " allowed)");
   }
   for (uint8_t i = 0; i < n_levels; ++i) {
     ChunkLevelEntry e;
@@ -272,13 +274,20 @@ void ContextStore::put_chunk(std::span<const int32_t> tokens, size_t index, std:
                                                    " levels for one chunk");
     }
     store_.put(mkey, encode_manifest(key, c));
+    if (attempt > 0) {
+      // Writers that keep colliding back off by a random 0..2^attempt ms (at most ~0.5 s).
+      thread_local std::minstd_rand jitter(std::random_device{}());
+      const int cap = 1 << std::min(attempt, 9);
+      std::this_thread::sleep_for(std::chrono::microseconds(jitter() % (1000u * cap)));
+    }
   }
   throw Error(ErrorCode::io_error, "context store: the manifest of chunk " + std::to_string(index) +
                                        " kept changing under concurrent writers");
 }
 
-std::optional<std::vector<uint8_t>> ContextStore::get_chunk(
-    const StoredChunk& chunk, std::string_view level, std::span<const int32_t> tokens) const {
+std::optional<std::vector<uint8_t>> ContextStore::get_chunk(const StoredChunk& chunk,
+                                                            std::string_view level,
+                                                            std::span<const int32_t> tokens) const {
   const ChunkLevelEntry* e = chunk.find(level);
   if (e == nullptr) return std::nullopt;
   std::optional<std::vector<uint8_t>> v = store_.try_get(value_key(chunk.key, level, e->checksum));
@@ -293,7 +302,8 @@ std::optional<std::vector<uint8_t>> ContextStore::get_chunk(
   bool same = ids.has_value() && ids->size() == tokens.size() * 4;
   for (size_t i = 0; same && i < tokens.size(); ++i) {
     uint32_t u = 0;
-    for (int b = 0; b < 4; ++b) u |= static_cast<uint32_t>((*ids)[4 * i + static_cast<size_t>(b)]) << (8 * b);
+    for (int b = 0; b < 4; ++b)
+      u |= static_cast<uint32_t>((*ids)[4 * i + static_cast<size_t>(b)]) << (8 * b);
     same = static_cast<int32_t>(u) == tokens[i];
   }
   if (!same) corrupt(where + ": the value holds other token ids than the chunk's");

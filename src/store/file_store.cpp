@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -174,6 +175,45 @@ class FileStore final : public Store {
   }
 
   std::string url() const override { return "file://" + dir_; }
+
+  GcResult gc(std::chrono::milliseconds grace) override {
+    // A live writer's temp file is younger than the grace period (it is written and renamed
+    // in one put); an older one belongs to a writer that died.
+    DIR* dir = ::opendir(dir_.c_str());
+    if (dir == nullptr) throw_errno(errno, "listing directory", dir_);
+    std::vector<std::string> stale;
+    const auto now = std::chrono::system_clock::now();
+    int err = 0;
+    for (;;) {
+      errno = 0;
+      const dirent* entry = ::readdir(dir);
+      if (entry == nullptr) {
+        err = errno;
+        break;
+      }
+      if (std::strncmp(entry->d_name, ".tmp-", 5) != 0) continue;
+      struct stat st {};
+      if (::fstatat(::dirfd(dir), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !S_ISREG(st.st_mode))
+        continue;
+      const auto mtime = std::chrono::system_clock::time_point(
+          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec));
+      if (now - mtime >= grace) stale.emplace_back(entry->d_name);
+    }
+    ::closedir(dir);
+    if (err != 0) throw_errno(err, "reading directory", dir_);
+    GcResult result;
+    for (const std::string& name : stale) {
+      const std::string path = dir_ + "/" + name;
+      if (::unlink(path.c_str()) == 0) {
+        ++result.removed;
+      } else if (errno != ENOENT) {
+        throw_errno(errno, "removing", path);
+      }
+    }
+    if (result.removed > 0) fsync_dir(dir_);
+    return result;
+  }
 
  private:
   std::string path_for(std::string_view key) const {

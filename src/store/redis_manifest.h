@@ -10,8 +10,11 @@
 // count (P), part size in bytes (B; 0 when inline), total value size in bytes (T), and XXH64
 // (seed 0) of the whole value (H). ASCII so that `redis-cli GET` shows it plainly.
 //
-// Writers store every part under a fresh generation, then swap the manifest in with one atomic
-// script that returns the old header; the writer then deletes the old generation's parts. A
+// Writers store every part under a fresh generation with an expiry (pending_part_ttl_ms), then
+// swap the manifest in with one atomic script that makes those parts persistent (refusing if one
+// has expired) and returns the old header; the writer then expires or deletes the old
+// generation's parts. So a writer killed mid-put leaves only parts that expire, and a part that
+// no manifest names and that has no expiry is garbage (Store::gc deletes it). A
 // reader follows one manifest, checks part sizes, total size and XXH64, so a crashed writer
 // (parts without a manifest) or a concurrent overwrite (parts deleted under the reader) can
 // never be returned as a value.

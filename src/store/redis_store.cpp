@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 
 #include "cachegen/error.h"
@@ -17,12 +18,41 @@ namespace {
 
 using namespace store_detail;
 
-// Swaps in a new manifest and returns the first bytes of the old one ("" when there was none),
-// atomically, so that exactly one writer learns of each displaced generation and deletes it.
+// Swaps in a new manifest (KEYS[1] := ARGV[1]) and returns the first bytes of the old one (""
+// when there was none), atomically, so that exactly one writer learns of each displaced
+// generation and deletes it. KEYS[2..] are the new generation's parts, written with an expiry:
+// they are made persistent in the same step (a writer killed before it leaves nothing for
+// good), and if one has already expired the manifest is left alone.
 constexpr std::string_view kSwapScript =
+    "for i = 2, #KEYS do\n"
+    "  if redis.call('EXISTS', KEYS[i]) == 0 then\n"
+    "    return redis.error_reply('ERR part ' .. (i - 2) .. ' expired before the manifest was "
+    "written (pending_part_ttl_ms)')\n"
+    "  end\n"
+    "end\n"
+    "for i = 2, #KEYS do redis.call('PERSIST', KEYS[i]) end\n"
     "local old = redis.call('GETRANGE', KEYS[1], 0, 73)\n"
     "redis.call('SET', KEYS[1], ARGV[1])\n"
     "return old\n";
+// gc of one generation: KEYS[1] = the manifest, KEYS[2..] = parts of generation ARGV[1] (16
+// hex digits). Unless the manifest names that generation, deletes the parts without expiry and
+// counts those with one. Returns {removed, expiring}.
+constexpr std::string_view kGcScript =
+    "local h = redis.call('GETRANGE', KEYS[1], 0, 73)\n"
+    "if string.sub(h, 1, 5) == 'CGS1 ' and string.sub(h, 6, 21) == ARGV[1] then\n"
+    "  return {0, 0}\n"
+    "end\n"
+    "local removed, expiring = 0, 0\n"
+    "for i = 2, #KEYS do\n"
+    "  local ttl = redis.call('PTTL', KEYS[i])\n"
+    "  if ttl == -1 then\n"
+    "    redis.call('UNLINK', KEYS[i])\n"
+    "    removed = removed + 1\n"
+    "  elseif ttl >= 0 then\n"
+    "    expiring = expiring + 1\n"
+    "  end\n"
+    "end\n"
+    "return {removed, expiring}\n";
 constexpr std::string_view kRemoveScript =
     "local old = redis.call('GETRANGE', KEYS[1], 0, 73)\n"
     "redis.call('DEL', KEYS[1])\n"
@@ -31,6 +61,7 @@ constexpr std::string_view kRemoveScript =
 constexpr size_t kMaxPartBytes = size_t{512} << 20;  // Redis's default proto-max-bulk-len
 constexpr int kMaxReadAttempts = 8;                  // reads restarted by concurrent overwrites
 constexpr size_t kUnlinkBatch = 256;
+constexpr uint64_t kReplySlack = 64;  // a bulk reply's framing ("$<length>\r\n...\r\n")
 // Sets a millisecond expiry (ARGV[1]) on every key given.
 constexpr std::string_view kExpireScript =
     "for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, ARGV[1]) end\n"
@@ -62,7 +93,8 @@ class RedisStore final : public Store {
  public:
   RedisStore(std::string host, int port, int db, const RedisStoreOptions& options)
       : options_(options),
-        conn_(std::move(host), port, db, options.connect_timeout_ms, options.command_timeout_ms) {
+        conn_(std::move(host), port, db, options.connect_timeout_ms, options.command_timeout_ms,
+              options.username, options.password) {
     conn_.ensure_connected();
   }
 
@@ -150,6 +182,58 @@ class RedisStore final : public Store {
 
   std::string url() const override { return conn_.url(); }
 
+  GcResult gc(std::chrono::milliseconds) override {
+    // Parts carry an expiry from their SET until the swap persists them, so an unnamed part
+    // without one was left by a writer from before that rule (or whose server lost the
+    // expiry); either way no put in progress needs it. The check and the delete are one script
+    // per generation, atomic against a concurrent swap.
+    std::lock_guard lock(mu_);
+    return with_retry("gc", "", [&] {
+      std::map<std::pair<std::string, std::string>, std::vector<std::string>> generations;
+      std::string cursor = "0";
+      do {
+        Reply r = conn_.command({"SCAN", cursor, "MATCH", "cgs:p:*", "COUNT", "1000"});
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+          throw Error(ErrorCode::io_error, "RedisStore: malformed reply to SCAN");
+        }
+        cursor.assign(r->element[0]->str, r->element[0]->len);
+        for (size_t i = 0; i < r->element[1]->elements; ++i) {
+          const redisReply* e = r->element[1]->element[i];
+          const std::string_view k(e->str, e->len);
+          // cgs:p:<key>:<16 hex generation>:<decimal index>
+          const size_t last = k.rfind(':');
+          if (last == std::string_view::npos || last < 6 + 1 + 17) continue;
+          const std::string_view gen = k.substr(last - 16, 16);
+          if (k[last - 17] != ':') continue;
+          const std::string_view user_key = k.substr(6, last - 17 - 6);
+          generations[{std::string(user_key), std::string(gen)}].emplace_back(k);
+        }
+      } while (cursor != "0");
+      GcResult result;
+      for (auto& [id, parts] : generations) {
+        std::sort(parts.begin(), parts.end());
+        parts.erase(std::unique(parts.begin(), parts.end()), parts.end());
+        for (size_t first = 0; first < parts.size(); first += kUnlinkBatch) {
+          const size_t n = std::min(kUnlinkBatch, parts.size() - first);
+          std::vector<std::string_view> args{"EVAL", kGcScript};
+          const std::string n_keys = std::to_string(n + 1), mkey = manifest_key(id.first);
+          args.push_back(n_keys);
+          args.push_back(mkey);
+          for (size_t i = first; i < first + n; ++i) args.push_back(parts[i]);
+          args.push_back(id.second);
+          Reply r = conn_.command(args);
+          if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            throw Error(ErrorCode::io_error, "RedisStore: malformed reply to the gc script");
+          }
+          result.removed += static_cast<size_t>(r->element[0]->integer);
+          result.expiring += static_cast<size_t>(r->element[1]->integer);
+        }
+      }
+      return result;
+    });
+  }
+
  private:
   // Runs `op` once; if the connection broke, reconnects and runs it once more from the start.
   // Every op is written so that a rerun after a partial first run is harmless.
@@ -175,12 +259,19 @@ class RedisStore final : public Store {
     std::string manifest = encode_manifest_header(m);
     if (m.parts == 0) manifest.append(as_chars(value));
     try {
+      const std::string ttl = std::to_string(options_.pending_part_ttl_ms);
+      std::vector<std::string> swap = {std::string(kSwapScript), std::to_string(m.parts + 1),
+                                       manifest_key(key)};
       for (uint32_t i = 0; i < m.parts; ++i) {
         const size_t begin = size_t{i} * m.part_bytes;
         const size_t n = std::min<size_t>(m.part_bytes, value.size() - begin);
-        conn_.command({"SET", part_key(key, m.generation, i), as_chars(value.subspan(begin, n))});
+        swap.push_back(part_key(key, m.generation, i));
+        conn_.command({"SET", swap.back(), as_chars(value.subspan(begin, n)), "PX", ttl});
       }
-      Reply r = conn_.command({"EVAL", kSwapScript, "1", manifest_key(key), manifest});
+      swap.push_back(manifest);
+      std::vector<std::string_view> args{"EVAL"};
+      args.insert(args.end(), swap.begin(), swap.end());
+      Reply r = conn_.command(args);
       return std::string(reply_string(r, "EVAL"));
     } catch (const Error&) {
       // The server refused a part or the swap (e.g. out of memory): nothing points at this
@@ -239,13 +330,30 @@ class RedisStore final : public Store {
     auto corrupt = [&](const std::string& what) {
       return Error(ErrorCode::corrupt_input, "RedisStore: value " + where + " " + what);
     };
+    const std::string mkey = manifest_key(key);
     for (int attempt = 0; attempt < kMaxReadAttempts; ++attempt) {
-      Reply r = conn_.command({"GET", manifest_key(key)});
-      if (r->type == REDIS_REPLY_NIL) return std::nullopt;
-      const std::string_view stored = reply_string(r, "GET");
-      const Manifest m = parse_manifest_header(stored, where);
+      // The header first (a bounded reply), then only as many bytes as it announces.
+      Reply h = conn_.command({"GETRANGE", mkey, "0", "73"}, kManifestHeaderBytes + kReplySlack);
+      const std::string header(reply_string(h, "GETRANGE"));
+      if (header.empty()) return std::nullopt;  // GETRANGE of a missing key is ""
+      const Manifest m = parse_manifest_header(header, where);
+      if (m.parts == 0 ? m.total_bytes > kMaxPartBytes : m.part_bytes > kMaxPartBytes) {
+        throw corrupt("has a manifest announcing " +
+                      std::to_string(m.parts == 0 ? m.total_bytes : m.part_bytes) +
+                      "-byte strings; no writer makes them over " + std::to_string(kMaxPartBytes));
+      }
       std::vector<uint8_t> value;
       if (m.parts == 0) {
+        Reply r;
+        try {
+          r = conn_.command({"GET", mkey}, kManifestHeaderBytes + m.total_bytes + kReplySlack);
+        } catch (const ReplyTooLarge&) {
+          if (generation_changed(key, m.generation)) continue;  // overwritten meanwhile
+          throw;
+        }
+        if (r->type == REDIS_REPLY_NIL) continue;  // removed meanwhile
+        const std::string_view stored = reply_string(r, "GET");
+        if (stored.substr(0, kManifestHeaderBytes) != header) continue;  // overwritten meanwhile
         const std::string_view inline_bytes = stored.substr(kManifestHeaderBytes);
         if (inline_bytes.size() != m.total_bytes) {
           throw corrupt("holds " + std::to_string(inline_bytes.size()) +
@@ -277,7 +385,13 @@ class RedisStore final : public Store {
     for (uint32_t i = 0; i < m.parts; ++i) {
       const uint64_t begin = uint64_t{i} * m.part_bytes;
       const uint64_t expected = std::min<uint64_t>(m.part_bytes, m.total_bytes - begin);
-      Reply r = conn_.command({"GET", part_key(key, m.generation, i)});
+      Reply r;
+      try {
+        r = conn_.command({"GET", part_key(key, m.generation, i)}, expected + kReplySlack);
+      } catch (const ReplyTooLarge&) {
+        if (generation_changed(key, m.generation)) return false;
+        throw;
+      }
       const bool missing = r->type == REDIS_REPLY_NIL;
       if (missing || r->type != REDIS_REPLY_STRING || r->len != expected) {
         if (generation_changed(key, m.generation)) return false;
@@ -309,6 +423,7 @@ std::unique_ptr<Store> open_redis_store(std::string_view host, int port, int db,
     throw bad("RedisStore: part_bytes " + std::to_string(options.part_bytes) + " is not in 1.." +
               std::to_string(kMaxPartBytes));
   }
+  if (options.pending_part_ttl_ms < 1) throw bad("RedisStore: pending_part_ttl_ms must be >= 1");
   if (options.connect_timeout_ms < 1 || options.command_timeout_ms < 1) {
     throw bad("RedisStore: timeouts must be at least 1 ms");
   }

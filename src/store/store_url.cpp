@@ -1,6 +1,7 @@
 #include "store/store_url.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 
@@ -11,10 +12,37 @@ namespace cachegen {
 namespace store_detail {
 namespace {
 
+// The URL with any redis "USER:PASSWORD@" replaced by "***@": a password never reaches a message.
+std::string redacted(std::string_view url) {
+  const size_t sep = url.find("://");
+  if (sep == std::string_view::npos || url.substr(0, sep) != "redis") return std::string(url);
+  const size_t start = sep + 3, at = url.substr(start).rfind('@');
+  if (at == std::string_view::npos) return std::string(url);
+  return std::string(url.substr(0, start)) + "***" + std::string(url.substr(start + at));
+}
+
 [[noreturn]] void bad_url(std::string_view url, const std::string& problem) {
-  throw Error(ErrorCode::invalid_argument,
-              "bad store URL '" + std::string(url) + "': " + problem +
-                  " (expected file://DIR, a directory path, or redis://HOST[:PORT][/DB])");
+  throw Error(ErrorCode::invalid_argument, "bad store URL '" + redacted(url) + "': " + problem +
+                                               " (expected file://DIR, a directory path, or "
+                                               "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])");
+}
+
+// %XX escapes decoded (so a password may hold '@', ':' or '/'); false on a bad escape.
+bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    unsigned v = 0;
+    if (in.size() - i < 3) return false;
+    auto [end, ec] = std::from_chars(in.data() + i + 1, in.data() + i + 3, v, 16);
+    if (ec != std::errc() || end != in.data() + i + 3) return false;
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return true;
 }
 
 // A decimal integer in [lo, hi] making up all of `text`, or -1.
@@ -32,8 +60,17 @@ StoreUrl parse_redis(std::string_view url, std::string_view rest) {
   if (rest.find_first_of("?#") != std::string_view::npos) {
     bad_url(url, "query strings and fragments are not supported");
   }
-  if (rest.find('@') != std::string_view::npos) {
-    bad_url(url, "user names and passwords in redis URLs are not supported");
+  // Credentials end at the last '@' (a raw '/' or ':' in a password must not split the URL).
+  if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view userinfo = rest.substr(0, at);
+    const size_t colon = userinfo.find(':');
+    if (colon == std::string_view::npos) bad_url(url, "credentials must be [USER]:PASSWORD@");
+    if (!percent_decode(userinfo.substr(0, colon), out.username) ||
+        !percent_decode(userinfo.substr(colon + 1), out.password)) {
+      bad_url(url, "credentials hold a bad %XX escape");
+    }
+    if (out.password.empty()) bad_url(url, "password is empty");
+    rest = rest.substr(at + 1);
   }
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
@@ -107,7 +144,14 @@ StoreUrl parse_store_url(std::string_view url) {
 std::unique_ptr<Store> open_store(std::string_view url, StoreOpen open) {
   const store_detail::StoreUrl parsed = store_detail::parse_store_url(url);
   if (parsed.kind == store_detail::StoreUrl::Kind::redis) {
-    return open_redis_store(parsed.host, parsed.port, parsed.db);
+    RedisStoreOptions options;
+    options.username = parsed.username;
+    options.password = parsed.password;
+    if (options.password.empty()) {
+      const char* env = std::getenv("CACHEGEN_REDIS_PASSWORD");
+      if (env != nullptr) options.password = env;
+    }
+    return open_redis_store(parsed.host, parsed.port, parsed.db, options);
   }
   return open_file_store(parsed.path, open);
 }

@@ -74,6 +74,13 @@ check "store list" 0 "$cg" store list "file://$work/store"
 grep -q '^ctx/0$' "$work/out" || { failed=$((failed + 1)); echo "FAIL: store list lacks ctx/0"; }
 check "store rm" 0 "$cg" store rm "file://$work/store" raw
 check "store rm missing" 3 "$cg" store rm "file://$work/store" raw
+# A killed writer's temp file: gc removes it once older than the grace period, nothing else.
+touch -d '2 hours ago' "$work/store/.tmp-0123456789abcdef"
+check "store gc" 0 "$cg" store gc --store "file://$work/store"
+grep -q '^removed 1 ' "$work/out" || { failed=$((failed + 1)); echo "FAIL: store gc removed $(cat "$work/out")"; }
+[ ! -e "$work/store/.tmp-0123456789abcdef" ] || { failed=$((failed + 1)); echo "FAIL: temp file survived gc"; }
+check "store gc keeps values" 0 "$cg" verify ctx/0 --store "file://$work/store"
+check "store gc without store" 2 "$cg" store gc
 check "bad store url" 2 "$cg" verify x --store "ftp://nowhere"
 check "bench seed" 0 "$cg" bench seed --json
 grep -q '"coded_bytes"' "$work/out" || { failed=$((failed + 1)); echo "FAIL: bench seed lacks coded_bytes"; }

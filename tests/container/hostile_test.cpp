@@ -4,6 +4,9 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "cachegen/error.h"
 #include "container/container_test_util.h"
 
@@ -72,7 +75,8 @@ TEST(Hostile, ForgedHeadersNameTheField) {
   // Offsets: preamble 0..31; body: n_layers 32, heads 36, dim 40, group 44, n_tokens 48,
   // chunk_tokens 56, n_chunks 60, codec 64, param_mode 65, reserved 66.
   const Case cases[] = {
-      {4, 2, 2, ErrorCode::unsupported_version, "version"},
+      {4, 2, 3, ErrorCode::unsupported_version, "version"},
+      {4, 2, 0, ErrorCode::unsupported_version, "version"},
       {6, 2, 1, ErrorCode::corrupt_input, "flags"},
       {12, 4, 7, ErrorCode::corrupt_input, "reserved"},
       {32, 4, 0, ErrorCode::corrupt_input, "n_layers"},
@@ -131,6 +135,146 @@ TEST(Hostile, ForgedChunkRangesRejected) {
     b.push_back(0);  // trailing byte after the declared end
     EXPECT_EQ(outcome(b), ErrorCode::corrupt_input);
   }
+}
+
+// Offset of chunk entry 0 in the chunk table of a small_shape file without a RoPE block.
+constexpr size_t kChunkTable = 32 + 36 + 4 * 3;
+
+void swap_chunk_entries(std::vector<uint8_t>& b, size_t i, size_t j) {
+  std::swap_ranges(b.begin() + static_cast<ptrdiff_t>(kChunkTable + 24 * i),
+                   b.begin() + static_cast<ptrdiff_t>(kChunkTable + 24 * i + 24),
+                   b.begin() + static_cast<ptrdiff_t>(kChunkTable + 24 * j));
+}
+
+TEST(Hostile, SwappedChunkEntriesAreDetected) {
+  // Two chunks of the same shape: swapped table entries (header re-signed) would decode as
+  // the wrong tokens if a chunk's checksum did not cover its place in the table.
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  std::vector<uint8_t> b = write_cgkv(test::filled_cache(128, cfg).cache);
+  ASSERT_EQ(CgkvReader::from_bytes(b).info().version, 2);
+  ASSERT_EQ(outcome(b), ErrorCode::ok);
+  swap_chunk_entries(b, 0, 1);
+  resign(b);
+  std::string msg;
+  EXPECT_EQ(outcome(b, &msg), ErrorCode::corrupt_input) << msg;
+  EXPECT_NE(msg.find("chunk 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
+}
+
+TEST(Hostile, VersionOneFilesStillRead) {
+  // A version-1 file: chunk checksums over the bytes alone. It reads as before (and, as
+  // FORMAT.md says, cannot detect swapped entries).
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const test::Filled f = test::filled_cache(128, cfg);
+  const std::vector<uint8_t> v2 = write_cgkv(f.cache);
+  std::vector<uint8_t> b = v2;
+  b[4] = 1;
+  const CgkvInfo info = CgkvReader::from_bytes(v2).info();
+  for (size_t c = 0; c < info.chunks.size(); ++c) {
+    const CgkvRange& r = info.chunks[c].range;
+    put_u64(b, kChunkTable + 24 * c + 16, XXH64(b.data() + r.offset, r.bytes, 0));
+  }
+  resign(b);
+  const CgkvReader r1 = CgkvReader::from_bytes(b);
+  EXPECT_EQ(r1.info().version, 1);
+  EXPECT_NO_THROW(r1.verify());
+  const std::vector<Half> a = r1.read_tokens(0, 128),
+                          e = CgkvReader::from_bytes(v2).read_tokens(0, 128);
+  ASSERT_EQ(a.size(), e.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), e.data(), a.size() * 2));
+  // A version-2 checksum in a version-1 file (or the reverse) does not verify.
+  std::vector<uint8_t> mixed = v2;
+  mixed[4] = 1;
+  resign(mixed);
+  EXPECT_EQ(outcome(mixed), ErrorCode::corrupt_input);
+}
+
+TEST(Hostile, ChunksTooSmallForTheirTokensAreRejectedOnOpen) {
+  // A re-signed header claiming 2^24 tokens in one chunk of a few hundred bytes: read_tokens
+  // would allocate 2^30 values (2 GiB) before finding out. The chunk's size bounds what it can
+  // decode to (>= 2 bits per group parameter), so opening the file refuses it.
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  std::vector<uint8_t> b = write_cgkv(test::filled_cache(64, cfg).cache);
+  put_u64(b, 48, uint64_t{1} << 24);  // n_tokens
+  put_u32(b, 56, 1u << 24);           // chunk_tokens (n_chunks stays 1)
+  resign(b);
+  std::string msg;
+  try {
+    CgkvReader::from_bytes(b);
+    FAIL() << "opened";
+  } catch (const Error& e) {
+    msg = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << msg;
+  }
+  EXPECT_NE(msg.find("chunk 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("too small"), std::string::npos) << msg;
+}
+
+// A self-consistent file whose one attention layer is recomputed: n_chunks empty chunks and,
+// when id_bytes > 0, a token_ids blob of that many zero bytes. Checksums are valid.
+std::vector<uint8_t> recomputed_only_file(uint64_t n_tokens, uint32_t chunk_tokens,
+                                          uint64_t id_bytes) {
+  const uint64_t n_chunks = (n_tokens + chunk_tokens - 1) / chunk_tokens;
+  const uint32_t n_blobs = id_bytes ? 1 : 0;
+  const uint64_t header_bytes = 32 + 36 + 4 + 24 * n_chunks + 4 + 32 * n_blobs + 8;
+  std::vector<uint8_t> b(header_bytes + id_bytes, 0);
+  std::memcpy(b.data(), "CGKV", 4);
+  b[4] = 2;
+  put_u32(b, 8, static_cast<uint32_t>(header_bytes));
+  put_u64(b, 16, b.size());
+  put_u32(b, 32, 1);  // n_layers
+  put_u32(b, 36, 1);  // n_kv_heads
+  put_u32(b, 40, 1);  // head_dim
+  put_u32(b, 44, 1);  // group_size
+  put_u64(b, 48, n_tokens);
+  put_u32(b, 56, chunk_tokens);
+  put_u32(b, 60, static_cast<uint32_t>(n_chunks));
+  b[70] = 3;  // layer 0: bits 0/0, attention + recomputed
+  size_t at = 72;
+  for (uint64_t c = 0; c < n_chunks; ++c, at += 24) {
+    const uint64_t tag[3] = {c, c * chunk_tokens,
+                             std::min<uint64_t>(chunk_tokens, n_tokens - c * chunk_tokens)};
+    put_u64(b, at, header_bytes);
+    put_u64(b, at + 16, XXH64(tag, sizeof tag, 0));  // the tag and no bytes (little-endian host)
+  }
+  put_u32(b, at, n_blobs);
+  if (n_blobs) {
+    put_u32(b, at + 4, 1);  // token ids
+    put_u64(b, at + 12, header_bytes);
+    put_u64(b, at + 20, id_bytes);
+    put_u64(b, at + 28, XXH64(b.data() + header_bytes, id_bytes, 0));
+  }
+  resign(b);
+  return b;
+}
+
+TEST(Hostile, RecomputedOnlyFileClaimingHugeTokenCountIsRejectedOnOpen) {
+  // 1.5 MB, valid checksums, 2^40 tokens in 65,536 empty chunks: verify once zeroed 2^24
+  // values per chunk (hours). Without stored layers the token ids are the content, and there
+  // are none: refused when opened, before any chunk is read.
+  const std::vector<uint8_t> b = recomputed_only_file(uint64_t{1} << 40, 1u << 24, 0);
+  ASSERT_LT(b.size(), 2u << 20);
+  std::string msg;
+  try {
+    CgkvReader::from_bytes(b);
+    FAIL() << "opened";
+  } catch (const Error& e) {
+    msg = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << msg;
+  }
+  EXPECT_NE(msg.find("token_ids"), std::string::npos) << msg;
+}
+
+TEST(Hostile, VerifyOfRecomputedOnlyFileAllocatesNothingPerToken) {
+  // 65,536 empty chunks of 16 tokens with their ids: verify checks every checksum in
+  // O(chunks) and decodes nothing; a reader limit of one value shows no per-token buffer.
+  CgkvReader r = CgkvReader::from_bytes(recomputed_only_file(uint64_t{16} << 16, 16, 4u << 20));
+  ASSERT_EQ(r.info().chunks.size(), 65536u);
+  r.set_max_elements(1);
+  EXPECT_NO_THROW(r.verify());
 }
 
 TEST(Hostile, ReadsOverTheReadersLimitAreRefusedBeforeAllocating) {

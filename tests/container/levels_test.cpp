@@ -157,5 +157,21 @@ TEST(CgkvLevels, AbsurdRopeParamsAreNotWritten) {
   }
 }
 
+TEST(Levels, EveryLayerRecomputedNeedsTheTokenIds) {
+  // A file that stores no layer: its chunks are empty and its token ids are its content.
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  cfg.layer_bits = {0, 0};
+  const test::Filled f = test::filled_cache(100, cfg);
+  EXPECT_THROW(write_cgkv(f.cache), Error);  // readers would refuse it: the writer does
+  const std::vector<CgkvBlob> ids{{1, std::vector<uint8_t>(4 * 100, 7)}};
+  const std::vector<uint8_t> b = write_cgkv(f.cache, ids);
+  const CgkvReader r = CgkvReader::from_bytes(b);
+  EXPECT_EQ(r.info().recomputed_layers(), (std::vector<int>{0, 2}));
+  EXPECT_NO_THROW(r.verify());
+  EXPECT_EQ(r.read_tokens(0, 100).size(), 2u * 2 * 100 * 16);
+  EXPECT_EQ(r.read_blob(1)->size(), 400u);
+}
+
 }  // namespace
 }  // namespace cachegen

@@ -166,15 +166,18 @@ TEST_P(ContextStoreTest, ConcurrentWritersOfTheSamePrefixMergeTheirLevels) {
   const std::vector<std::string> levels = {"lossless", "high", "medium", "low"};
   for (const std::string& level : levels) {
     writers.emplace_back([&, level] {
-      std::unique_ptr<Store> s =
-          GetParam() == "file"
-              ? open_file_store(dir_->path())
-              : open_redis_store("127.0.0.1", RedisServer::shared().port(), 0,
-                                 test_redis_options());
+      std::unique_ptr<Store> s = GetParam() == "file"
+                                     ? open_file_store(dir_->path())
+                                     : open_redis_store("127.0.0.1", RedisServer::shared().port(),
+                                                        0, test_redis_options());
       ContextStoreOptions o;
       o.chunk_tokens = kChunk;
       ContextStore cs(*s, "model-A", o);
-      for (int round = 0; round < 3; ++round) put_all(cs, t, level);
+      try {
+        for (int round = 0; round < 3; ++round) put_all(cs, t, level);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << level << ": " << e.what();
+      }
     });
   }
   for (std::thread& w : writers) w.join();

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -196,6 +198,28 @@ TEST(FileStore, ForkedWritersNeverProduceTornReads) {
   }
   EXPECT_EQ(torn, 0) << "of " << reads << " reads";
   EXPECT_EQ(dir_entries(dir.path()), std::vector<std::string>{"hot"});
+}
+
+TEST(FileStore, GcRemovesOnlyStaleTempFiles) {
+  // A writer killed between creating its temp file and renaming it leaves ".tmp-*" behind;
+  // gc removes those older than the grace period (a live writer's is younger) and nothing else.
+  TempDir dir;
+  auto store = open_file_store(dir.path());
+  store->put("real", std::vector<uint8_t>{1, 2, 3});
+  for (std::string junk : {".tmp-00000000000000aa", ".tmp-00000000000000bb", ".hidden"}) {
+    std::ofstream(dir.path() + "/" + junk) << "partial";
+  }
+  const timespec two_hours_ago[2] = {{::time(nullptr) - 7200, 0}, {::time(nullptr) - 7200, 0}};
+  for (std::string old : {".tmp-00000000000000aa", ".hidden"}) {
+    ASSERT_EQ(::utimensat(AT_FDCWD, (dir.path() + "/" + old).c_str(), two_hours_ago, 0), 0);
+  }
+  const Store::GcResult r = store->gc(std::chrono::hours(1));
+  EXPECT_EQ(r.removed, 1u);
+  EXPECT_EQ(dir_entries(dir.path()),
+            (std::vector<std::string>{".hidden", ".tmp-00000000000000bb", "real"}));
+  EXPECT_EQ(store->gc(std::chrono::milliseconds(0)).removed, 1u);  // no grace: every temp file
+  EXPECT_EQ(dir_entries(dir.path()), (std::vector<std::string>{".hidden", "real"}));
+  EXPECT_EQ(store->get("real"), (std::vector<uint8_t>{1, 2, 3}));
 }
 
 }  // namespace

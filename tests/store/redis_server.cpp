@@ -82,7 +82,7 @@ RedisServer& RedisServer::shared() {
   return *server;
 }
 
-RedisServer::RedisServer() {
+RedisServer::RedisServer(std::string password) : password_(std::move(password)) {
   if (!on_path("redis-server")) {
     throw std::runtime_error(
         "redis-server is not on PATH; the RedisStore tests need a real server. "
@@ -113,9 +113,16 @@ void RedisServer::start() {
     ::dup2(null_fd, 0);
     ::dup2(null_fd, 1);
     ::dup2(null_fd, 2);
-    ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", dir_.c_str(), "--logfile", log.c_str(),
-             "--daemonize", "no", static_cast<char*>(nullptr));
+    std::vector<const char*> argv = {"redis-server", "--port",      port.c_str(), "--bind",
+                                     "127.0.0.1",    "--save",      "",           "--appendonly",
+                                     "no",           "--dir",       dir_.c_str(), "--logfile",
+                                     log.c_str(),    "--daemonize", "no"};
+    if (!password_.empty()) {
+      argv.push_back("--requirepass");
+      argv.push_back(password_.c_str());
+    }
+    argv.push_back(nullptr);
+    ::execvp("redis-server", const_cast<char* const*>(argv.data()));
     ::_exit(127);
   }
   pid_ = pid;
@@ -178,6 +185,11 @@ std::string RedisServer::command(const std::vector<std::string>& args) const {
                              std::string(c ? c->errstr : "out of memory"));
   }
   redisSetTimeout(c.get(), tv);
+  if (!password_.empty()) {
+    auto* a = static_cast<redisReply*>(redisCommand(c.get(), "AUTH %s", password_.c_str()));
+    if (a == nullptr) throw std::runtime_error("test redis AUTH failed: " + std::string(c->errstr));
+    freeReplyObject(a);
+  }
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const auto& a : args) {

@@ -15,7 +15,9 @@ class RedisServer {
   // redis-server is not on PATH) if it cannot be started.
   static RedisServer& shared();
 
-  RedisServer();  // starts; throws std::runtime_error on failure
+  // Starts; throws std::runtime_error on failure. With a password, the server requires it
+  // (--requirepass) and command() authenticates.
+  explicit RedisServer(std::string password = {});
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -38,6 +40,7 @@ class RedisServer {
   void stop();
 
   std::string dir_;
+  std::string password_;
   int port_ = 0;
   pid_t pid_ = -1;
 };

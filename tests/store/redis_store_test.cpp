@@ -1,12 +1,18 @@
 // RedisStore specifics: layout, damaged data, server loss, timeouts, reconnect.
 #include <chrono>
+#include <cstdlib>
 
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
 #include "cachegen/error.h"
 #include "cachegen/store.h"
+#include "store/fake_redis.h"
 #include "store/redis_manifest.h"
 #include "store/redis_server.h"
 #include "store/store_test_support.h"
@@ -14,6 +20,7 @@
 namespace cachegen::test {
 namespace {
 
+using store_detail::encode_manifest_header;
 using store_detail::manifest_key;
 using store_detail::parse_manifest_header;
 using store_detail::part_key;
@@ -226,6 +233,163 @@ TEST_F(RedisStoreTest, BadOptionsAreRejected) {
   EXPECT_THROW(open_redis_store("127.0.0.1", server_->port(), 0, options), Error);
   EXPECT_THROW(open_redis_store("127.0.0.1", 0, 0), Error);
   EXPECT_THROW(open_redis_store("", 6379, 0), Error);
+}
+
+// Parts of generation `gen` of `key` now in Redis, and their PTTLs.
+std::vector<long long> part_ttls(RedisServer& server, const std::string& key, uint64_t gen) {
+  std::vector<long long> ttls;
+  for (uint32_t i = 0;; ++i) {
+    const long long ttl = std::stoll(server.command({"PTTL", part_key(key, gen, i)}));
+    if (ttl == -2) break;  // no such key: parts are written in order
+    ttls.push_back(ttl);
+  }
+  return ttls;
+}
+
+TEST_F(RedisStoreTest, CommittedPartsPersist) {
+  store_->put("k", random_bytes(size_t{3} << 20, 1));
+  const std::vector<long long> ttls = part_ttls(*server_, "k", manifest_of("k").generation);
+  EXPECT_EQ(ttls, (std::vector<long long>{-1, -1, -1}));  // the swap made them persistent
+  EXPECT_EQ(store_->gc().removed, 0u);
+  EXPECT_EQ(store_->get("k"), random_bytes(size_t{3} << 20, 1));
+}
+
+TEST_F(RedisStoreTest, WriterKilledMidPutLeavesOnlyExpiringParts) {
+  const Bytes old_value = random_bytes(size_t{2} << 20, 1), big = random_bytes(size_t{64} << 20, 2);
+  store_->put("k", old_value);
+  const uint64_t old_gen = manifest_of("k").generation;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the writer: small parts, so the put takes many round trips
+    try {
+      RedisStoreOptions o = test_redis_options();
+      o.part_bytes = 64 << 10;
+      open_redis_store("127.0.0.1", server_->port(), 0, o)->put("k", big);
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  // Kill it once some of its parts are in (more keys than the old manifest and its 2 parts).
+  for (int i = 0; i < 20000 && std::stoll(server_->command({"DBSIZE"})) < 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_EQ(manifest_of("k").generation, old_gen) << "the writer finished before it was killed";
+  EXPECT_EQ(store_->get("k"), old_value);
+  // Every key but the manifest and the old parts is a part of the dead writer, with an expiry.
+  const long long leftovers = std::stoll(server_->command({"DBSIZE"})) - 3;
+  ASSERT_GE(leftovers, 7);
+  const Store::GcResult r = store_->gc();
+  EXPECT_EQ(r.removed, 0u);
+  EXPECT_EQ(r.expiring, static_cast<size_t>(leftovers));
+  // Parts without an expiry (a writer from before this rule): gc deletes them, and only them.
+  const std::string scan =
+      server_->command({"EVAL",
+                        "local n = 0\n"
+                        "for _, k in ipairs(redis.call('KEYS', 'cgs:p:*')) do\n"
+                        "  if redis.call('PTTL', k) > 0 then\n"
+                        "    redis.call('PERSIST', k)\n"
+                        "    n = n + 1\n"
+                        "  end\n"
+                        "end\n"
+                        "return n\n",
+                        "0"});
+  EXPECT_EQ(std::stoll(scan), leftovers);
+  const Store::GcResult again = store_->gc();
+  EXPECT_EQ(again.removed, static_cast<size_t>(leftovers));
+  EXPECT_EQ(again.expiring, 0u);
+  EXPECT_EQ(server_->command({"DBSIZE"}), "3");
+  EXPECT_EQ(store_->get("k"), old_value);
+}
+
+// Expects `f` to throw Error(io_error) saying the reply was cut off.
+template <class F>
+void expect_reply_cut_off(F&& f) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::io_error) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sent more than"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RedisHostileServer, EndlessBulkReplyIsCutOffAtTheHeaderSize) {
+  // Whatever is asked, the "server" announces a 4 GiB string and streams it. The client reads
+  // the manifest header with a 138-byte limit, so it hangs up after one read; before, it kept
+  // reading (and reconnected to read again).
+  FakeRedis fake;
+  auto store = open_redis_store("127.0.0.1", fake.port(), 0, test_redis_options());
+  expect_reply_cut_off([&] { store->try_get("k"); });
+  EXPECT_LT(fake.bytes_sent(), uint64_t{16} << 20);
+  EXPECT_EQ(fake.connections(), 1);
+}
+
+TEST(RedisHostileServer, PartRepliesAreBoundedByTheManifest) {
+  // A valid manifest of two 1 MiB parts, then an endless part: cut off just past 1 MiB, not at
+  // the generic 64 MiB limit.
+  store_detail::Manifest m;
+  m.generation = 42;
+  m.parts = 2;
+  m.part_bytes = 1 << 20;
+  m.total_bytes = 2 << 20;
+  FakeRedis fake(store_detail::encode_manifest_header(m));
+  auto store = open_redis_store("127.0.0.1", fake.port(), 0, test_redis_options());
+  expect_reply_cut_off([&] { store->try_get("k"); });
+  EXPECT_LT(fake.bytes_sent(), uint64_t{16} << 20);
+}
+
+TEST(RedisHostileServer, ForgedInlineSizeIsRejectedBeforeReading) {
+  store_detail::Manifest m;
+  m.total_bytes = uint64_t{1} << 40;  // inline, 1 TiB
+  FakeRedis fake(store_detail::encode_manifest_header(m));
+  auto store = open_redis_store("127.0.0.1", fake.port(), 0, test_redis_options());
+  try {
+    store->try_get("k");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << e.what();
+  }
+  EXPECT_LT(fake.bytes_sent(), uint64_t{1} << 20);
+}
+
+// Expects open_store(url) to fail with unavailable, naming `fragment` and never `secret`.
+void expect_auth_failure(const std::string& url, const std::string& fragment,
+                         const std::string& secret) {
+  try {
+    open_store(url);
+    ADD_FAILURE() << "connected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unavailable) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find(secret), std::string::npos) << e.what();
+  }
+}
+
+TEST(RedisAuth, PasswordFromUrlOrEnvironment) {
+  RedisServer server("s3cret-Pw");
+  const std::string hostport = "127.0.0.1:" + std::to_string(server.port());
+  {
+    auto store = open_store("redis://:s3cret-Pw@" + hostport + "/0");
+    store->put("k", random_bytes(size_t{3} << 20, 1));  // parts and all
+    EXPECT_EQ(store->get("k"), random_bytes(size_t{3} << 20, 1));
+    EXPECT_EQ(store->url().find("s3cret"), std::string::npos) << store->url();
+  }
+  // ACL form: the default user.
+  EXPECT_EQ(open_store("redis://default:s3cret-Pw@" + hostport + "/0")->get("k"),
+            random_bytes(size_t{3} << 20, 1));
+  // Percent-escapes in the password.
+  EXPECT_TRUE(open_store("redis://:s3cret%2DPw@" + hostport)->exists("k"));
+  expect_auth_failure("redis://:wrong-guess@" + hostport + "/0", "authentication failed",
+                      "wrong-guess");
+  expect_auth_failure("redis://" + hostport + "/0", "CACHEGEN_REDIS_PASSWORD", "s3cret");
+  ::setenv("CACHEGEN_REDIS_PASSWORD", "s3cret-Pw", 1);
+  EXPECT_TRUE(open_store("redis://" + hostport)->exists("k"));
+  ::setenv("CACHEGEN_REDIS_PASSWORD", "env-guess", 1);
+  expect_auth_failure("redis://" + hostport, "authentication failed", "env-guess");
+  ::unsetenv("CACHEGEN_REDIS_PASSWORD");
 }
 
 }  // namespace

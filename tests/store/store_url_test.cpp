@@ -46,7 +46,9 @@ TEST(StoreUrl, BadUrlsNameTheProblem) {
       {"redis://h:12ab", "port '12ab'"},
       {"redis://h:6379/x", "database 'x'"},
       {"redis://h:6379/-1", "database '-1'"},
-      {"redis://user:pw@h:6379", "passwords"},
+      {"redis://user@h:6379", "[USER]:PASSWORD@"},
+      {"redis://user:@h:6379", "password is empty"},
+      {"redis://:p%zz@h", "escape"},
       {"redis://h:6379/0?timeout=1", "query strings"},
       {"redis://[::1", "closing ']'"},
       // Mistyped URLs are not taken as directory paths.
@@ -67,6 +69,30 @@ TEST(StoreUrl, BadUrlsNameTheProblem) {
       EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
           << url << " -> " << e.what();
+    }
+  }
+}
+
+TEST(StoreUrl, RedisCredentials) {
+  StoreUrl u = parse_store_url("redis://:pa%40ss/w:rd@cache.local:6380/2");
+  EXPECT_EQ(u.username, "");
+  EXPECT_EQ(u.password, "pa@ss/w:rd");
+  EXPECT_EQ(u.host, "cache.local");
+  EXPECT_EQ(u.port, 6380);
+  EXPECT_EQ(u.db, 2);
+  u = parse_store_url("redis://alice:pw@[::1]");
+  EXPECT_EQ(u.username, "alice");
+  EXPECT_EQ(u.password, "pw");
+  EXPECT_EQ(u.host, "::1");
+  // A malformed URL with a password is named without it.
+  for (const char* url :
+       {"redis://:hunter2@h:99999", "redis://:hunter2@/0", "redis://:hunter2@h/x"}) {
+    try {
+      parse_store_url(url);
+      ADD_FAILURE() << url;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("***@"), std::string::npos) << e.what();
     }
   }
 }

@@ -1,4 +1,6 @@
-// `cachegen store put|get|list|rm URL ...`: move values between files and a store.
+// `cachegen store put|get|list|rm URL ...`: move values between files and a store;
+// `cachegen store gc --store URL`: remove what killed writers left behind.
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -40,6 +42,22 @@ void add_store_commands(CLI::App& app) {
   rm->callback([a] {
     if (!open_store(a->url, StoreOpen::existing)->remove(a->key))
       throw Error(ErrorCode::not_found, "no key '" + a->key + "'");
+  });
+  auto grace_s = std::make_shared<double>(3600);
+  CLI::App* gc = s->add_subcommand(
+      "gc", "remove what killed writers left behind (temp files, unreferenced Redis parts)");
+  gc->add_option("url", a->url, "file://DIR or redis://HOST:PORT[/DB]");
+  gc->add_option("--store", a->url, "the store (instead of the positional URL)");
+  gc->add_option("--grace", *grace_s,
+                 "seconds a FileStore temp file must be untouched before it counts as left "
+                 "behind (default 3600)")
+      ->check(CLI::NonNegativeNumber);
+  gc->callback([a, grace_s] {
+    if (a->url.empty()) throw Error(ErrorCode::invalid_argument, "store gc needs --store URL");
+    const auto grace = std::chrono::milliseconds(static_cast<int64_t>(*grace_s * 1000));
+    const Store::GcResult r = open_store(a->url)->gc(grace);
+    std::printf("removed %zu leftovers; %zu more carry an expiry and will vanish on their own\n",
+                r.removed, r.expiring);
   });
 }
 
