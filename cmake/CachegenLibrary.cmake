@@ -38,7 +38,7 @@ install(TARGETS cachegen_static cachegen_shared EXPORT cachegenTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY include/cachegen DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  PATTERN llama.h EXCLUDE)  # the llama adapter is not part of the installed library
+  PATTERN "llama*.h" EXCLUDE)  # the llama adapter is not part of the installed library
 install(EXPORT cachegenTargets NAMESPACE cachegen:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/cachegen)
 configure_package_config_file(cmake/cachegenConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/cachegenConfig.cmake

@@ -44,6 +44,59 @@ assert rows[1]["bytes"] < lossless["bytes"] / 2, rows[1]
 PY
 done
 m=${models[0]}
+# llama run: cold, then warm from the stored prefix (file:// and a real redis-server).
+work=$(mktemp -d)
+trap 'rm -rf "$work"; [[ -n ${redis_pid:-} ]] && kill "$redis_pid" 2>/dev/null' EXIT
+head -c 700 "$text" >"$work/prompt.txt"
+{ head -c 350 "$text"; echo " And then a dragon flew over the hills and far away."; } >"$work/other.txt"
+run() { "$cg" llama run --model "$1" --prompt-file "$2" --store "$3" --n-predict 12 \
+  --chunk-tokens 64 --threads 1 --json "${@:4}"; }
+field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+expect() {  # expect NAME ACTUAL WANTED
+  if [[ $2 == "$3" ]]; then passed=$((passed + 1)); else fail "$1: got '$2', expected '$3'"; fi
+}
+redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
+redis_pid=$!
+for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for url in "file://$work/store" "redis://127.0.0.1:$redis_port/0"; do
+  cold=$(run "$m" "$work/prompt.txt" "$url") || fail "cold run on $url"
+  n=$(field "$cold" prompt_tokens)
+  expect "cold run reuses nothing ($url)" "$(field "$cold" reused_tokens)" 0
+  expect "cold run stores every whole chunk ($url)" "$(field "$cold" written_chunks)" $((n / 64))
+  warm=$(run "$m" "$work/prompt.txt" "$url" --level lossless) || fail "warm run on $url"
+  expect "warm run reuses the stored prefix ($url)" "$(field "$warm" reused_tokens)" $(((n - 1) / 64 * 64))
+  expect "warm lossless text = cold text ($url)" "$(field "$warm" text)" "$(field "$cold" text)"
+  expect "warm run recomputes the rest ($url)" "$(field "$warm" recomputed_tokens)" $((n - (n - 1) / 64 * 64))
+  low=$(run "$m" "$work/prompt.txt" "$url" --level low --no-write) || fail "low run on $url"
+  expect "low level is smaller ($url)" \
+    "$(python3 -c 'import sys; print(int(sys.argv[1]) < int(sys.argv[2]) / 4)' "$(field "$low" bytes_fetched)" "$(field "$warm" bytes_fetched)")" True
+  part=$(run "$m" "$work/other.txt" "$url" --no-write) || fail "shared-prefix run on $url"
+  r=$(field "$part" reused_tokens)
+  expect "a prompt sharing its first part reuses that part ($url)" \
+    "$(python3 -c 'import sys; print(0 < int(sys.argv[1]) < int(sys.argv[2]))' "$r" "$n")" True
+done
+# Another model never gets these chunks.
+if [[ ${#models[@]} -gt 1 ]]; then
+  other=$(run "${models[1]}" "$work/prompt.txt" "file://$work/store" --no-write) || fail "other model"
+  expect "another model reuses nothing" "$(field "$other" reused_tokens)" 0
+fi
+# A damaged chunk value: loading stops there, the rest is recomputed, the answer is the same.
+victim=$(ls "$work/store" | grep -v manifest | grep '/lossless/\|%2Flossless%2F' | sort | sed -n 3p)
+if [[ -n $victim ]]; then
+  printf '\xff' | dd of="$work/store/$victim" bs=1 seek=200 conv=notrunc status=none
+  dam=$(run "$m" "$work/prompt.txt" "file://$work/store" --level lossless --no-write) || fail "damaged run"
+  r=$(field "$dam" reused_tokens)
+  expect "a damaged chunk stops the load before it" \
+    "$(python3 -c 'import sys; r, n = map(int, sys.argv[1:]); print(r % 64 == 0 and r < (n - 1) // 64 * 64)' "$r" "$n")" True
+  expect "the answer does not change" "$(field "$dam" text)" "$(field "$cold" text)"
+  [[ $(field "$dam" stop_reason) == *verification* || $(field "$dam" stop_reason) == *match* ]] &&
+    passed=$((passed + 1)) || fail "stop_reason names the damage: $(field "$dam" stop_reason)"
+else
+  fail "no lossless chunk value found in the file store"
+fi
+check_rc "run --n-predict 0" 2 "$cg" llama run --model "$m" --prompt x --store "file://$work/s2" --n-predict 0
+check_rc "run without a store" 2 "$cg" llama run --model "$m" --prompt x
 check_rc "demo --prefix -1" 2 "$cg" llama demo --model "$m" --text "$text" --prefix -1
 check_rc "demo --prefix 0" 2 "$cg" llama demo --model "$m" --text "$text" --prefix 0
 check_rc "demo --prefix 100000" 2 "$cg" llama demo --model "$m" --text "$text" --prefix 100000

@@ -39,5 +39,7 @@ void add_level_options(CLI::App* cmd, LevelArgs& a);
 
 // `cachegen llama demo`.
 void add_demo(CLI::App& llama_cmd);
+// `cachegen llama run`.
+void add_run(CLI::App& llama_cmd);
 
 }  // namespace cachegen::cli

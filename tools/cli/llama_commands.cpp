@@ -202,6 +202,7 @@ void add_llama_commands(CLI::App& app) {
   add_pack(*llama_cmd);
   add_unpack(*llama_cmd);
   add_demo(*llama_cmd);
+  add_run(*llama_cmd);
 }
 
 }  // namespace cachegen::cli

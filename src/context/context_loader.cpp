@@ -1,0 +1,157 @@
+// Pipelined prefix loading (contract: cachegen/context_loader.h).
+#include "cachegen/context_loader.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "cachegen/error.h"
+
+namespace cachegen {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// One fetched value (or the reason fetching stopped), handed from the fetch thread.
+struct Fetched {
+  size_t chunk = 0;
+  std::string level;
+  std::vector<uint8_t> value;
+  std::string stop;  // non-empty: no value; loading ends here for this reason
+};
+
+}  // namespace
+
+LevelChooser fixed_level_chooser(std::string level) {
+  LevelChooser c;
+  c.choose = [level](const StoredChunk& chunk, const LoadProgress&) -> std::optional<std::string> {
+    if (chunk.find(level) == nullptr) return std::nullopt;
+    return level;
+  };
+  return c;
+}
+
+LoadReport load_prefix(const ContextStore& store, std::span<const int32_t> tokens,
+                       std::span<const StoredChunk> chunks, const LevelChooser& chooser,
+                       ChunkSink& sink, const LoadOptions& options) {
+  const size_t ct = store.chunk_tokens();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].index != i || (i + 1) * ct > tokens.size()) {
+      throw Error(ErrorCode::invalid_argument,
+                  "load_prefix: chunks must be 0, 1, ... of the given tokens");
+    }
+  }
+  if (!chooser.choose) throw Error(ErrorCode::invalid_argument, "load_prefix: no chooser");
+  const size_t depth = std::max<size_t>(1, options.prefetch);
+  const Clock::time_point t0 = Clock::now();
+  LoadReport report;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Fetched> queue;
+  bool stop_fetching = false;  // the decoder gave up: the fetcher ends
+  LoadProgress progress;       // guarded by mu (the fetcher writes, the report reads)
+
+  std::thread fetcher([&] {
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      Fetched f;
+      f.chunk = i;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return queue.size() < depth || stop_fetching; });
+        if (stop_fetching) return;
+        progress.next_chunk = i;
+        progress.elapsed_s = seconds_since(t0);
+      }
+      const LoadProgress p = [&] {
+        std::lock_guard lock(mu);
+        return progress;
+      }();
+      if (options.cancel != nullptr && options.cancel->load()) {
+        f.stop = "cancelled";
+      } else if (p.elapsed_s >= options.deadline_s) {
+        f.stop = "deadline of " + std::to_string(options.deadline_s * 1000) + " ms reached";
+      } else {
+        try {
+          const std::optional<std::string> level = chooser.choose(chunks[i], p);
+          if (!level) {
+            f.stop = "the planner chose to recompute from here";
+          } else {
+            f.level = *level;
+            const Clock::time_point f0 = Clock::now();
+            std::optional<std::vector<uint8_t>> v =
+                store.get_chunk(chunks[i], *level, tokens.subspan(i * ct, ct));
+            const double dt = seconds_since(f0);
+            if (!v) {
+              f.stop = "level " + *level + " of chunk " + std::to_string(i) + " is missing";
+            } else {
+              if (chooser.observe) chooser.observe(v->size(), dt);
+              std::lock_guard lock(mu);
+              progress.bytes_fetched += v->size();
+              progress.fetch_s += dt;
+              f.value = std::move(*v);
+            }
+          }
+        } catch (const std::exception& e) {
+          f.stop = std::string("fetching failed: ") + e.what();
+        }
+      }
+      const bool last = !f.stop.empty();
+      {
+        std::lock_guard lock(mu);
+        queue.push_back(std::move(f));
+      }
+      cv.notify_all();
+      if (last) return;
+    }
+  });
+
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Fetched f;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !queue.empty(); });
+      f = std::move(queue.front());
+      queue.pop_front();
+    }
+    cv.notify_all();
+    if (!f.stop.empty()) {
+      report.stop_reason = f.stop;
+      break;
+    }
+    if (options.cancel != nullptr && options.cancel->load()) {
+      report.stop_reason = "cancelled";
+      break;
+    }
+    const Clock::time_point d0 = Clock::now();
+    try {
+      sink.decode(chunks[i], f.level, f.value);
+    } catch (const std::exception& e) {
+      report.stop_reason =
+          "chunk " + std::to_string(i) + " level " + f.level + " failed verification: " + e.what();
+      break;
+    }
+    report.decode_s += seconds_since(d0);
+    report.chunks_loaded = i + 1;
+    report.tokens_loaded = (i + 1) * ct;
+    report.levels.push_back(f.level);
+    report.bytes_fetched += f.value.size();
+  }
+  {
+    std::lock_guard lock(mu);
+    stop_fetching = true;
+    report.fetch_s = progress.fetch_s;
+  }
+  cv.notify_all();
+  fetcher.join();
+  report.load_s = seconds_since(t0);
+  return report;
+}
+
+}  // namespace cachegen
