@@ -11,7 +11,7 @@
 //   ThroughputEstimator est;                       // initial estimate until data arrives
 //   for (size_t i = 0; i < chunks.size(); ++i) {
 //     Decision d = policy.decide(i, LoadState{elapsed_s, deadline_s, est.estimate(), chunks,
-//                                             cost});
+//                                             cost, est.variation()});
 //     if (d.recompute) { send the tokens of chunks i..end, prefill them; break; }
 //     fetch chunk i at level d.level (timing the transfer); est.observe(bytes, seconds);
 //   }
@@ -85,6 +85,10 @@ struct LoadState {
   double throughput_bytes_per_s = 0;  // ThroughputEstimator::estimate(), > 0
   std::span<const ChunkOptions> chunks;
   CostModel cost;
+  // How much one chunk's transfer time varies around the estimate: the coefficient of variation
+  // of seconds per byte between chunks (ThroughputEstimator::variation()); 0 = take the
+  // estimate as exact.
+  double throughput_cv = 0;
 };
 
 // A policy's answer for one chunk.
@@ -104,23 +108,36 @@ struct Decision {
 // bias when throughput varies, and one slow chunk pulls the estimate down at once (a drop is
 // seen after one chunk) while one fast chunk barely raises it. A short window follows level
 // shifts; a long one averages out per-chunk noise.
+// It also measures how much chunks vary (variation()) over a longer `spread_window`, for
+// policies that keep a reserve against a slow chunk.
 class ThroughputEstimator {
  public:
-  // Throws Error(invalid_argument) unless initial_bytes_per_s > 0 (finite) and window >= 1.
-  explicit ThroughputEstimator(double initial_bytes_per_s = 125e6, size_t window = 4);
+  // Throws Error(invalid_argument) unless initial_bytes_per_s > 0 (finite), window >= 1,
+  // spread_window >= 2 and prior_cv >= 0 (finite).
+  explicit ThroughputEstimator(double initial_bytes_per_s = 125e6, size_t window = 8,
+                               size_t spread_window = 16, double prior_cv = 1.0);
 
   // Records one fetched chunk: `bytes` moved in `seconds` (> 0; a sample with seconds <= 0 or
   // bytes == 0 is ignored, it carries no rate).
   void observe(uint64_t bytes, double seconds);
-  // bytes/s: the initial estimate until the first observe(), then the window's harmonic mean.
+  // bytes/s: the window's harmonic mean, where the window starts full of the initial estimate
+  // (each slot not yet observed counts as a chunk of the mean observed size at the initial rate).
   double estimate() const;
+  // Coefficient of variation (standard deviation / mean) of the seconds per byte of the last
+  // `spread_window` chunks: prior_cv until two chunks have been observed, then the sample
+  // value shrunk towards prior_cv by two pseudo-samples.
+  double variation() const;
+  // Chunks the estimate is made from: min(observed, window).
+  size_t samples() const { return recent_.size(); }
   size_t n_observed() const { return n_observed_; }
 
  private:
   double initial_;
   size_t window_;
+  size_t spread_window_;
+  double prior_cv_;
   std::vector<std::pair<double, double>> recent_;  // ring of (bytes, seconds)
-  size_t next_ = 0;
+  std::vector<double> spread_;                     // ring of seconds per byte
   size_t n_observed_ = 0;
 };
 
@@ -166,21 +183,31 @@ class CacheGenAlgorithm1Policy final : public PlannerPolicy {
 // current one (replanning at the next chunk with the new estimate, so it reacts to drops):
 //   * for each recompute start r in [i, n] (r = n: no recompute), chunks i..r-1 start at their
 //     fastest level, then are upgraded greedily by token-weighted KL reduction per extra second
-//     (steps along each chunk's lower convex hull of (seconds, KL)) while the predicted finish
-//     elapsed + (1 + transfer_margin) * loading + recompute(r..n) stays <= deadline;
-//   * the plan with the lowest total KL wins (ties: the earlier predicted finish).
-// The margin covers throughput-estimate error and applies only to network-dependent loading,
-// not to prefill, whose speed is known. When no plan fits, the fastest plan is followed (the
-// deadline will be missed by the least predicted amount).
+//     (steps along each chunk's lower convex hull of (seconds, KL)) while the plan still fits:
+//       elapsed + load + risk_z * sigma + recompute(r..n) <= deadline,
+//     load = predicted loading seconds with transfers at throughput / (1 + transfer_margin),
+//     sigma = (seconds per byte) * throughput_cv * sqrt(sum B_j^2) over the planned bytes B_j
+//     (chunks' transfer times varying independently; the estimate's own error is left to the
+//     margin and to replanning);
+//   * the plan with the lowest total KL wins (ties: the earlier predicted finish); upgrades of
+//     equal worth go to later chunks first, deferring commitment to a better estimate;
+//   * guard on the committed chunk: its level is lowered until, even if it arrives at
+//     throughput / (1 + risk_z * throughput_cv), the fastest way to finish the rest (with its
+//     reserve) still fits; if no level passes, recompute when that fits.
+// The reserve covers network uncertainty only: prefill (recompute) time is known, so a
+// recompute suffix is a safe way to finish. When no plan fits with its reserve, the fallback is
+// the plan of fastest levels plus a recompute suffix with the most slack per reserve (the one
+// most likely to finish in time), or when none is predicted to finish in time, the fastest.
 class DeadlinePlannerPolicy final : public PlannerPolicy {
  public:
-  // Throws Error(invalid_argument) unless transfer_margin >= 0 (finite).
-  explicit DeadlinePlannerPolicy(double transfer_margin = 0.15);
+  // Throws Error(invalid_argument) unless transfer_margin >= 0 and risk_z >= 0 (finite).
+  explicit DeadlinePlannerPolicy(double transfer_margin = 0.1, double risk_z = 1.65);
   Decision decide(size_t chunk_index, const LoadState& state) const override;
   std::string name() const override { return "deadline-planner"; }
 
  private:
   double margin_;
+  double risk_z_;
 };
 
 // A policy by name: "fixed:<level>", "cachegen-alg1", "deadline-planner" (default margin).

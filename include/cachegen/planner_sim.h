@@ -62,7 +62,9 @@ struct SimSettings {
   double deadline_s = std::numeric_limits<double>::infinity();
   CostModel cost;
   double initial_throughput_bytes_per_s = 125e6;  // the estimator's start
-  size_t estimator_window = 4;
+  size_t estimator_window = 8;
+  size_t estimator_spread_window = 16;
+  double estimator_prior_cv = 1.0;
   double elements_per_token = 0;  // for bits_per_element; 0 leaves it 0
 };
 

@@ -13,7 +13,8 @@ SimResult simulate(const PlannerPolicy& policy, std::span<const ChunkOptions> ch
   validate_trace(trace);
   validate_cost_model(settings.cost);
   if (std::isnan(settings.deadline_s)) detail::invalid("simulate: deadline_s is NaN");
-  ThroughputEstimator estimator(settings.initial_throughput_bytes_per_s, settings.estimator_window);
+  ThroughputEstimator estimator(settings.initial_throughput_bytes_per_s, settings.estimator_window,
+                                settings.estimator_spread_window, settings.estimator_prior_cv);
   const size_t n = chunks.size();
   SimResult result;
   result.levels.assign(n, -1);
@@ -21,7 +22,8 @@ SimResult simulate(const PlannerPolicy& policy, std::span<const ChunkOptions> ch
   double clock = 0, loss = 0, tokens = 0, bytes = 0;
   for (const ChunkOptions& c : chunks) tokens += c.n_tokens;
   for (size_t i = 0; i < n; ++i) {
-    const LoadState state{clock, settings.deadline_s, estimator.estimate(), chunks, settings.cost};
+    const LoadState state{clock,  settings.deadline_s, estimator.estimate(),
+                          chunks, settings.cost,       estimator.variation()};
     const Decision d = policy.decide(i, state);
     if (d.recompute) {
       double suffix_tokens = 0;
