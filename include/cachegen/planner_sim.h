@@ -39,6 +39,11 @@ BandwidthTrace constant_trace(double bytes_per_s, size_t n_chunks);
 // chunk; pass those bounds scaled to the model's bytes per token), from a 64-bit seed.
 BandwidthTrace uniform_random_trace(double lo_bytes_per_s, double hi_bytes_per_s, size_t n_chunks,
                                     uint64_t seed);
+// The paper's traces scaled to a model: uniform 0.1-10 Gbps per chunk for Mistral-7B
+// (kPaperElementsPerToken KV elements per token), times elements_per_token /
+// kPaperElementsPerToken, so that a chunk of a smaller model takes as long as the paper's.
+inline constexpr double kPaperElementsPerToken = 32.0 * 2 * 8 * 128;
+BandwidthTrace paper_uniform_trace(double elements_per_token, size_t n_chunks, uint64_t seed);
 // `before` bytes/s for chunks [0, drop_at), then `after` for the rest (a sudden drop or rise).
 BandwidthTrace step_trace(double before_bytes_per_s, double after_bytes_per_s, size_t drop_at,
                           size_t n_chunks);

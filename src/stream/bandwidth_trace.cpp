@@ -68,6 +68,16 @@ BandwidthTrace uniform_random_trace(double lo_bytes_per_s, double hi_bytes_per_s
   return trace;
 }
 
+BandwidthTrace paper_uniform_trace(double elements_per_token, size_t n_chunks, uint64_t seed) {
+  if (!(elements_per_token > 0) || !std::isfinite(elements_per_token)) {
+    detail::invalid("paper_uniform_trace: elements_per_token must be > 0 and finite");
+  }
+  const double gbps = 1e9 / 8 * elements_per_token / kPaperElementsPerToken;  // bytes/s
+  BandwidthTrace trace = uniform_random_trace(0.1 * gbps, 10 * gbps, n_chunks, seed);
+  trace.name = "paper-uniform:" + std::to_string(seed);
+  return trace;
+}
+
 BandwidthTrace step_trace(double before_bytes_per_s, double after_bytes_per_s, size_t drop_at,
                           size_t n_chunks) {
   BandwidthTrace trace{"step@" + std::to_string(drop_at), {}, 0};

@@ -34,7 +34,7 @@ inline CostModel prefill_only(double tokens_per_s) {
 
 // A 7B-class geometry (Mistral-7B: 32 layers x K,V x 8 KV heads x 128) with the measured levels:
 // per 256-token chunk lossless 27.5 MB, high 9.4 MB, medium 3.0 MB, low 2.6 MB.
-inline constexpr double kElementsPerToken7B = 32.0 * 2 * 8 * 128;
+inline constexpr double kElementsPerToken7B = kPaperElementsPerToken;
 inline constexpr double kGbps = 1e9 / 8;  // bytes/s
 inline std::vector<ChunkOptions> paper_chunks(size_t n_chunks = 32) {
   const auto levels = measured_quality_levels();
