@@ -19,8 +19,8 @@
 // are all prefilled from their tokens, in order, after the loaded KV; decide() is not called
 // again for that load.
 //
-// Thread safety: policies and estimators hold no shared state; use one object per load (or
-// one per thread). decide() is const and may be called concurrently on one policy.
+// Thread safety: the policies here are stateless; decide() is const and may be called
+// concurrently on one policy. A ThroughputEstimator is not synchronised: one per load.
 #pragma once
 
 #include <cstddef>
