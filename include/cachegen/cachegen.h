@@ -12,3 +12,5 @@
 #if __has_include("cachegen/store.h")
 #include "cachegen/store.h"
 #endif
+#include "cachegen/planner.h"
+#include "cachegen/planner_sim.h"
