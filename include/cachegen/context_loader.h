@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cachegen/context_store.h"
+#include "cachegen/planner.h"
 
 namespace cachegen {
 
@@ -47,6 +48,16 @@ struct LevelChooser {
 
 // Always `level`; a chunk without it is recomputed (with the rest).
 LevelChooser fixed_level_chooser(std::string level);
+
+// A chooser driven by a PlannerPolicy (planner.h): the chunks' options are the levels of
+// `level_kl` (name, measured KL; in that order) stored for every one of `chunks`, with their
+// bytes from the manifests; the throughput estimate starts at `initial_bytes_per_s` and is
+// updated after every fetch; `deadline_s` counts from the start of the load. The policy and
+// the chunks must outlive the chooser. Throws invalid_argument when no level is stored for
+// every chunk.
+LevelChooser planned_chooser(const PlannerPolicy& policy, std::span<const StoredChunk> chunks,
+                             const std::vector<std::pair<std::string, double>>& level_kl,
+                             const CostModel& cost, double deadline_s, double initial_bytes_per_s);
 
 struct LoadOptions {
   double deadline_s = std::numeric_limits<double>::infinity();  // no chunk is fetched after it

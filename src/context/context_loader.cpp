@@ -1,9 +1,11 @@
 // Pipelined prefix loading (contract: cachegen/context_loader.h).
 #include "cachegen/context_loader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -35,6 +37,55 @@ LevelChooser fixed_level_chooser(std::string level) {
     return level;
   };
   return c;
+}
+
+LevelChooser planned_chooser(const PlannerPolicy& policy, std::span<const StoredChunk> chunks,
+                             const std::vector<std::pair<std::string, double>>& level_kl,
+                             const CostModel& cost, double deadline_s, double initial_bytes_per_s) {
+  struct Shared {
+    std::vector<ChunkOptions> options;
+    ThroughputEstimator estimator;
+    std::mutex mu;
+    explicit Shared(double initial) : estimator(initial) {}
+  };
+  auto sh = std::make_shared<Shared>(initial_bytes_per_s);
+  std::vector<std::pair<std::string, double>> common;
+  for (const auto& [name, kl] : level_kl) {
+    if (std::all_of(chunks.begin(), chunks.end(),
+                    [&](const StoredChunk& c) { return c.find(name) != nullptr; })) {
+      common.emplace_back(name, kl);
+    }
+  }
+  if (common.empty() && !chunks.empty()) {
+    throw Error(ErrorCode::invalid_argument,
+                "planned_chooser: no level is stored for every chunk of the prefix");
+  }
+  for (const StoredChunk& c : chunks) {
+    ChunkOptions o;
+    o.n_tokens = static_cast<uint32_t>(c.n_tokens);
+    for (const auto& [name, kl] : common) o.levels.push_back({name, c.find(name)->bytes, kl});
+    sh->options.push_back(std::move(o));
+  }
+  LevelChooser out;
+  out.observe = [sh](uint64_t bytes, double seconds) {
+    std::lock_guard lock(sh->mu);
+    sh->estimator.observe(bytes, seconds);
+  };
+  out.choose = [sh, &policy, cost, deadline_s](
+                   const StoredChunk& chunk, const LoadProgress& p) -> std::optional<std::string> {
+    std::lock_guard lock(sh->mu);
+    LoadState st;
+    st.elapsed_s = p.elapsed_s;
+    st.deadline_s = deadline_s;
+    st.throughput_bytes_per_s = sh->estimator.estimate();
+    st.throughput_cv = sh->estimator.variation();
+    st.chunks = sh->options;
+    st.cost = cost;
+    const Decision d = policy.decide(chunk.index, st);
+    if (d.recompute) return std::nullopt;
+    return sh->options.at(chunk.index).levels.at(d.level).name;
+  };
+  return out;
 }
 
 LoadReport load_prefix(const ContextStore& store, std::span<const int32_t> tokens,

@@ -2,6 +2,8 @@
 // store instead of recomputed; the new chunks written back after the answer.
 #include <chrono>
 #include <cstdio>
+#include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -10,6 +12,7 @@
 #include "cachegen/context_store.h"
 #include "cachegen/error.h"
 #include "cachegen/llama_context.h"
+#include "cachegen/planner_sim.h"
 #include "cachegen/store.h"
 #include "llama_cli.h"
 
@@ -24,7 +27,8 @@ double ms_since(Clock::time_point t0) {
 
 struct RunArgs {
   std::string model, prompt, prompt_file, store, level, write_levels = "lossless,high,medium,low";
-  double deadline_ms = -1;
+  double deadline_ms = -1, prefill_tokens_per_s = 2000, initial_mbps = 1000;
+  std::string policy = "deadline-planner";
   int n_predict = 32, threads = 2;
   size_t chunk_tokens = 256;
   bool json = false, no_write = false;
@@ -40,43 +44,11 @@ std::vector<QualityLevel> parse_levels(const std::string& list) {
   return out;
 }
 
-// Without --level: the best level stored for each chunk; with --deadline-ms: the best whose
-// bytes fit the time left at the throughput measured so far (the first chunk: the smallest).
-LevelChooser make_chooser(const RunArgs& a) {
-  if (!a.level.empty()) {
-    parse_level(a.level);  // validates the name
-    return fixed_level_chooser(a.level);
-  }
-  struct Rate {
-    uint64_t bytes = 0;
-    double seconds = 0;
-  };
-  auto rate = std::make_shared<Rate>();
-  const double deadline_s = a.deadline_ms >= 0 ? a.deadline_ms / 1000 : -1;
-  LevelChooser c;
-  c.observe = [rate](uint64_t bytes, double s) {
-    rate->bytes += bytes;
-    rate->seconds += s;
-  };
-  c.choose = [rate, deadline_s](const StoredChunk& chunk,
-                                const LoadProgress& p) -> std::optional<std::string> {
-    const ChunkLevelEntry* smallest = nullptr;
-    for (const char* name : {"lossless", "high", "medium", "low"}) {
-      const ChunkLevelEntry* e = chunk.find(name);
-      if (e == nullptr) continue;
-      if (deadline_s < 0) return e->level;  // no deadline: the best stored
-      if (rate->bytes > 0 && rate->seconds > 0 &&
-          static_cast<double>(e->bytes) * rate->seconds / static_cast<double>(rate->bytes) <=
-              deadline_s - p.elapsed_s) {
-        return e->level;  // the best that fits at the throughput measured so far
-      }
-      if (smallest == nullptr || e->bytes < smallest->bytes) smallest = e;
-    }
-    // Nothing measured yet, or nothing fits: the smallest, if any time is left.
-    if (smallest == nullptr || p.elapsed_s >= deadline_s) return std::nullopt;
-    return smallest->level;
-  };
-  return c;
+// The levels' quality loss for the planner: docs/QUALITY_LEVELS.md's measured KL.
+std::vector<std::pair<std::string, double>> level_quality() {
+  std::vector<std::pair<std::string, double>> out;
+  for (const LevelSpec& l : measured_quality_levels()) out.emplace_back(l.name, l.kl);
+  return out;
 }
 
 }  // namespace
@@ -98,6 +70,16 @@ void add_run(CLI::App& llama_cmd) {
                   "load the best levels that fit this deadline; what does not arrive in time is "
                   "recomputed")
       ->excludes(level);
+  cmd->add_option("--policy", a->policy,
+                  "without --level: the planner choosing each chunk's level or recompute "
+                  "(deadline-planner, cachegen-alg1, fixed:LEVEL)")
+      ->capture_default_str();
+  cmd->add_option("--prefill-tokens-per-s", a->prefill_tokens_per_s,
+                  "the planner's price of recomputing (this machine's prefill rate)")
+      ->capture_default_str();
+  cmd->add_option("--initial-mbps", a->initial_mbps,
+                  "the planner's throughput estimate before the first chunk arrives")
+      ->capture_default_str();
   cmd->add_option("--n-predict", a->n_predict, "tokens to generate")->capture_default_str();
   cmd->add_option("--chunk-tokens", a->chunk_tokens, "tokens per stored chunk")
       ->capture_default_str();
@@ -116,7 +98,8 @@ void add_run(CLI::App& llama_cmd) {
       throw Error(ErrorCode::invalid_argument, "give --prompt-file or --prompt");
     }
     const std::vector<QualityLevel> write_levels = parse_levels(a->write_levels);
-    const LevelChooser chooser = make_chooser(*a);
+    if (!a->level.empty()) parse_level(a->level);  // a bad name fails before any work
+    const std::unique_ptr<PlannerPolicy> policy = make_planner_policy(a->policy);
     const llama::Model model(resolve_model(a->model));
     std::string prompt = a->prompt;
     if (!a->prompt_file.empty()) {
@@ -150,8 +133,19 @@ void add_run(CLI::App& llama_cmd) {
     const size_t stored_chunks = found.size();
     found.resize(std::min(found.size(), (n_prompt - 1) / cs.chunk_tokens()));  // 1 token to run
     const double lookup_ms = ms_since(t0);
+    CostModel cost;
+    cost.prefill_tokens_per_s = a->prefill_tokens_per_s;
+    const LevelChooser chooser =
+        !a->level.empty()
+            ? fixed_level_chooser(a->level)
+            : planned_chooser(*policy, found, level_quality(), cost,
+                              a->deadline_ms >= 0 ? a->deadline_ms / 1000
+                                                  : std::numeric_limits<double>::infinity(),
+                              a->initial_mbps * 1e6 / 8);
     llama::SnapshotAssembler sink(model);
-    const LoadReport load = load_prefix(cs, tokens, found, chooser, sink);
+    LoadOptions lo;
+    if (a->deadline_ms >= 0) lo.deadline_s = a->deadline_ms / 1000;  // later chunks: recomputed
+    const LoadReport load = load_prefix(cs, tokens, found, chooser, sink, lo);
     const Clock::time_point r0 = Clock::now();
     const size_t reused = sink.n_cells();
     if (reused > 0) llama::restore_seq_state(ctx, sink.snapshot());

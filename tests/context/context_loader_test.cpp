@@ -1,0 +1,153 @@
+// load_prefix: pipelined loading with stop reasons (missing level, damaged value, sink refusal,
+// deadline, cancel) and the planner-driven chooser, on a real FileStore.
+#include <gtest/gtest.h>
+
+#include "cachegen/container.h"
+#include "cachegen/context_loader.h"
+#include "cachegen/error.h"
+#include "store/store_test_support.h"
+
+namespace cachegen::test {
+namespace {
+
+constexpr size_t kChunk = 16, kChunks = 5;
+
+std::vector<uint8_t> chunk_value(std::span<const int32_t> tokens, size_t width) {
+  ModelShape shape;
+  shape.n_layers = 1;
+  shape.n_kv_heads = 1;
+  shape.head_dim = static_cast<int>(width);
+  std::vector<Half> kv(2 * tokens.size() * width);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = float_to_half(static_cast<float>(i % 29));
+  std::vector<uint8_t> ids(tokens.size() * 4);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    for (int b = 0; b < 4; ++b) {
+      ids[4 * i + static_cast<size_t>(b)] =
+          static_cast<uint8_t>(static_cast<uint32_t>(tokens[i]) >> (8 * b));
+    }
+  }
+  const CgkvBlob blob{static_cast<uint32_t>(BlobKind::token_ids), ids};
+  return write_cgkv_lossless(shape, kv, tokens.size(), tokens.size(), std::span(&blob, 1), 1);
+}
+
+// Records what it was given; refuses chunk `refuse` (an engine finding a value unusable).
+struct RecordingSink : ChunkSink {
+  std::vector<std::pair<size_t, std::string>> got;
+  size_t refuse = SIZE_MAX;
+  void decode(const StoredChunk& c, std::string_view level, std::span<const uint8_t>) override {
+    if (c.index == refuse) throw Error(ErrorCode::corrupt_input, "refused by the sink");
+    got.emplace_back(c.index, std::string(level));
+  }
+};
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = open_file_store(dir_.path());
+    ContextStoreOptions o;
+    o.chunk_tokens = kChunk;
+    cs_ = std::make_unique<ContextStore>(*store_, "m", o);
+    for (size_t i = 0; i < kChunks * kChunk + 3; ++i)
+      tokens_.push_back(static_cast<int32_t>(i * 5 % 97));
+    for (size_t i = 0; i < kChunks; ++i) {
+      const auto t = std::span(tokens_).subspan(i * kChunk, kChunk);
+      cs_->put_chunk(tokens_, i, "lossless", chunk_value(t, 64));
+      cs_->put_chunk(tokens_, i, "low", chunk_value(t, 4));
+    }
+    chunks_ = cs_->lookup(tokens_);
+    ASSERT_EQ(chunks_.size(), kChunks);
+  }
+  TempDir dir_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<ContextStore> cs_;
+  std::vector<int32_t> tokens_;
+  std::vector<StoredChunk> chunks_;
+};
+
+TEST_F(LoaderTest, LoadsEveryChunkInOrder) {
+  RecordingSink sink;
+  const LoadReport r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("low"), sink);
+  EXPECT_EQ(r.chunks_loaded, kChunks);
+  EXPECT_EQ(r.tokens_loaded, kChunks * kChunk);
+  EXPECT_TRUE(r.stop_reason.empty()) << r.stop_reason;
+  ASSERT_EQ(sink.got.size(), kChunks);
+  for (size_t i = 0; i < kChunks; ++i)
+    EXPECT_EQ(sink.got[i], std::make_pair(i, std::string("low")));
+  EXPECT_GT(r.bytes_fetched, 0u);
+}
+
+TEST_F(LoaderTest, StopsAtAMissingLevelADamagedValueOrARefusal) {
+  RecordingSink sink;
+  LoadReport r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("high"), sink);
+  EXPECT_EQ(r.chunks_loaded, 0u);
+  EXPECT_NE(r.stop_reason.find("recompute"), std::string::npos) << r.stop_reason;
+
+  const ChunkLevelEntry* e = chunks_[2].find("lossless");
+  const std::string key = cs_->value_key(chunks_[2].key, "lossless", e->checksum);
+  std::vector<uint8_t> v = store_->get(key);
+  v[v.size() / 3] ^= 4;
+  store_->put(key, v);
+  RecordingSink s2;
+  r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("lossless"), s2);
+  EXPECT_EQ(r.chunks_loaded, 2u);
+  EXPECT_NE(r.stop_reason.find("does not match"), std::string::npos) << r.stop_reason;
+
+  store_->remove(key);
+  RecordingSink s3;
+  r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("lossless"), s3);
+  EXPECT_EQ(r.chunks_loaded, 2u);
+  EXPECT_NE(r.stop_reason.find("missing"), std::string::npos) << r.stop_reason;
+
+  RecordingSink s4;
+  s4.refuse = 1;
+  r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("low"), s4);
+  EXPECT_EQ(r.chunks_loaded, 1u);
+  EXPECT_NE(r.stop_reason.find("refused by the sink"), std::string::npos) << r.stop_reason;
+}
+
+TEST_F(LoaderTest, DeadlineAndCancelStopFetching) {
+  RecordingSink sink;
+  LoadOptions o;
+  o.deadline_s = 0;
+  LoadReport r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("low"), sink, o);
+  EXPECT_EQ(r.chunks_loaded, 0u);
+  EXPECT_NE(r.stop_reason.find("deadline"), std::string::npos) << r.stop_reason;
+  std::atomic<bool> cancel{true};
+  LoadOptions c;
+  c.cancel = &cancel;
+  r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("low"), sink, c);
+  EXPECT_EQ(r.chunks_loaded, 0u);
+  EXPECT_EQ(r.stop_reason, "cancelled");
+}
+
+TEST_F(LoaderTest, PlannedChooserPicksWhatFitsTheDeadline) {
+  const std::vector<std::pair<std::string, double>> kl = {{"lossless", 0.0}, {"low", 0.09}};
+  CostModel cost;
+  cost.prefill_tokens_per_s = 1e-3;  // recomputing is hopeless
+  const auto policy = make_planner_policy("deadline-planner");
+  // No deadline: the best level everywhere.
+  RecordingSink best;
+  LoadReport r = load_prefix(
+      *cs_, tokens_, chunks_,
+      planned_chooser(*policy, chunks_, kl, cost, std::numeric_limits<double>::infinity(), 1e9),
+      best);
+  ASSERT_EQ(r.chunks_loaded, kChunks);
+  for (const auto& [i, level] : best.got) EXPECT_EQ(level, "lossless") << i;
+  // A link so slow (by the initial estimate) that only the small level fits.
+  const uint64_t low_total = [&] {
+    uint64_t n = 0;
+    for (const StoredChunk& c : chunks_) n += c.find("low")->bytes;
+    return n;
+  }();
+  RecordingSink small;
+  r = load_prefix(
+      *cs_, tokens_, chunks_,
+      planned_chooser(*policy, chunks_, kl, cost, 1000.0, static_cast<double>(low_total) / 500.0),
+      small);
+  ASSERT_FALSE(small.got.empty()) << r.stop_reason << " loaded " << r.chunks_loaded << " levels " << r.levels.size();
+  EXPECT_EQ(small.got[0].second, "low");
+  EXPECT_THROW(planned_chooser(*policy, chunks_, {{"high", 0.0}}, cost, 1, 1e6), Error);
+}
+
+}  // namespace
+}  // namespace cachegen::test
