@@ -12,6 +12,9 @@ void add_bench_seed(CLI::App& bench);
 // `cachegen bench codec`: codec speed and size next to zstd and memcpy.
 void add_bench_codec(CLI::App& bench);
 
+// `cachegen bench stream`: context loading from a real redis-server over a shaped link.
+void add_bench_stream(CLI::App& bench);
+
 // `cachegen encode | decode | inspect | verify`.
 void add_kv_commands(CLI::App& app);
 // `cachegen store put | get | list | rm`.

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   cachegen::cli::add_bench_seed(*bench);
   cachegen::cli::add_bench_codec(*bench);
+  cachegen::cli::add_bench_stream(*bench);
   cachegen::cli::add_kv_commands(app);
   cachegen::cli::add_store_commands(app);
 #ifdef CACHEGEN_WITH_LLAMA
