@@ -5,6 +5,7 @@
 #include "cachegen/container.h"
 #include "cachegen/context_loader.h"
 #include "cachegen/error.h"
+#include "store/redis_server.h"
 #include "store/store_test_support.h"
 
 namespace cachegen::test {
@@ -152,6 +153,51 @@ TEST_F(LoaderTest, PlannedChooserPicksWhatFitsTheDeadline) {
   ASSERT_EQ(small.got.size(), kChunks) << r.stop_reason;
   for (const auto& [i, level] : small.got) EXPECT_EQ(level, "low") << i;
   EXPECT_THROW(planned_chooser(*policy, chunks_, {{"high", 0.0}}, cost, 1, 1e6), Error);
+}
+
+}  // namespace
+}  // namespace cachegen::test
+
+namespace cachegen::test {
+namespace {
+
+// A real redis-server killed in the middle of a load: the load stops with the reason, every
+// chunk it reports loaded was decoded, and after a restart (data gone) nothing is reused.
+TEST(LoaderRedisFaults, ServerKilledMidLoadAndRestarted) {
+  RedisServer server;
+  std::unique_ptr<Store> store =
+      open_redis_store("127.0.0.1", server.port(), 0, test_redis_options());
+  ContextStoreOptions o;
+  o.chunk_tokens = kChunk;
+  ContextStore cs(*store, "m", o);
+  std::vector<int32_t> tokens;
+  for (size_t i = 0; i < 8 * kChunk; ++i) tokens.push_back(static_cast<int32_t>(i * 3 % 91));
+  for (size_t i = 0; i < 8; ++i) {
+    cs.put_chunk(tokens, i, "lossless",
+                 chunk_value(std::span(tokens).subspan(i * kChunk, kChunk), 64));
+  }
+  const std::vector<StoredChunk> chunks = cs.lookup(tokens);
+  ASSERT_EQ(chunks.size(), 8u);
+  struct KillingSink : RecordingSink {
+    RedisServer* server = nullptr;
+    void decode(const StoredChunk& c, std::string_view level, std::span<const uint8_t> v) override {
+      if (c.index == 1) server->kill_hard();
+      RecordingSink::decode(c, level, v);
+    }
+  } sink;
+  sink.server = &server;
+  LoadOptions lo;
+  lo.prefetch = 1;
+  const LoadReport r = load_prefix(cs, tokens, chunks, fixed_level_chooser("lossless"), sink, lo);
+  EXPECT_LT(r.chunks_loaded, 8u);
+  EXPECT_GE(r.chunks_loaded, 2u);
+  EXPECT_EQ(sink.got.size(), r.chunks_loaded);
+  EXPECT_NE(r.stop_reason.find("fetching failed"), std::string::npos) << r.stop_reason;
+  server.restart();
+  std::unique_ptr<Store> again =
+      open_redis_store("127.0.0.1", server.port(), 0, test_redis_options());
+  ContextStore cs2(*again, "m", o);
+  EXPECT_TRUE(cs2.lookup(tokens).empty());  // a restarted empty server: everything recomputed
 }
 
 }  // namespace
