@@ -135,13 +135,21 @@ void add_run(CLI::App& llama_cmd) {
     const double lookup_ms = ms_since(t0);
     CostModel cost;
     cost.prefill_tokens_per_s = a->prefill_tokens_per_s;
-    const LevelChooser chooser =
-        !a->level.empty()
-            ? fixed_level_chooser(a->level)
-            : planned_chooser(*policy, found, level_quality(), cost,
-                              a->deadline_ms >= 0 ? a->deadline_ms / 1000
-                                                  : std::numeric_limits<double>::infinity(),
-                              a->initial_mbps * 1e6 / 8);
+    LevelChooser chooser;
+    if (!a->level.empty()) {
+      chooser = fixed_level_chooser(a->level);
+    } else {
+      try {
+        chooser = planned_chooser(
+            *policy, found, level_quality(), cost,
+            a->deadline_ms >= 0 ? a->deadline_ms / 1000 : std::numeric_limits<double>::infinity(),
+            a->initial_mbps * 1e6 / 8);
+      } catch (const Error&) {  // no level stored for every chunk: load what one level covers
+        chooser = fixed_level_chooser(found.empty() || found[0].levels.empty()
+                                          ? std::string("lossless")
+                                          : found[0].levels[0].level);
+      }
+    }
     llama::SnapshotAssembler sink(model);
     LoadOptions lo;
     if (a->deadline_ms >= 0) lo.deadline_s = a->deadline_ms / 1000;  // later chunks: recomputed
