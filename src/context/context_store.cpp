@@ -247,7 +247,9 @@ void ContextStore::put_chunk(std::span<const int32_t> tokens, size_t index, std:
   const ChunkKey& key = keys.back();
   ChunkLevelEntry mine{std::string(level), value.size(), XXH64(value.data(), value.size(), 0)};
   const std::string vkey = value_key(key, level, mine.checksum);
-  if (!store_.exists(vkey)) store_.put(vkey, value);
+  // Always written (an atomic replace with the same bytes): a value damaged in the store is
+  // repaired by the next writer of that chunk.
+  store_.put(vkey, value);
   // Merge into the manifest; a concurrent writer's put may replace ours, so re-read and merge
   // again until ours is listed.
   const std::string mkey = manifest_key(key);

@@ -95,6 +95,10 @@ if [[ -n $victim ]]; then
 else
   fail "no lossless chunk value found in the file store"
 fi
+# The next writer repairs the damaged chunk: a later run loads everything again.
+fix=$(run "$m" "$work/prompt.txt" "file://$work/store" --level lossless --write-levels lossless) || fail "repair run"
+again=$(run "$m" "$work/prompt.txt" "file://$work/store" --level lossless --no-write) || fail "after repair"
+expect "a damaged chunk is rewritten by the next run" "$(field "$again" reused_tokens)" $(((n - 1) / 64 * 64))
 check_rc "run --n-predict 0" 2 "$cg" llama run --model "$m" --prompt x --store "file://$work/s2" --n-predict 0
 check_rc "run without a store" 2 "$cg" llama run --model "$m" --prompt x
 check_rc "demo --prefix -1" 2 "$cg" llama demo --model "$m" --text "$text" --prefix -1

@@ -185,7 +185,12 @@ void add_run(CLI::App& llama_cmd) {
       std::vector<int32_t> decoded = tokens;
       decoded.insert(decoded.end(), out.begin(), out.end() - 1);  // the last was not decoded
       const llama::KvSnapshot snap = llama::capture_seq_state(ctx, decoded);
-      written = llama::store_chunks(cs, model, snap, tokens, stored_chunks, write_levels);
+      // From the first chunk the store lacks, or the first that failed to load (rewritten).
+      const size_t from = load.stop_reason.find("failed") != std::string::npos ||
+                                  load.stop_reason.find("missing") != std::string::npos
+                              ? load.chunks_loaded
+                              : stored_chunks;
+      written = llama::store_chunks(cs, model, snap, tokens, from, write_levels);
       write_ms = ms_since(w0);
     }
     std::string levels;
