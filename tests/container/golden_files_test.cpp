@@ -286,6 +286,16 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
     b[get_le(b, t, 8) + 5] ^= 0x10;
   });
   cg("blob_checksum_wrong", ErrorCode::corrupt_input, lv, [](Bytes& b) { b[b.size() - 3] ^= 1; });
+  {
+    // verify checks every blob, not only the first of its kind.
+    KVCacheConfig cfg;
+    cfg.block_tokens = 64;
+    const uint32_t meta = static_cast<uint32_t>(BlobKind::metadata_json);
+    Bytes b = write_cgkv(test::filled_cache(40, cfg, 2).cache,
+                         std::vector<CgkvBlob>{{meta, {'{', '}'}}, {meta, {'[', ']'}}});
+    b.back() ^= 1;  // the second blob ends the file
+    r.push_back({"second_blob_of_a_kind_checksum_wrong.cgkv", "cgkv", ErrorCode::corrupt_input, b});
+  }
   cg("swapped_chunk_entries", ErrorCode::corrupt_input, q, [](Bytes& b) {
     const size_t t = chunk_table(b);
     for (size_t i = 0; i < 24; ++i) std::swap(b[t + i], b[t + 24 + i]);
