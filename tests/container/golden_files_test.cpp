@@ -296,6 +296,28 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
     b.back() ^= 1;  // the second blob ends the file
     r.push_back({"second_blob_of_a_kind_checksum_wrong.cgkv", "cgkv", ErrorCode::corrupt_input, b});
   }
+  cg("chunk_non_minimal_varint", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    // The last chunk (it ends the file) with its first tensor length as a non-minimal varint,
+    // everything else made consistent: size, checksum (tag + bytes), file_bytes, header.
+    const CgkvReader rd = CgkvReader::from_bytes(b);
+    const size_t c = rd.info().chunks.size() - 1;
+    const CgkvChunkInfo ci = rd.info().chunks[c];
+    const size_t at = static_cast<size_t>(ci.range.offset);
+    const size_t entry = chunk_table(b) + 24 * c;
+    size_t last = at;
+    while (b[last] & 0x80) ++last;
+    b[last] |= 0x80;
+    b.insert(b.begin() + static_cast<ptrdiff_t>(last) + 1, 0x00);
+    put_le(b, entry + 8, ci.range.bytes + 1, 8);
+    Bytes tagged(24);
+    put_le(tagged, 0, c, 8);
+    put_le(tagged, 8, ci.token_begin, 8);
+    put_le(tagged, 16, ci.n_tokens, 8);
+    tagged.insert(tagged.end(), b.begin() + static_cast<ptrdiff_t>(at), b.end());
+    put_le(b, entry + 16, XXH64(tagged.data(), tagged.size(), 0), 8);
+    put_le(b, 16, b.size(), 8);  // file_bytes
+    resign(b);
+  });
   cg("swapped_chunk_entries", ErrorCode::corrupt_input, q, [](Bytes& b) {
     const size_t t = chunk_table(b);
     for (size_t i = 0; i < 24; ++i) std::swap(b[t + i], b[t + 24 + i]);
