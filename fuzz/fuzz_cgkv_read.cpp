@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Bound the work a forged header can ask for: decode at most 4096 tokens.
     const size_t n = r.info().n_tokens < 4096 ? r.info().n_tokens : 4096;
     (void)r.read_tokens(0, n);
-    for (const auto& b : r.info().blobs) (void)r.read_blob(b.kind);
+    for (size_t b = 0; b < r.info().blobs.size(); ++b) (void)r.read_blob_at(b);
+    if (!r.info().chunks.empty()) (void)r.chunk_tensor_bytes(r.info().chunks.size() - 1);
   } catch (const cachegen::Error&) {
   }
   return 0;

@@ -118,11 +118,18 @@ class CgkvReader {
   std::vector<Half> read_tokens(size_t begin, size_t end) const;
   // The bytes of the first blob of a kind (checksum verified), or nullopt.
   std::optional<std::vector<uint8_t>> read_blob(uint32_t kind) const;
-  // Verifies every chunk and blob checksum and decodes every chunk; throws on the first
-  // problem, naming it.
+  // The bytes of blob `index` (info().blobs order; checksum verified). invalid_argument when
+  // there is no such blob.
+  std::vector<uint8_t> read_blob_at(size_t index) const;
+  // Verifies every chunk and blob checksum (every blob, whatever its kind) and decodes every
+  // chunk; throws on the first problem, naming it.
   void verify() const;
   // The raw chunk bytes (checksum verified).
   std::vector<uint8_t> read_chunk(size_t index) const;
+  // Bytes of each tensor in chunk `index`, [n_attention_layers * 2] (K then V per attention
+  // layer; 0 for recomputed layers), from the chunk's framing: checksum and framing are
+  // checked as read_tokens checks them, the tensors are not decoded.
+  std::vector<uint64_t> chunk_tensor_bytes(size_t index) const;
 
   struct Source;  // where the bytes come from (memory or file)
 

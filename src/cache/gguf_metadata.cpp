@@ -9,10 +9,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
+#include "core/wire.h"
 
 namespace cachegen {
 namespace {
@@ -38,8 +40,10 @@ class Reader {
   void read(void* dst, size_t n) {
     if (std::fread(dst, 1, n, f_.get()) != n) {
       throw Error(ErrorCode::truncated_input,
-                  "gguf '" + path_ + "': file ends inside its metadata");
+                  "gguf '" + path_ + "': file ends inside its metadata (a " + std::to_string(n) +
+                      "-byte field at offset " + std::to_string(offset_) + ")");
     }
+    offset_ += n;
     XXH64_update(&hash_, dst, n);
   }
   void skip(uint64_t n) {
@@ -50,11 +54,13 @@ class Reader {
       n -= k;
     }
   }
+  // A little-endian integer (GGUF's byte order), decoded by the shared wire layer.
   template <typename T>
   T pod() {
-    T v;
-    read(&v, sizeof v);  // GGUF is little-endian, like every host cachegen supports
-    return v;
+    static_assert(std::is_integral_v<T> && sizeof(T) <= 8);
+    uint8_t b[sizeof(T)];
+    read(b, sizeof b);
+    return static_cast<T>(wire::load_le(b, sizeof b));
   }
   std::string str(uint64_t limit, const char* what) {
     const uint64_t n = pod<uint64_t>();
@@ -69,6 +75,7 @@ class Reader {
  private:
   std::string path_;
   std::unique_ptr<FILE, int (*)(FILE*)> f_;
+  uint64_t offset_ = 0;
   XXH64_state_t hash_;
 };
 

@@ -82,7 +82,7 @@ size_t bounded_mul(size_t a, size_t b, size_t limit, const char* what) {
 
 SharedBatch parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
                          const DecodeOptions& options) {
-  ByteReader r(body, body_offset);
+  wire::Reader r(body, "codec batch", body_offset);
   SharedBatch b;
   const uint64_t n_rows = r.varint("n_rows");
   const uint64_t dim = r.varint("dim");
@@ -119,7 +119,7 @@ SharedBatch parse_shared(std::span<const uint8_t> body, size_t body_offset, size
   if (side_bytes > r.remaining()) r.need(r.remaining() + 1, "channel models");
   if (dim > side_bytes * 4) corrupt("dim " + std::to_string(dim) + " exceeds the model section");
   const size_t side_offset = r.offset();
-  BitReader bits_in(r.bytes(side_bytes, "channel models"), side_offset);
+  BitReader bits_in(r.take(side_bytes, "channel models"), side_offset);
   b.models.resize(dim);
   b.is_delta.resize(dim);
   std::vector<ChannelTable> tables(dim);
@@ -150,7 +150,7 @@ SharedBatch parse_shared(std::span<const uint8_t> body, size_t body_offset, size
   for (size_t i = 0; i < n_slices; ++i) {
     if (lengths[i] > r.remaining()) r.need(r.remaining() + 1, "slice payload");
     b.slices[i].offset = r.offset();
-    b.slices[i].payload = r.bytes(lengths[i], "slice payload");
+    b.slices[i].payload = r.take(lengths[i], "slice payload");
     b.payload_bytes += lengths[i];
   }
   if (r.remaining() != 0)
@@ -282,7 +282,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     rans_encode(symbols, dim, tables, precision, choose_lanes(symbols.size()), payloads[i]);
   });
 
-  ByteWriter w(out);
+  wire::Writer w(out);
   w.varint(first.n_rows);
   w.varint(dim);
   w.varint(first.group_size);

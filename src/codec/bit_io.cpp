@@ -2,22 +2,6 @@
 
 namespace cachegen::detail {
 
-uint64_t ByteReader::varint(const char* field) {
-  uint64_t v = 0;
-  for (int i = 0; i < 10; ++i) {
-    const uint8_t b = u8(field);
-    if (i == 9 && b > 1) break;  // would overflow 64 bits
-    v |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
-    if ((b & 0x80) == 0) {
-      if (i > 0 && b == 0) break;  // not minimal: a trailing zero group
-      return v;
-    }
-  }
-  fail(ErrorCode::corrupt_input, std::string("codec stream: ") + field +
-                                     ": malformed varint ending at offset " +
-                                     std::to_string(offset()));
-}
-
 void BitWriter::put(uint64_t value, int n_bits) {
   for (int i = n_bits - 1; i >= 0; --i) {
     acc_ = (acc_ << 1) | ((value >> i) & 1);

@@ -88,7 +88,7 @@ struct BatchHeader {
 
 BatchHeader read_batch_header(std::span<const uint8_t> bytes) {
   const auto body = detail::check_magic(bytes, detail::kBatchMagic, "codec batch");
-  detail::ByteReader r(body, 5);
+  wire::Reader r(body, "codec batch", 5);
   BatchHeader h;
   h.n_heads = r.varint("n_heads");
   h.layout = r.u8("batch layout");
@@ -109,7 +109,7 @@ BatchHeader read_batch_header(std::span<const uint8_t> bytes) {
 // Splits an independent-layout batch into its head records.
 std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> bytes,
                                                      const BatchHeader& h) {
-  detail::ByteReader r(bytes.subspan(h.body_offset), h.body_offset);
+  wire::Reader r(bytes.subspan(h.body_offset), "codec batch", h.body_offset);
   std::vector<uint64_t> lengths(h.n_heads);
   for (auto& len : lengths) len = r.varint("head record length");
   std::vector<std::pair<size_t, size_t>> records;
@@ -138,7 +138,7 @@ std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
                                      std::span<const ParamPrecision> precisions,
                                      const EncodeOptions& options) {
   std::vector<uint8_t> out = with_magic(detail::kBatchMagic);
-  detail::ByteWriter w(out);
+  wire::Writer w(out);
   w.varint(streams.size());
   w.u8(detail::kBatchShared);
   if (detail::encode_batch_shared(streams, precisions, options, out)) return out;

@@ -6,6 +6,7 @@
 #include "cachegen/runtime.h"
 #include "codec/rans.h"
 #include "core/checks.h"
+#include "core/wire.h"
 
 namespace cachegen::detail {
 
@@ -106,8 +107,7 @@ RansDecodeState start_decode(std::span<const uint8_t> payload, size_t payload_of
   }
   RansDecodeState st;
   for (int l = 0; l < n_lanes; ++l) {
-    uint32_t v = 0;
-    for (int b = 0; b < 4; ++b) v |= static_cast<uint32_t>(payload[l * 4 + b]) << (8 * b);
+    const auto v = static_cast<uint32_t>(wire::load_le(&payload[static_cast<size_t>(l) * 4], 4));
     if (v < kRansLow) {
       fail(ErrorCode::corrupt_input, "codec stream: rANS state " + std::to_string(l) +
                                          " at offset " + std::to_string(payload_offset + l * 4) +

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "codec/rans.h"
+#include "core/wire.h"
 
 namespace cachegen::detail {
 
@@ -70,8 +71,7 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   const size_t at = out.size();
   out.resize(at + static_cast<size_t>(n_lanes) * 4 + n_words * 2);
   uint8_t* o = out.data() + at;
-  for (int l = 0; l < n_lanes; ++l)
-    for (int b = 0; b < 4; ++b) *o++ = static_cast<uint8_t>(x[l] >> (8 * b));
+  for (int l = 0; l < n_lanes; ++l, o += 4) wire::store_le(o, x[l], 4);
   for (size_t w = w_pos; w < words.size(); ++w) {
     *o++ = static_cast<uint8_t>(words[w]);
     *o++ = static_cast<uint8_t>(words[w] >> 8);

@@ -30,17 +30,16 @@ size_t bounded_mul(size_t a, size_t b, size_t limit, const char* what) {
   return r;
 }
 
-void read_float_params(ByteReader& r, ParamPrecision precision, std::vector<float>& out,
+void read_float_params(wire::Reader& r, ParamPrecision precision, std::vector<float>& out,
                        const char* field) {
   // One bounds check for the whole block (a check per value showed in decode profiles).
   const size_t width = precision == ParamPrecision::fp16 ? 2 : 4;
-  const uint8_t* in = r.bytes(out.size() * width, field).data();
+  const uint8_t* in = r.take(out.size() * width, field).data();
   for (size_t i = 0; i < out.size(); ++i, in += width) {
     if (precision == ParamPrecision::fp16) {
-      out[i] = half_to_float(Half{static_cast<uint16_t>(in[0] | (in[1] << 8))});
+      out[i] = half_to_float(Half{static_cast<uint16_t>(wire::load_le(in, 2))});
     } else {
-      const uint32_t u = static_cast<uint32_t>(in[0]) | static_cast<uint32_t>(in[1]) << 8 |
-                         static_cast<uint32_t>(in[2]) << 16 | static_cast<uint32_t>(in[3]) << 24;
+      const uint32_t u = static_cast<uint32_t>(wire::load_le(in, 4));
       std::memcpy(&out[i], &u, 4);
     }
   }
@@ -67,7 +66,7 @@ std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8
 
 ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
                       const DecodeOptions& options) {
-  ByteReader r(record, record_offset);
+  wire::Reader r(record, "codec stream", record_offset);
   ParsedHead h;
   CodeStream& s = h.stream;
   const uint64_t n_rows = r.varint("n_rows");
@@ -119,7 +118,7 @@ ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
   const uint64_t side_bytes = r.varint("side_bytes");
   if (side_bytes > r.remaining()) r.need(r.remaining() + 1, "side information");
   const size_t side_offset = r.offset();
-  BitReader bits_in(r.bytes(side_bytes, "side information"), side_offset);
+  BitReader bits_in(r.take(side_bytes, "side information"), side_offset);
   // Every channel model takes >= 2 bits and every compact parameter pair >= 2 bits.
   if (dim > side_bytes * 4)
     corrupt("dim " + std::to_string(dim) + " exceeds what the side section can describe");
@@ -143,14 +142,14 @@ ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
 
   h.coder_precision = coder_precision;
   h.n_lanes = n_lanes;
-  h.payload = r.bytes(r.remaining(), "rANS payload");
+  h.payload = r.take(r.remaining(), "rANS payload");
   h.payload_offset = side_offset + side_bytes;
   if (n == 0 && !h.payload.empty())
     corrupt(std::to_string(h.payload.size()) + " trailing bytes after an empty stream");
   return h;
 }
 
-void read_param_block(ByteReader& r, CodeStream& s) {
+void read_param_block(wire::Reader& r, CodeStream& s) {
   const uint8_t precision_byte = r.u8("param_precision");
   if (precision_byte > 2) corrupt("param_precision " + std::to_string(precision_byte) + " unknown");
   const auto precision = static_cast<ParamPrecision>(precision_byte);
@@ -166,7 +165,7 @@ void read_param_block(ByteReader& r, CodeStream& s) {
     if (len > r.remaining()) r.need(r.remaining() + 1, "compact parameters");
     if (n_params > len * 4) corrupt("too many compact parameters for their section");
     const size_t offset = r.offset();
-    BitReader bits_in(r.bytes(len, "compact parameters"), offset);
+    BitReader bits_in(r.take(len, "compact parameters"), offset);
     read_params_compact(bits_in, s.n_groups(), s.dim, grid, s.scale, s.zero);
     bits_in.finish("compact parameters");
   } else {

@@ -11,7 +11,7 @@
 namespace cachegen::detail {
 namespace {
 
-void write_float_params(ByteWriter& w, std::span<const float> values, ParamPrecision precision) {
+void write_float_params(wire::Writer& w, std::span<const float> values, ParamPrecision precision) {
   for (float v : values) {
     if (precision == ParamPrecision::fp16) {
       w.u16(float_to_half(v).bits);
@@ -54,7 +54,7 @@ void stream_symbols(const CodeStream& s, std::span<const ChannelModel> models,
 
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
                        std::vector<uint8_t>& out) {
-  ByteWriter w(out);
+  wire::Writer w(out);
   w.u8(static_cast<uint8_t>(precision));
   if (precision == ParamPrecision::compact) {
     w.u8(static_cast<uint8_t>(grid.scale_mantissa_bits));
@@ -103,7 +103,7 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
   }
 
   // Fixed header.
-  ByteWriter w(out);
+  wire::Writer w(out);
   w.varint(s.n_rows);
   w.varint(s.dim);
   w.varint(s.group_size);

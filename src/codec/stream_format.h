@@ -77,7 +77,7 @@ void dequant_real_rows(const CodeStream& params, const uint8_t* codes, Half* out
 // Per-head parameter block of a shared batch.
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
                        std::vector<uint8_t>& out);
-void read_param_block(ByteReader& r, CodeStream& s);
+void read_param_block(wire::Reader& r, CodeStream& s);
 
 // Shared-model batch (layout 1): heads must share n_rows, dim, bits and group_size.
 // Returns false (writing nothing) when the heads cannot or should not share: mismatched

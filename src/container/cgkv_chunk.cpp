@@ -12,8 +12,8 @@
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
-#include "container/cgkv_bytes.h"
 #include "container/cgkv_internal.h"
+#include "core/wire.h"
 
 namespace cachegen::detail {
 namespace {
@@ -61,7 +61,7 @@ std::vector<uint8_t> planes_rans(std::span<const Half> values, size_t width) {
   const std::vector<uint8_t> hi = encode(plane_stream(values, width, 8));
   const std::vector<uint8_t> lo = encode(plane_stream(values, width, 0));
   std::vector<uint8_t> out{kPlanesRans};
-  LeWriter w(out);
+  wire::Writer w(out);
   w.varint(hi.size());
   w.bytes(hi);
   w.bytes(lo);
@@ -130,13 +130,13 @@ void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, s
   if (width == 0 || out.empty() || out.size() % width != 0) {
     throw Error(ErrorCode::corrupt_input, context + ": rANS planes for an empty tensor");
   }
-  LeReader r(body, context);
+  wire::Reader r(body, context);
   const uint64_t hi_len = r.varint("high plane length");
   if (hi_len > r.remaining()) {
     throw Error(ErrorCode::corrupt_input, context + ": high plane length runs past the data");
   }
-  const auto hi = r.take(static_cast<size_t>(hi_len), "high plane");
-  const auto lo = r.take(r.remaining(), "low plane");
+  const auto hi = r.take(hi_len, "high plane");
+  const auto lo = r.rest();
   for (Half& h : out) h.bits = 0;
   unpack_plane(hi, out, width, 8, context + " (high bytes)");
   unpack_plane(lo, out, width, 0, context + " (low bytes)");

@@ -1,13 +1,12 @@
 // The .cgkv preamble and header: writing, and reading with every field validated.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "cachegen/error.h"
 #include "cachegen/transform.h"
-#include "container/cgkv_bytes.h"
 #include "container/cgkv_internal.h"
+#include "core/wire.h"
 
 namespace cachegen {
 
@@ -61,26 +60,15 @@ uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs, bool has_
 
 namespace {
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float bits_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // The RoPE block (16 bytes): f32 freq_base, f32 freq_scale, u16 n_rot, u8 mode, u8 reserved,
 // i32 position_offset.
-void read_rope(LeReader& r, CgkvInfo& info) {
-  info.rope.freq_base = bits_f32(r.u32("rope freq_base"));
-  info.rope.freq_scale = bits_f32(r.u32("rope freq_scale"));
+void read_rope(wire::Reader& r, CgkvInfo& info) {
+  info.rope.freq_base = r.f32("rope freq_base");
+  info.rope.freq_scale = r.f32("rope freq_scale");
   const uint16_t n_rot = r.u16("rope n_rot");
   const uint8_t mode = r.u8("rope mode");
-  check(r.u8("rope reserved") == 0, "rope: reserved byte is not zero");
-  info.rope_position_offset = static_cast<int32_t>(r.u32("rope position_offset"));
+  r.expect_zero(1, "rope reserved");
+  info.rope_position_offset = r.i32("rope position_offset");
   info.rope.n_rot = n_rot;
   const std::string problem = info.rope.problem(static_cast<size_t>(info.head_dim));
   check(problem.empty(), "rope " + problem);
@@ -145,14 +133,14 @@ std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
   if (info.has_rope) info.rope.validate(static_cast<size_t>(info.head_dim));
   std::vector<uint8_t> out;
   out.reserve(static_cast<size_t>(info.header_bytes));
-  LeWriter w(out);
+  wire::Writer w(out);
   for (uint8_t m : kCgkvMagic) w.u8(m);
   w.u16(info.version);
-  w.u16(0);
+  w.zeros(2);  // flags
   w.u32(static_cast<uint32_t>(info.header_bytes));
-  w.u32(0);
+  w.zeros(4);
   w.u64(info.file_bytes);
-  w.u64(0);
+  w.zeros(8);
   w.u32(static_cast<uint32_t>(info.n_layers));
   w.u32(static_cast<uint32_t>(info.n_kv_heads));
   w.u32(static_cast<uint32_t>(info.head_dim));
@@ -162,7 +150,7 @@ std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
   w.u32(static_cast<uint32_t>(info.chunks.size()));
   w.u8(static_cast<uint8_t>(info.codec));
   w.u8(static_cast<uint8_t>(info.param_mode));
-  w.u16(0);
+  w.zeros(2);
   for (const CgkvLayerInfo& l : info.layers) {
     w.u8(static_cast<uint8_t>(l.key_bits));
     w.u8(static_cast<uint8_t>(l.value_bits));
@@ -171,12 +159,12 @@ std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
     w.u8(static_cast<uint8_t>(l.key_transform));
   }
   if (info.has_rope) {
-    w.u32(f32_bits(info.rope.freq_base));
-    w.u32(f32_bits(info.rope.freq_scale));
+    w.f32(info.rope.freq_base);
+    w.f32(info.rope.freq_scale);
     w.u16(static_cast<uint16_t>(info.rope.n_rot));
     w.u8(info.rope.neox ? 1 : 0);
-    w.u8(0);
-    w.u32(static_cast<uint32_t>(info.rope_position_offset));
+    w.zeros(1);
+    w.i32(info.rope_position_offset);
   }
   for (const CgkvChunkInfo& c : info.chunks) {
     w.u64(c.range.offset);
@@ -186,7 +174,7 @@ std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
   w.u32(static_cast<uint32_t>(info.blobs.size()));
   for (const CgkvBlobInfo& b : info.blobs) {
     w.u32(b.kind);
-    w.u32(0);
+    w.zeros(4);
     w.u64(b.range.offset);
     w.u64(b.range.bytes);
     w.u64(b.range.xxh64);
@@ -204,7 +192,7 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
                 "cgkv: " + std::to_string(actual) + " bytes, shorter than the 32-byte preamble");
   }
   const std::vector<uint8_t> pre = src.read(0, kPreambleBytes);
-  LeReader p(pre, "cgkv preamble");
+  wire::Reader p(pre, "cgkv preamble");
   CgkvInfo info;
   const auto magic = p.take(4, "magic");
   check(std::equal(magic.begin(), magic.end(), kCgkvMagic), "bad magic (not a .cgkv file)");
@@ -214,11 +202,11 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
                 "cgkv: format version " + std::to_string(info.version) + " (this build reads " +
                     std::to_string(kCgkvOldestVersion) + ".." + std::to_string(kCgkvVersion) + ")");
   }
-  check(p.u16("flags") == 0, "reserved flags are not zero");
+  p.expect_zero(2, "flags");
   info.header_bytes = p.u32("header_bytes");
-  check(p.u32("reserved") == 0, "reserved field at offset 12 is not zero");
+  p.expect_zero(4, "reserved");
   info.file_bytes = p.u64("file_bytes");
-  check(p.u64("reserved") == 0, "reserved field at offset 24 is not zero");
+  p.expect_zero(8, "reserved");
   check(info.header_bytes > kPreambleBytes + 8 && info.header_bytes <= kMaxHeaderBytes,
         "header_bytes " + std::to_string(info.header_bytes) + " out of range");
   if (actual < info.file_bytes || actual < info.header_bytes) {
@@ -231,17 +219,19 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
 
   const std::vector<uint8_t> hdr = src.read(0, static_cast<size_t>(info.header_bytes));
   const std::span<const uint8_t> signed_part(hdr.data(), hdr.size() - 8);
-  LeReader tail(std::span<const uint8_t>(hdr).subspan(hdr.size() - 8), "cgkv header");
+  wire::Reader tail(std::span<const uint8_t>(hdr).subspan(hdr.size() - 8), "cgkv header",
+                    hdr.size() - 8);
   check(tail.u64("header_xxh64") == xxh64(signed_part), "header checksum mismatch");
 
-  LeReader r(std::span<const uint8_t>(hdr).subspan(kPreambleBytes, hdr.size() - kPreambleBytes - 8),
-             "cgkv header", kPreambleBytes);
+  wire::Reader r(
+      std::span<const uint8_t>(hdr).subspan(kPreambleBytes, hdr.size() - kPreambleBytes - 8),
+      "cgkv header", kPreambleBytes);
   const uint32_t n_layers = r.u32("n_layers"), heads = r.u32("n_kv_heads"), dim = r.u32("head_dim");
   const uint32_t gs = r.u32("group_size");
   const uint64_t n_tokens = r.u64("n_tokens");
   const uint32_t chunk_tokens = r.u32("chunk_tokens"), n_chunks = r.u32("n_chunks");
   const uint8_t codec = r.u8("codec"), param_mode = r.u8("param_mode");
-  check(r.u16("reserved") == 0, "reserved header field is not zero");
+  r.expect_zero(2, "reserved");
   check(n_layers >= 1 && n_layers <= 4096,
         "n_layers " + std::to_string(n_layers) + " out of range 1..4096");
   check(heads >= 1 && heads <= 65536, "n_kv_heads " + std::to_string(heads) + " out of range");
@@ -317,7 +307,7 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
   for (uint32_t b = 0; b < n_blobs; ++b) {
     CgkvBlobInfo bi;
     bi.kind = r.u32("blob kind");
-    check(r.u32("reserved") == 0, "blob " + std::to_string(b) + ": reserved field not zero");
+    r.expect_zero(4, "blob reserved");
     bi.range = {r.u64("blob offset"), r.u64("blob bytes"), r.u64("blob xxh64")};
     check_range(bi.range, info.header_bytes, info.file_bytes, "blob " + std::to_string(b));
     info.blobs.push_back(bi);

@@ -5,9 +5,9 @@
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
-#include "container/cgkv_bytes.h"
 #include "container/cgkv_internal.h"
 #include "core/checks.h"
+#include "core/wire.h"
 
 namespace cachegen {
 
@@ -45,16 +45,23 @@ std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
   return b;
 }
 
+std::vector<uint8_t> CgkvReader::read_blob_at(size_t index) const {
+  if (index >= info_.blobs.size()) {
+    detail::invalid("blob " + std::to_string(index) + " does not exist (" +
+                    std::to_string(info_.blobs.size()) + " blobs)");
+  }
+  const CgkvBlobInfo& b = info_.blobs[index];
+  std::vector<uint8_t> bytes = src_->read(b.range.offset, static_cast<size_t>(b.range.bytes));
+  if (detail::xxh64(bytes) != b.range.xxh64) {
+    throw Error(ErrorCode::corrupt_input, "cgkv: blob " + std::to_string(index) + " (kind " +
+                                              std::to_string(b.kind) + ") checksum mismatch");
+  }
+  return bytes;
+}
+
 std::optional<std::vector<uint8_t>> CgkvReader::read_blob(uint32_t kind) const {
   for (size_t i = 0; i < info_.blobs.size(); ++i) {
-    const CgkvBlobInfo& b = info_.blobs[i];
-    if (b.kind != kind) continue;
-    std::vector<uint8_t> bytes = src_->read(b.range.offset, static_cast<size_t>(b.range.bytes));
-    if (detail::xxh64(bytes) != b.range.xxh64) {
-      throw Error(ErrorCode::corrupt_input, "cgkv: blob " + std::to_string(i) + " (kind " +
-                                                std::to_string(kind) + ") checksum mismatch");
-    }
-    return bytes;
+    if (info_.blobs[i].kind == kind) return read_blob_at(i);
   }
   return std::nullopt;
 }
@@ -129,15 +136,14 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::vec
 
 namespace {
 
-// Decodes rows [lo, hi) (relative to the chunk) of every stored tensor of chunk c (bytes
-// already verified) into dst(t), t = the tensor's index among all attention layers' K and V.
-// Recomputed layers are skipped: nothing is stored, nothing is written.
-template <typename Dst>
-void decode_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, size_t lo,
-                  size_t hi, Dst&& dst) {
-  const CgkvChunkInfo& ci = info.chunks[c];
-  detail::LeReader r(bytes, "cgkv chunk " + std::to_string(c),
-                     static_cast<size_t>(ci.range.offset));
+// The one walk over a chunk's payload (FORMAT.md, "Chunk payload"), shared by read_tokens,
+// verify and chunk_tensor_bytes: calls fn(t, bits, data, context) for every stored tensor in
+// order, t = its index among all attention layers' K and V (recomputed layers store nothing
+// and are skipped). The lengths must add up to exactly the chunk's bytes.
+template <typename Fn>
+void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, Fn&& fn) {
+  wire::Reader r(bytes, "cgkv chunk " + std::to_string(c),
+                 static_cast<size_t>(info.chunks[c].range.offset));
   size_t t = 0;
   for (size_t l = 0; l < info.layers.size(); ++l) {
     if (!info.layers[l].attention) continue;
@@ -150,18 +156,27 @@ void decode_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes
           "cgkv chunk " + std::to_string(c) + ", layer " + std::to_string(l) + (kind ? " V" : " K");
       const uint64_t len = r.varint("tensor length");
       if (len > r.remaining()) {
-        throw Error(ErrorCode::corrupt_input,
-                    ctx + ": length " + std::to_string(len) + " runs past the chunk");
+        throw Error(ErrorCode::corrupt_input, ctx + ": length " + std::to_string(len) +
+                                                  " at offset " + std::to_string(r.offset()) +
+                                                  " runs past the chunk");
       }
-      const auto data = r.take(static_cast<size_t>(len), "tensor data");
-      const int bits = kind ? info.layers[l].value_bits : info.layers[l].key_bits;
-      decode_tensor(info, data, bits, ci.n_tokens, lo, hi, dst(t), ctx);
+      const auto data = r.take(len, "tensor data");
+      fn(t, kind ? info.layers[l].value_bits : info.layers[l].key_bits, data, ctx);
     }
   }
-  if (r.remaining() != 0) {
-    throw Error(ErrorCode::corrupt_input, "cgkv chunk " + std::to_string(c) + ": " +
-                                              std::to_string(r.remaining()) + " trailing bytes");
-  }
+  r.expect_end("its tensors");
+}
+
+// Decodes rows [lo, hi) (relative to the chunk) of every stored tensor of chunk c (bytes
+// already verified) into dst(t).
+template <typename Dst>
+void decode_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, size_t lo,
+                  size_t hi, Dst&& dst) {
+  const size_t rows = info.chunks[c].n_tokens;
+  walk_chunk(info, c, bytes,
+             [&](size_t t, int bits, std::span<const uint8_t> data, const std::string& ctx) {
+               decode_tensor(info, data, bits, rows, lo, hi, dst(t), ctx);
+             });
 }
 
 }  // namespace
@@ -218,7 +233,16 @@ void CgkvReader::verify() const {
       return scratch.data();
     });
   }
-  for (const CgkvBlobInfo& b : info_.blobs) read_blob(b.kind);
+  for (size_t b = 0; b < info_.blobs.size(); ++b) read_blob_at(b);
+}
+
+std::vector<uint64_t> CgkvReader::chunk_tensor_bytes(size_t index) const {
+  std::vector<uint64_t> sizes(static_cast<size_t>(info_.n_attention_layers()) * 2, 0);
+  walk_chunk(info_, index, read_chunk(index),
+             [&](size_t t, int, std::span<const uint8_t> data, const std::string&) {
+               sizes[t] = data.size();
+             });
+  return sizes;
 }
 
 }  // namespace cachegen

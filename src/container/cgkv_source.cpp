@@ -12,6 +12,7 @@
 #include "cachegen/error.h"
 #include "container/cgkv_internal.h"
 #include "core/input_file.h"
+#include "core/wire.h"
 
 namespace cachegen::detail {
 namespace {
@@ -77,9 +78,7 @@ uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chu
   if (version < 2) return xxh64(bytes);
   uint8_t tag[24];
   const uint64_t fields[3] = {index, chunk.token_begin, chunk.n_tokens};
-  for (int f = 0; f < 3; ++f) {
-    for (int i = 0; i < 8; ++i) tag[8 * f + i] = static_cast<uint8_t>(fields[f] >> (8 * i));
-  }
+  for (int f = 0; f < 3; ++f) wire::store_le(tag + 8 * f, fields[f], 8);
   XXH64_state_t st;
   XXH64_reset(&st, 0);
   XXH64_update(&st, tag, sizeof tag);

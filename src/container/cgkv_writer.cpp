@@ -3,9 +3,9 @@
 #include <string>
 
 #include "cachegen/error.h"
-#include "container/cgkv_bytes.h"
 #include "container/cgkv_internal.h"
 #include "core/checks.h"
+#include "core/wire.h"
 
 namespace cachegen {
 namespace {
@@ -109,7 +109,7 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
       const std::vector<CompressedBlock> blocks = layer.snapshot_blocks(kind);
       if (blocks.size() != chunks.size()) detail::invalid("write_cgkv: block layout mismatch");
       for (size_t c = 0; c < chunks.size(); ++c) {
-        detail::LeWriter w(chunks[c]);
+        wire::Writer w(chunks[c]);
         w.varint(blocks[c].bytes.size());
         w.bytes(blocks[c].bytes);
       }
@@ -137,7 +137,7 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
   std::vector<std::vector<uint8_t>> chunks(info.chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info.chunks[c];
-    detail::LeWriter w(chunks[c]);
+    wire::Writer w(chunks[c]);
     for (size_t t = 0; t < n_attn * 2; ++t) {
       // Chunk rows of tensor t, token-major [rows, heads, dim] as stored in kv.
       const std::span<const Half> rows =

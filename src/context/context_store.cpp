@@ -12,7 +12,7 @@
 
 #include "cachegen/container.h"
 #include "cachegen/error.h"
-#include "container/cgkv_bytes.h"
+#include "core/wire.h"
 
 namespace cachegen {
 namespace {
@@ -46,15 +46,12 @@ ChunkKey chain(const ChunkKey& parent, std::string_view fingerprint,
   XXH3_128bits_update(st, parent.bytes.data(), parent.bytes.size());
   const uint64_t fp_len = fingerprint.size();
   uint8_t len_le[8];
-  for (int i = 0; i < 8; ++i) len_le[i] = static_cast<uint8_t>(fp_len >> (8 * i));
+  wire::store_le(len_le, fp_len, 8);
   XXH3_128bits_update(st, len_le, 8);
   XXH3_128bits_update(st, fingerprint.data(), fingerprint.size());
   std::vector<uint8_t> le(tokens.size() * 4);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const auto u = static_cast<uint32_t>(tokens[i]);
-    for (int b = 0; b < 4; ++b)
-      le[4 * i + static_cast<size_t>(b)] = static_cast<uint8_t>(u >> (8 * b));
-  }
+  for (size_t i = 0; i < tokens.size(); ++i)
+    wire::store_le(&le[4 * i], static_cast<uint32_t>(tokens[i]), 4);
   XXH3_128bits_update(st, le.data(), le.size());
   const XXH128_hash_t h = XXH3_128bits_digest(st);
   XXH3_freeState(st);
@@ -133,12 +130,10 @@ std::string ContextStore::value_key(const ChunkKey& key, std::string_view level,
 
 std::vector<uint8_t> ContextStore::encode_manifest(const ChunkKey& key, const StoredChunk& c) {
   std::vector<uint8_t> out;
-  detail::LeWriter w(out);
+  wire::Writer w(out);
   w.u32(kManifestMagic);
   w.u8(kManifestVersion);
-  w.u8(0);
-  w.u8(0);
-  w.u8(0);
+  w.zeros(3);
   w.bytes(key.bytes);
   w.u64(c.index);
   w.u32(static_cast<uint32_t>(c.n_tokens));
@@ -156,16 +151,14 @@ std::vector<uint8_t> ContextStore::encode_manifest(const ChunkKey& key, const St
 
 StoredChunk ContextStore::decode_manifest(std::span<const uint8_t> bytes,
                                           const ChunkKey& expected_key, size_t max_levels) {
-  detail::LeReader r(bytes, "context manifest");
+  wire::Reader r(bytes, "context manifest");
   if (r.u32("magic") != kManifestMagic) corrupt("manifest: bad magic");
   const uint8_t version = r.u8("version");
   if (version != kManifestVersion) {
     throw Error(ErrorCode::unsupported_version,
                 "context store: manifest version " + std::to_string(version) + " (this reader: 1)");
   }
-  for (int i = 0; i < 3; ++i) {
-    if (r.u8("reserved") != 0) corrupt("manifest: reserved byte is not zero");
-  }
+  r.expect_zero(3, "reserved");
   StoredChunk c;
   const std::span<const uint8_t> key = r.take(16, "chunk key");
   std::copy(key.begin(), key.end(), c.key.bytes.begin());
@@ -197,7 +190,7 @@ StoredChunk ContextStore::decode_manifest(std::span<const uint8_t> bytes,
   const size_t covered = r.offset();
   const uint64_t sum = r.u64("manifest checksum");
   if (sum != XXH64(bytes.data(), covered, 0)) corrupt("manifest: checksum mismatch");
-  if (r.remaining() != 0) corrupt("manifest: trailing bytes");
+  r.expect_end("the manifest checksum");
   c.index = static_cast<size_t>(index);
   c.n_tokens = n_tokens;
   return c;
@@ -303,10 +296,7 @@ std::optional<std::vector<uint8_t>> ContextStore::get_chunk(const StoredChunk& c
       reader.read_blob(static_cast<uint32_t>(BlobKind::token_ids));
   bool same = ids.has_value() && ids->size() == tokens.size() * 4;
   for (size_t i = 0; same && i < tokens.size(); ++i) {
-    uint32_t u = 0;
-    for (int b = 0; b < 4; ++b)
-      u |= static_cast<uint32_t>((*ids)[4 * i + static_cast<size_t>(b)]) << (8 * b);
-    same = static_cast<int32_t>(u) == tokens[i];
+    same = static_cast<int32_t>(wire::load_le(&(*ids)[4 * i], 4)) == tokens[i];
   }
   if (!same) corrupt(where + ": the value holds other token ids than the chunk's");
   return v;

@@ -2,6 +2,7 @@
 // keys numpy writes ('descr', 'fortran_order', 'shape') and reject everything else.
 #include "cachegen/npy.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "cachegen/error.h"
 #include "core/checks.h"
+#include "core/wire.h"
 
 namespace cachegen {
 namespace {
@@ -72,12 +74,6 @@ struct Cursor {
   }
 };
 
-uint32_t read_le(const uint8_t* p, size_t n) {
-  uint32_t v = 0;
-  for (size_t k = 0; k < n; ++k) v |= static_cast<uint32_t>(p[k]) << (8 * k);
-  return v;
-}
-
 }  // namespace
 
 size_t npy_dtype_size(NpyDType t) noexcept {
@@ -135,24 +131,22 @@ void NpyArray::check_element_size(size_t bytes) const {
 }
 
 NpyArray parse_npy(std::span<const uint8_t> b) {
-  if (b.size() < 10) throw Error(ErrorCode::truncated_input, "npy: file shorter than its preamble");
+  wire::Reader r(b, "npy");
   static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-  if (!std::equal(magic, magic + 6, b.data())) corrupt("bad magic (not a .npy file)");
-  const uint8_t major = b[6];
+  const auto m = r.take(std::min<size_t>(6, b.size()), "magic");
+  if (!std::equal(m.begin(), m.end(), magic)) corrupt("bad magic (not a .npy file)");
+  r.need(6 - m.size(), "magic");
+  const uint8_t major = r.u8("major version");
+  r.u8("minor version");
   if (major < 1 || major > 3) {
     throw Error(ErrorCode::unsupported_version, "npy: format version " + std::to_string(major));
   }
-  const size_t len_bytes = major == 1 ? 2 : 4;
-  if (b.size() < 8 + len_bytes) {
-    throw Error(ErrorCode::truncated_input, "npy: file ends inside its header length");
-  }
-  const size_t header_len = read_le(b.data() + 8, len_bytes);
-  const size_t header_start = 8 + len_bytes;
+  const size_t header_len = major == 1 ? r.u16("header length") : r.u32("header length");
   if (header_len > kMaxHeaderBytes)
     corrupt("header length " + std::to_string(header_len) + " exceeds limit");
-  if (b.size() < header_start + header_len)
-    throw Error(ErrorCode::truncated_input, "npy: header truncated");
-  Cursor cur{std::string_view(reinterpret_cast<const char*>(b.data() + header_start), header_len)};
+  const size_t header_start = r.position();
+  const auto header = r.take(header_len, "header");
+  Cursor cur{std::string_view(reinterpret_cast<const char*>(header.data()), header.size())};
 
   NpyArray a;
   bool have_descr = false, have_order = false, have_shape = false;

@@ -48,7 +48,7 @@ bool consecutive_positions(const std::vector<KvCell>& cells) {
 
 namespace {
 
-void write_cells(const KvSnapshot& s, const KvStream& stream, ByteWriter& out) {
+void write_cells(const KvSnapshot& s, const KvStream& stream, wire::Writer& out) {
   if (is_run(stream.cells)) {
     out.u32(kCellsRun);
     out.i32(stream.cells[0].pos);
@@ -66,14 +66,14 @@ void write_cells(const KvSnapshot& s, const KvStream& stream, ByteWriter& out) {
   }
 }
 
-void read_cells(ByteReader& in, uint32_t n_cells, const ParseOptions& limits, bool cell_ext,
+void read_cells(wire::Reader& in, uint32_t n_cells, const ParseOptions& limits, bool cell_ext,
                 KvStream& stream) {
   const uint32_t encoding = in.u32("app_state.cells_encoding");
   if (encoding == kCellsRun) {
     const int32_t first = in.i32("app_state.first_pos");
     const int32_t seq = in.i32("app_state.run_seq_id");
     if (int64_t{first} + n_cells - 1 > INT32_MAX) {
-      in.fail("app_state.first_pos", "positions overflow i32");
+      in.corrupt("app_state.first_pos", "positions overflow i32");
     }
     stream.cells.resize(n_cells);
     for (uint32_t i = 0; i < n_cells; ++i) {
@@ -83,21 +83,21 @@ void read_cells(ByteReader& in, uint32_t n_cells, const ParseOptions& limits, bo
     return;
   }
   if (encoding != kCellsExplicit) {
-    in.fail("app_state.cells_encoding", "unknown value " + std::to_string(encoding));
+    in.corrupt("app_state.cells_encoding", "unknown value " + std::to_string(encoding));
   }
-  in.need("app_state.cells", checked_mul(n_cells, cell_ext ? 20 : 8, "app_state.cells"));
+  in.need(checked_mul(n_cells, cell_ext ? 20 : 8, "app_state.cells"), "app_state.cells");
   stream.cells.resize(n_cells);
   for (KvCell& cell : stream.cells) {
     cell.pos = in.i32("app_state.cell.pos");
     const uint32_t n_seq = in.u32("app_state.cell.n_seq_id");
     if (n_seq > limits.max_seq_ids_per_cell) {
-      in.fail("app_state.cell.n_seq_id", std::to_string(n_seq) + " exceeds the limit " +
-                                             std::to_string(limits.max_seq_ids_per_cell));
+      in.corrupt("app_state.cell.n_seq_id", std::to_string(n_seq) + " exceeds the limit " +
+                                                std::to_string(limits.max_seq_ids_per_cell));
     }
     if (cell_ext) {
       for (int32_t& e : cell.ext) e = in.i32("app_state.cell.ext");
     }
-    in.need("app_state.cell.seq_id", uint64_t{n_seq} * 4);
+    in.need(uint64_t{n_seq} * 4, "app_state.cell.seq_id");
     cell.seq_ids.resize(n_seq);
     for (int32_t& id : cell.seq_ids) id = in.i32("app_state.cell.seq_id");
   }
@@ -106,10 +106,12 @@ void read_cells(ByteReader& in, uint32_t n_cells, const ParseOptions& limits, bo
 }  // namespace
 
 std::vector<uint8_t> encode_app_state(const KvSnapshot& s) {
-  ByteWriter out;
+  std::vector<uint8_t> bytes;
+  wire::Writer out(bytes);
   out.u32(kAppStateMagic);
-  out.u32(kAppStateVersion | (uint32_t{static_cast<uint8_t>(s.kind)} << 16) |
-          (uint32_t{s.cell_ext ? kFlagCellExt : uint8_t{0}} << 24));
+  out.u16(kAppStateVersion);
+  out.u8(static_cast<uint8_t>(s.kind));
+  out.u8(s.cell_ext ? kFlagCellExt : uint8_t{0});
   out.i32(s.seq_id);
   out.u32(static_cast<uint32_t>(s.arch_tag.size()));
   out.bytes(std::span(reinterpret_cast<const uint8_t*>(s.arch_tag.data()), s.arch_tag.size()));
@@ -129,57 +131,56 @@ std::vector<uint8_t> encode_app_state(const KvSnapshot& s) {
       out.u32(l.n_embd_v);
     }
   }
-  return out.take();
+  return bytes;
 }
 
 KvSnapshot decode_app_state(std::span<const uint8_t> bytes, const ParseOptions& limits) {
-  ByteReader in(bytes);
+  wire::Reader in(bytes, "cgkv app_state blob");
   if (in.u32("app_state.magic") != kAppStateMagic) {
-    in.fail("app_state.magic", "not a cachegen llama.cpp state blob ('CGLS')");
+    in.corrupt("app_state.magic", "not a cachegen llama.cpp state blob ('CGLS')");
   }
-  const uint32_t word = in.u32("app_state.version");
-  const uint16_t version = static_cast<uint16_t>(word & 0xffff);
+  const uint16_t version = in.u16("app_state.version");
   if (version != kAppStateVersion) {
     throw Error(ErrorCode::unsupported_version,
                 "cgkv app_state blob: version " + std::to_string(version) + ", this build reads " +
                     std::to_string(kAppStateVersion));
   }
-  const uint8_t kind = static_cast<uint8_t>(word >> 16), flags = static_cast<uint8_t>(word >> 24);
+  const uint8_t kind = in.u8("app_state.kind"), flags = in.u8("app_state.flags");
   if (kind > 1)
-    in.fail("app_state.kind", "must be 0 (sequence) or 1 (context), is " + std::to_string(kind));
-  if ((flags & ~kFlagCellExt) != 0) in.fail("app_state.flags", "reserved bits set");
+    in.corrupt("app_state.kind", "must be 0 (sequence) or 1 (context), is " + std::to_string(kind));
+  if ((flags & ~kFlagCellExt) != 0) in.corrupt("app_state.flags", "reserved bits set");
   KvSnapshot s;
   s.kind = static_cast<StateKind>(kind);
   s.cell_ext = (flags & kFlagCellExt) != 0;
   s.seq_id = in.i32("app_state.seq_id");
   const uint32_t arch_len = in.u32("app_state.arch_len");
-  if (arch_len > 256) in.fail("app_state.arch_len", std::to_string(arch_len) + " exceeds 256");
-  const std::span<const uint8_t> arch = in.take("app_state.arch", arch_len);
+  if (arch_len > 256) in.corrupt("app_state.arch_len", std::to_string(arch_len) + " exceeds 256");
+  const std::span<const uint8_t> arch = in.take(arch_len, "app_state.arch");
   s.arch_tag.assign(arch.begin(), arch.end());
   const uint32_t n_streams = in.u32("app_state.n_streams");
   if (n_streams == 0 || n_streams > limits.max_streams) {
-    in.fail("app_state.n_streams",
-            std::to_string(n_streams) + " outside 1.." + std::to_string(limits.max_streams));
+    in.corrupt("app_state.n_streams",
+               std::to_string(n_streams) + " outside 1.." + std::to_string(limits.max_streams));
   }
-  in.need("app_state.streams", uint64_t{n_streams} * 4);
+  in.need(uint64_t{n_streams} * 4, "app_state.streams");
   s.streams.resize(n_streams);
   for (KvStream& stream : s.streams) {
     const uint32_t n_cells = in.u32("app_state.n_cells");
     if (n_cells == 0) continue;
     if (n_cells > limits.max_cells) {
-      in.fail("app_state.n_cells",
-              std::to_string(n_cells) + " exceeds the limit " + std::to_string(limits.max_cells));
+      in.corrupt("app_state.n_cells", std::to_string(n_cells) + " exceeds the limit " +
+                                          std::to_string(limits.max_cells));
     }
     const uint32_t v_trans = in.u32("app_state.v_trans");
-    if (v_trans > 1) in.fail("app_state.v_trans", "must be 0 or 1");
+    if (v_trans > 1) in.corrupt("app_state.v_trans", "must be 0 or 1");
     stream.v_trans = v_trans == 1;
     const uint32_t n_layer = in.u32("app_state.n_layer");
     if (n_layer == 0 || n_layer > limits.max_layers) {
-      in.fail("app_state.n_layer",
-              std::to_string(n_layer) + " outside 1.." + std::to_string(limits.max_layers));
+      in.corrupt("app_state.n_layer",
+                 std::to_string(n_layer) + " outside 1.." + std::to_string(limits.max_layers));
     }
     read_cells(in, n_cells, limits, s.cell_ext, stream);
-    in.need("app_state.layers", checked_mul(n_layer, 32, "app_state.layers"));
+    in.need(checked_mul(n_layer, 32, "app_state.layers"), "app_state.layers");
     stream.layers.resize(n_layer);
     for (KvLayer& l : stream.layers) {
       l.k_type = in.i32("app_state.k_type");
@@ -195,10 +196,10 @@ KvSnapshot decode_app_state(std::span<const uint8_t> bytes, const ParseOptions& 
   size_t with_cells = 0;
   for (const KvStream& stream : s.streams) with_cells += stream.cells.empty() ? 0 : 1;
   if (with_cells != 1) {
-    in.fail("app_state.n_cells", std::to_string(with_cells) + " streams hold cells, not 1");
+    in.corrupt("app_state.n_cells", std::to_string(with_cells) + " streams hold cells, not 1");
   }
   if (in.remaining() != 0) {
-    in.fail("app_state.end", std::to_string(in.remaining()) + " trailing bytes");
+    in.corrupt("app_state.end", std::to_string(in.remaining()) + " trailing bytes");
   }
   return s;
 }

@@ -66,11 +66,9 @@ ModelShape container_shape(const KvStream& stream, const ModelIdentity& id,
 std::vector<CgkvBlob> make_blobs(const KvSnapshot& s, const ModelIdentity& id) {
   std::vector<CgkvBlob> blobs(3);
   blobs[0].kind = static_cast<uint32_t>(BlobKind::token_ids);
-  blobs[0].bytes.resize(s.tokens.size() * 4);
-  for (size_t i = 0; i < s.tokens.size(); ++i) {
-    const uint32_t t = static_cast<uint32_t>(s.tokens[i]);
-    for (int b = 0; b < 4; ++b) blobs[0].bytes[i * 4 + b] = static_cast<uint8_t>(t >> (8 * b));
-  }
+  blobs[0].bytes.reserve(s.tokens.size() * 4);
+  wire::Writer ids(blobs[0].bytes);
+  for (int32_t t : s.tokens) ids.i32(t);
   blobs[1].kind = static_cast<uint32_t>(BlobKind::metadata_json);
   blobs[1].bytes = detail::encode_metadata(id, s);
   blobs[2].kind = static_cast<uint32_t>(BlobKind::app_state);
@@ -191,8 +189,7 @@ std::vector<int32_t> decode_tokens(std::span<const uint8_t> b, const ParseOption
   }
   std::vector<int32_t> tokens(b.size() / 4);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(b[i * 4] | (b[i * 4 + 1] << 8) | (b[i * 4 + 2] << 16) |
-                                     (static_cast<uint32_t>(b[i * 4 + 3]) << 24));
+    tokens[i] = static_cast<int32_t>(wire::load_le(&b[i * 4], 4));
   }
   return tokens;
 }

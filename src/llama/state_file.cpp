@@ -18,7 +18,7 @@ constexpr uint32_t kSeqVersion = 3;
 }  // namespace
 
 KvSnapshot parse_state_file(std::span<const uint8_t> bytes, const ParseOptions& options) {
-  detail::ByteReader in(bytes);
+  wire::Reader in(bytes, "llama state");
   const uint32_t magic = in.u32("magic");
   const uint32_t version = in.u32("version");
   StateKind kind;
@@ -30,7 +30,7 @@ KvSnapshot parse_state_file(std::span<const uint8_t> bytes, const ParseOptions& 
     kind = StateKind::context;
     expected_version = kSessionVersion;
   } else {
-    in.fail("magic", "not a llama.cpp state file ('ggsq' or 'ggsn')");
+    in.corrupt("magic", "not a llama.cpp state file ('ggsq' or 'ggsn')");
   }
   if (version != expected_version) {
     throw Error(ErrorCode::unsupported_version,
@@ -39,30 +39,29 @@ KvSnapshot parse_state_file(std::span<const uint8_t> bytes, const ParseOptions& 
   }
   const uint32_t n_tokens = in.u32("n_tokens");
   if (n_tokens > options.max_tokens) {
-    in.fail("n_tokens",
-            std::to_string(n_tokens) + " exceeds the limit " + std::to_string(options.max_tokens));
+    in.corrupt("n_tokens", std::to_string(n_tokens) + " exceeds the limit " +
+                               std::to_string(options.max_tokens));
   }
-  const std::span<const uint8_t> token_bytes = in.take("tokens", uint64_t{n_tokens} * 4);
+  const std::span<const uint8_t> token_bytes = in.take(uint64_t{n_tokens} * 4, "tokens");
   const std::span<const uint8_t> state = bytes.subspan(in.offset());
   KvSnapshot s = detail::parse_state(state, options, kind, false);
   s.tokens.resize(n_tokens);
   for (uint32_t i = 0; i < n_tokens; ++i) {
-    const uint8_t* p = &token_bytes[size_t{i} * 4];
-    s.tokens[i] = static_cast<int32_t>(p[0] | (p[1] << 8) | (p[2] << 16) |
-                                       (static_cast<uint32_t>(p[3]) << 24));
+    s.tokens[i] = static_cast<int32_t>(wire::load_le(&token_bytes[size_t{i} * 4], 4));
   }
   return s;
 }
 
 std::vector<uint8_t> build_state_file(const KvSnapshot& snapshot) {
-  detail::ByteWriter out;
+  std::vector<uint8_t> bytes;
+  wire::Writer out(bytes);
   const bool seq = snapshot.kind == StateKind::sequence;
   out.u32(seq ? kSeqMagic : kSessionMagic);
   out.u32(seq ? kSeqVersion : kSessionVersion);
   out.u32(static_cast<uint32_t>(snapshot.tokens.size()));
   for (int32_t t : snapshot.tokens) out.i32(t);
   detail::build_state_into(snapshot, false, out);
-  return out.take();
+  return bytes;
 }
 
 }  // namespace cachegen::llama

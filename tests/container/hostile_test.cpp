@@ -9,6 +9,7 @@
 
 #include "cachegen/error.h"
 #include "container/container_test_util.h"
+#include "core/wire.h"
 
 namespace cachegen {
 namespace {
@@ -45,6 +46,19 @@ void resign(std::vector<uint8_t>& b) {
 
 TEST(Hostile, ValidFileIsAccepted) {
   EXPECT_EQ(outcome(valid_file()), ErrorCode::ok);
+}
+
+TEST(Hostile, ChunkTensorBytesFollowTheFraming) {
+  const std::vector<uint8_t> f = valid_file();
+  const CgkvReader r = CgkvReader::from_bytes(f);
+  for (size_t c = 0; c < r.info().chunks.size(); ++c) {
+    const std::vector<uint64_t> sizes = r.chunk_tensor_bytes(c);
+    ASSERT_EQ(sizes.size(), 4u);  // 2 attention layers, K and V
+    uint64_t framed = 0;
+    for (uint64_t s : sizes) framed += wire::varint_size(s) + s;
+    EXPECT_EQ(framed, r.info().chunks[c].range.bytes);
+  }
+  EXPECT_THROW(r.chunk_tensor_bytes(r.info().chunks.size()), Error);
 }
 
 TEST(Hostile, EveryTruncationIsAnError) {

@@ -249,36 +249,14 @@ struct InspectOptions {
 void run_inspect(const InspectOptions& o) {
   const CgkvReader r = open_reader(o.input, o.store);
   const CgkvInfo& info = r.info();
-  // Per-tensor bytes, from the chunk payloads' length prefixes.
+  // Per-tensor bytes, from the chunk payloads' framing (every chunk checksum checked).
   const size_t n_attn = static_cast<size_t>(info.n_attention_layers());
   std::vector<size_t> bytes(n_attn * 2, 0);
-  std::vector<size_t> attn_layer;  // model layer of each attention layer
-  for (size_t l = 0; l < info.layers.size(); ++l) {
-    if (info.layers[l].attention) attn_layer.push_back(l);
-  }
   for (size_t c = 0; c < info.chunks.size(); ++c) {
-    const std::vector<uint8_t> chunk = r.read_chunk(c);
-    size_t pos = 0;
-    for (size_t t = 0; t < n_attn * 2; ++t) {
-      if (info.layers[attn_layer[t / 2]].recomputed) continue;  // nothing stored
-      uint64_t len = 0;
-      for (int shift = 0; pos < chunk.size() && shift < 64; shift += 7) {
-        const uint8_t byte = chunk[pos++];
-        len |= static_cast<uint64_t>(byte & 0x7f) << shift;
-        if (!(byte & 0x80)) break;
-      }
-      if (len > chunk.size() - pos)
-        throw Error(ErrorCode::corrupt_input, "chunk " + std::to_string(c) + " is malformed");
-      bytes[t] += len;
-      pos += len;
-    }
-    if (pos != chunk.size()) {
-      throw Error(ErrorCode::corrupt_input, "chunk " + std::to_string(c) + ": " +
-                                                std::to_string(chunk.size() - pos) +
-                                                " bytes after its tensors");
-    }
+    const std::vector<uint64_t> sizes = r.chunk_tensor_bytes(c);
+    for (size_t t = 0; t < sizes.size(); ++t) bytes[t] += sizes[t];
   }
-  for (const CgkvBlobInfo& b : info.blobs) r.read_blob(b.kind);  // checksums too
+  for (size_t b = 0; b < info.blobs.size(); ++b) r.read_blob_at(b);  // every blob's checksum
   const size_t per_tensor =
       info.n_tokens * static_cast<size_t>(info.n_kv_heads) * static_cast<size_t>(info.head_dim);
   const double fp16_total = 2.0 * static_cast<double>(per_tensor) * 2 * static_cast<double>(n_attn);

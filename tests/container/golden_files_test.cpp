@@ -1,0 +1,523 @@
+// Golden and must-reject files (zstd's golden-decompression / golden-errors habit).
+//
+// tests/data/golden_files/: .cgkv files and raw codec streams written by the format as it is,
+// each listed in manifest.json with what it must decode to (shapes and the XXH64 of the decoded
+// fp16 bytes, little-endian). A change that stops old files decoding to the same values fails
+// here. tests/data/must_reject/: inputs every reader must refuse, each with its exact ErrorCode
+// in manifest.json.
+//
+// Both folders are regenerated only on purpose: CACHEGEN_UPDATE_GOLDEN_FILES=1 rewrites the
+// generated files and both manifests (version-1 .cgkv files, copied from the fuzz corpus, are
+// kept and only re-measured; writers write version 2 only). Review the change before committing.
+#include <gtest/gtest.h>
+
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "cachegen/codec.h"
+#include "cachegen/container.h"
+#include "cachegen/error.h"
+#include "cachegen/npy.h"
+#include "container/container_test_util.h"
+
+namespace cachegen {
+namespace {
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<uint8_t>;
+using nlohmann::json;
+
+const fs::path kGolden = fs::path(CACHEGEN_TEST_DATA_DIR) / "golden_files";
+const fs::path kReject = fs::path(CACHEGEN_TEST_DATA_DIR) / "must_reject";
+
+bool updating() {
+  const char* v = std::getenv("CACHEGEN_UPDATE_GOLDEN_FILES");
+  return v && std::string(v) == "1";
+}
+
+Bytes load(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw std::runtime_error("missing " + p.string());
+  return Bytes(std::istreambuf_iterator<char>(in), {});
+}
+void store(const fs::path& p, const Bytes& b) {
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+std::string hex64(uint64_t v) {
+  char s[17];
+  std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(v));
+  return s;
+}
+// XXH64 of fp16 values as little-endian bytes (the same on every host).
+std::string half_hash(std::span<const Half> h) {
+  Bytes b(2 * h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    b[2 * i] = static_cast<uint8_t>(h[i].bits);
+    b[2 * i + 1] = static_cast<uint8_t>(h[i].bits >> 8);
+  }
+  return hex64(XXH64(b.data(), b.size(), 0));
+}
+std::string bytes_hash(std::span<const uint8_t> b) {
+  return hex64(XXH64(b.data(), b.size(), 0));
+}
+
+// ---- What a file decodes to ------------------------------------------------------------
+
+// Everything a .cgkv reader reports that a format change could move.
+json describe_cgkv(const Bytes& file) {
+  const CgkvReader r = CgkvReader::from_bytes(file);
+  r.verify();
+  const CgkvInfo& in = r.info();
+  json layers = json::array();
+  for (const CgkvLayerInfo& l : in.layers) {
+    layers.push_back(
+        {l.key_bits, l.value_bits, l.attention, l.recomputed, static_cast<int>(l.key_transform)});
+  }
+  json d = {{"version", in.version},
+            {"n_layers", in.n_layers},
+            {"n_kv_heads", in.n_kv_heads},
+            {"head_dim", in.head_dim},
+            {"group_size", in.group_size},
+            {"n_tokens", in.n_tokens},
+            {"chunk_tokens", in.chunk_tokens},
+            {"codec", static_cast<int>(in.codec)},
+            {"layers", layers},
+            {"has_rope", in.has_rope},
+            {"all_tokens_xxh64", half_hash(r.read_tokens(0, in.n_tokens))}};
+  // A range across a chunk boundary exercises the partial read.
+  const size_t b = in.n_tokens / 3, e = in.n_tokens - in.n_tokens / 4;
+  d["range"] = {b, e, half_hash(r.read_tokens(b, e))};
+  json blobs = json::object();
+  for (const CgkvBlobInfo& bl : in.blobs) {
+    blobs[std::to_string(bl.kind)] = bytes_hash(*r.read_blob(bl.kind));
+  }
+  d["blobs"] = blobs;
+  return d;
+}
+
+json describe_stream(const Bytes& s) {
+  const CodeStream c = decode(s);
+  return {{"n_rows", c.n_rows},
+          {"dim", c.dim},
+          {"bits", c.bits},
+          {"group_size", c.group_size},
+          {"codes_xxh64", bytes_hash(c.codes)},
+          {"half_xxh64", half_hash(decode_to_half(s))}};
+}
+
+json describe_batch(const Bytes& s) {
+  json heads = json::array();
+  std::vector<Half> all;
+  for (const CodeStream& c : decode_batch(s)) {
+    heads.push_back({c.n_rows, c.dim, c.bits, c.group_size, bytes_hash(c.codes)});
+    const std::vector<Half> h = dequant_codes(c);
+    all.insert(all.end(), h.begin(), h.end());
+  }
+  return {{"heads", heads}, {"half_xxh64", half_hash(all)}};
+}
+
+json describe(const std::string& kind, const Bytes& b) {
+  if (kind == "cgkv") return describe_cgkv(b);
+  if (kind == "codec_stream") return describe_stream(b);
+  if (kind == "codec_batch") return describe_batch(b);
+  if (kind == "npy") {
+    const NpyArray a = parse_npy(b);
+    return {{"shape", a.shape}, {"data_xxh64", bytes_hash(a.data)}};
+  }
+  throw std::runtime_error("unknown kind " + kind);
+}
+
+// ---- The golden inputs (only run when regenerating) ------------------------------------
+
+std::vector<float> lcg_walk(size_t n, uint32_t seed, size_t dim) {
+  std::vector<float> x(n);
+  uint32_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    const float noise = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
+    x[i] = (i >= dim ? x[i - dim] : static_cast<float>(i % dim) * 0.25f) + noise;
+  }
+  return x;
+}
+
+// The quality-level shape of a file: attention layer 0 recomputed, keys pre-RoPE, token ids.
+KVCacheConfig level_config() {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  cfg.layer_bits = {0, 5};
+  cfg.value_layer_bits = {0, 3};
+  cfg.key_pre_rope = true;
+  cfg.rope.freq_base = 10000.0f;
+  cfg.rope.neox = true;
+  cfg.rope_position_offset = 3;
+  return cfg;
+}
+
+CgkvBlob token_ids(size_t n) {
+  CgkvBlob b{static_cast<uint32_t>(BlobKind::token_ids), {}};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t id = static_cast<uint32_t>(1 + (i * 37) % 500);
+    for (int k = 0; k < 4; ++k) b.bytes.push_back(static_cast<uint8_t>(id >> (8 * k)));
+  }
+  return b;
+}
+
+struct Golden {
+  std::string file, kind;
+  Bytes bytes;
+};
+
+std::vector<Golden> generate_golden() {
+  std::vector<Golden> g;
+  constexpr size_t kT = 100;
+  {
+    KVCacheConfig cfg;
+    cfg.block_tokens = 64;
+    g.push_back(
+        {"quantized_schedule_4bit.cgkv", "cgkv", write_cgkv(test::filled_cache(kT, cfg).cache)});
+  }
+  {
+    KVCacheConfig cfg;
+    cfg.base_bits = 2;
+    cfg.group_size = 16;
+    cfg.block_tokens = 48;
+    cfg.params = ParamMode::reference;
+    const CgkvBlob meta{static_cast<uint32_t>(BlobKind::metadata_json),
+                        {'{', '"', 'a', '"', ':', '1', '}'}};
+    g.push_back({"quantized_reference_2bit.cgkv", "cgkv",
+                 write_cgkv(test::filled_cache(kT, cfg, 5).cache, std::vector<CgkvBlob>{meta})});
+  }
+  g.push_back({"level_prerope_recompute.cgkv", "cgkv",
+               write_cgkv(test::filled_cache(kT, level_config(), 9).cache,
+                          std::vector<CgkvBlob>{token_ids(kT)})});
+  {
+    KVCacheConfig cfg;
+    const test::Filled f = test::filled_cache(40, cfg, 3);
+    g.push_back({"lossless.cgkv", "cgkv",
+                 write_cgkv_lossless(test::small_shape(), f.kv, 40, 32,
+                                     std::vector<CgkvBlob>{token_ids(40)})});
+  }
+  const std::vector<float> x = lcg_walk(48 * 16, 11, 16);
+  g.push_back({"stream_compact_4bit.cgcs", "codec_stream", encode_values(x, 48, 16, 4, 16)});
+  // Reference parameters are not on the compact grid: encode keeps them as fp32.
+  g.push_back({"stream_fp32_params_3bit.cgcs", "codec_stream",
+               encode(quantize_to_codes(std::span<const float>(x).first(40 * 16), 40, 16, 3, 32))});
+  g.push_back({"stream_empty.cgcs", "codec_stream",
+               encode(quantize_to_codes(std::span<const float>(), 0, 8, 2, 32))});
+  const std::vector<float> hx = lcg_walk(4 * 24 * 8, 17, 8);
+  g.push_back({"batch_shared_2bit.cgcb", "codec_batch", encode_values_batch(hx, 4, 24, 8, 2, 8)});
+  std::vector<CodeStream> mixed;
+  mixed.push_back(quantize_to_codes(std::span<const float>(hx).first(24 * 8), 24, 8, 5, 8));
+  mixed.push_back(
+      quantize_to_codes(std::span<const float>(hx).subspan(200, 10 * 16), 10, 16, 1, 4));
+  g.push_back({"batch_independent.cgcb", "codec_batch", encode_batch(mixed)});
+  return g;
+}
+
+// ---- The must-reject inputs ------------------------------------------------------------
+
+void put_le(Bytes& b, size_t at, uint64_t v, int width) {
+  for (int i = 0; i < width; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get_le(const Bytes& b, size_t at, int width) {
+  uint64_t v = 0;
+  for (int i = 0; i < width; ++i) v |= static_cast<uint64_t>(b[at + i]) << (8 * i);
+  return v;
+}
+// Re-signs the header after an edit (a forged but self-consistent header).
+void resign(Bytes& b) {
+  const size_t hb = get_le(b, 8, 4);
+  put_le(b, hb - 8, XXH64(b.data(), hb - 8, 0), 8);
+}
+// Offset of the chunk table: after the fixed body, the layer entries and the RoPE block.
+size_t chunk_table(const Bytes& b) {
+  const CgkvReader r = CgkvReader::from_bytes(b);
+  const CgkvInfo& in = r.info();
+  return 68 + 4 * in.layers.size() + (in.has_rope ? 16 : 0);
+}
+
+Bytes npy_with_header(const std::string& dict, size_t data_bytes) {
+  std::string h = dict;
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  Bytes b = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  b.push_back(static_cast<uint8_t>(h.size()));
+  b.push_back(static_cast<uint8_t>(h.size() >> 8));
+  b.insert(b.end(), h.begin(), h.end());
+  b.resize(b.size() + data_bytes, 0x3c);
+  return b;
+}
+
+struct Reject {
+  std::string file, kind;
+  ErrorCode code;
+  Bytes bytes;
+};
+
+std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) {
+  std::vector<Reject> r;
+  const Bytes& q = golden.at("quantized_schedule_4bit.cgkv");
+  const Bytes& lv = golden.at("level_prerope_recompute.cgkv");
+  auto cg = [&](const std::string& name, ErrorCode code, const Bytes& base,
+                const std::function<void(Bytes&)>& edit) {
+    Bytes b = base;
+    edit(b);
+    r.push_back({name + ".cgkv", "cgkv", code, b});
+  };
+  cg("truncated_preamble", ErrorCode::truncated_input, q, [](Bytes& b) { b.resize(20); });
+  cg("truncated_header", ErrorCode::truncated_input, q, [](Bytes& b) { b.resize(60); });
+  cg("truncated_last_chunk", ErrorCode::truncated_input, q, [](Bytes& b) { b.pop_back(); });
+  cg("bad_magic", ErrorCode::corrupt_input, q, [](Bytes& b) { b[3] = 'W'; });
+  cg("unsupported_version_3", ErrorCode::unsupported_version, q,
+     [](Bytes& b) { put_le(b, 4, 3, 2); });
+  cg("header_checksum_wrong", ErrorCode::corrupt_input, q, [](Bytes& b) { b[40] ^= 1; });
+  cg("chunk_checksum_wrong", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    const size_t t = chunk_table(b);
+    b[get_le(b, t, 8) + 5] ^= 0x10;
+  });
+  cg("blob_checksum_wrong", ErrorCode::corrupt_input, lv, [](Bytes& b) { b[b.size() - 3] ^= 1; });
+  {
+    // verify checks every blob, not only the first of its kind.
+    KVCacheConfig cfg;
+    cfg.block_tokens = 64;
+    const uint32_t meta = static_cast<uint32_t>(BlobKind::metadata_json);
+    Bytes b = write_cgkv(test::filled_cache(40, cfg, 2).cache,
+                         std::vector<CgkvBlob>{{meta, {'{', '}'}}, {meta, {'[', ']'}}});
+    b.back() ^= 1;  // the second blob ends the file
+    r.push_back({"second_blob_of_a_kind_checksum_wrong.cgkv", "cgkv", ErrorCode::corrupt_input, b});
+  }
+  cg("chunk_non_minimal_varint", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    // The last chunk (it ends the file) with its first tensor length as a non-minimal varint,
+    // everything else made consistent: size, checksum (tag + bytes), file_bytes, header.
+    const CgkvReader rd = CgkvReader::from_bytes(b);
+    const size_t c = rd.info().chunks.size() - 1;
+    const CgkvChunkInfo ci = rd.info().chunks[c];
+    const size_t at = static_cast<size_t>(ci.range.offset);
+    const size_t entry = chunk_table(b) + 24 * c;
+    size_t last = at;
+    while (b[last] & 0x80) ++last;
+    b[last] |= 0x80;
+    b.insert(b.begin() + static_cast<ptrdiff_t>(last) + 1, 0x00);
+    put_le(b, entry + 8, ci.range.bytes + 1, 8);
+    Bytes tagged(24);
+    put_le(tagged, 0, c, 8);
+    put_le(tagged, 8, ci.token_begin, 8);
+    put_le(tagged, 16, ci.n_tokens, 8);
+    tagged.insert(tagged.end(), b.begin() + static_cast<ptrdiff_t>(at), b.end());
+    put_le(b, entry + 16, XXH64(tagged.data(), tagged.size(), 0), 8);
+    put_le(b, 16, b.size(), 8);  // file_bytes
+    resign(b);
+  });
+  cg("swapped_chunk_entries", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    const size_t t = chunk_table(b);
+    for (size_t i = 0; i < 24; ++i) std::swap(b[t + i], b[t + 24 + i]);
+    resign(b);
+  });
+  cg("absurd_head_dim", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    put_le(b, 40, 0x80000000u, 4);
+    resign(b);
+  });
+  cg("absurd_n_tokens", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    put_le(b, 48, uint64_t{1} << 50, 8);
+    resign(b);
+  });
+  cg("absurd_rope_freq_scale", ErrorCode::corrupt_input, lv, [](Bytes& b) {
+    const size_t rope = 68 + 4 * 3;  // small_shape has 3 layers
+    const float huge = 3e38f;
+    uint32_t bits;
+    std::memcpy(&bits, &huge, 4);
+    put_le(b, rope + 4, bits, 4);
+    resign(b);
+  });
+  cg("overlapping_chunks", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    const size_t t = chunk_table(b);
+    put_le(b, t + 24, get_le(b, t, 8) + 1, 8);
+    resign(b);
+  });
+  cg("chunk_too_small_for_tokens", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    const size_t t = chunk_table(b);
+    put_le(b, t + 8, 3, 8);
+    resign(b);
+  });
+  cg("v2_chunk_hashed_as_v1", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    // A version-2 file relabelled version 1: its chunk checksums cover the tag, so they fail.
+    put_le(b, 4, 1, 2);
+    resign(b);
+  });
+
+  auto npy = [&](const std::string& name, ErrorCode code, const Bytes& b) {
+    r.push_back({name + ".npy", "npy", code, b});
+  };
+  const std::string f2 = "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }";
+  npy("npy_bad_magic", ErrorCode::corrupt_input, [&] {
+    Bytes b = npy_with_header(f2, 12);
+    b[1] = 'X';
+    return b;
+  }());
+  npy("npy_version_9", ErrorCode::unsupported_version, [&] {
+    Bytes b = npy_with_header(f2, 12);
+    b[6] = 9;
+    return b;
+  }());
+  npy("npy_truncated_data", ErrorCode::truncated_input, npy_with_header(f2, 11));
+  npy("npy_trailing_bytes", ErrorCode::corrupt_input, npy_with_header(f2, 13));
+  npy("npy_fortran_order", ErrorCode::corrupt_input,
+      npy_with_header("{'descr': '<f2', 'fortran_order': True, 'shape': (2, 3), }", 12));
+  npy("npy_unknown_dtype", ErrorCode::corrupt_input,
+      npy_with_header("{'descr': '<c8', 'fortran_order': False, 'shape': (2, 3), }", 48));
+  npy("npy_shape_overflow", ErrorCode::corrupt_input,
+      npy_with_header(
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }", 0));
+  npy("npy_header_truncated", ErrorCode::truncated_input, [&] {
+    Bytes b = npy_with_header(f2, 0);
+    b.resize(30);
+    return b;
+  }());
+
+  const Bytes& s = golden.at("stream_compact_4bit.cgcs");
+  const Bytes& sb = golden.at("batch_shared_2bit.cgcb");
+  auto codec = [&](const std::string& name, const std::string& kind, ErrorCode code,
+                   const Bytes& base, const std::function<void(Bytes&)>& edit) {
+    Bytes b = base;
+    edit(b);
+    r.push_back({name + (kind == "codec_stream" ? ".cgcs" : ".cgcb"), kind, code, b});
+  };
+  codec("stream_bad_magic", "codec_stream", ErrorCode::corrupt_input, s,
+        [](Bytes& b) { b[0] = 'X'; });
+  codec("stream_version_2", "codec_stream", ErrorCode::unsupported_version, s,
+        [](Bytes& b) { b[4] = 2; });
+  codec("stream_truncated", "codec_stream", ErrorCode::truncated_input, s,
+        [](Bytes& b) { b.resize(9); });
+  codec("stream_trailing_byte", "codec_stream", ErrorCode::corrupt_input, s,
+        [](Bytes& b) { b.push_back(0); });
+  // n_rows (48 = 0x30) as the non-minimal varint 0xB0 0x00.
+  codec("stream_non_minimal_varint", "codec_stream", ErrorCode::corrupt_input, s, [](Bytes& b) {
+    b[5] = 0xB0;
+    b.insert(b.begin() + 6, 0x00);
+  });
+  // n_rows as an 11-byte varint.
+  codec("stream_overlong_varint", "codec_stream", ErrorCode::corrupt_input, s, [](Bytes& b) {
+    b.erase(b.begin() + 5);
+    b.insert(b.begin() + 5, 10, 0x80);
+    b.insert(b.begin() + 15, 0x01);
+  });
+  codec("stream_bits_9", "codec_stream", ErrorCode::corrupt_input, s, [](Bytes& b) {
+    b[8] = 9;  // magic 4, version 1, n_rows 1, dim 1, group_size 1, then bits
+  });
+  // The rANS payload is u32 states then 16-bit words: an odd byte count is corrupt.
+  codec("stream_payload_odd_bytes", "codec_stream", ErrorCode::corrupt_input, s,
+        [](Bytes& b) { b.pop_back(); });
+  codec("batch_layout_2", "codec_batch", ErrorCode::corrupt_input, sb,
+        [](Bytes& b) { b[6] = 2; });  // magic 4, version 1, G = 4 (1 byte), then layout
+  codec("batch_version_0", "codec_batch", ErrorCode::unsupported_version, sb,
+        [](Bytes& b) { b[4] = 0; });
+  codec("batch_truncated", "codec_batch", ErrorCode::truncated_input, sb,
+        [](Bytes& b) { b.resize(12); });
+  return r;
+}
+
+// Decodes as a reader of that kind would, fully; the error code (ok when it decoded).
+ErrorCode outcome(const std::string& kind, const Bytes& b, std::string* msg) {
+  try {
+    describe(kind, b);
+    return ErrorCode::ok;
+  } catch (const Error& e) {
+    *msg = e.what();
+    return e.code();
+  }
+}
+
+void regenerate() {
+  fs::create_directories(kGolden);
+  fs::create_directories(kReject);
+  json gm = json::object();
+  std::map<std::string, Bytes> by_name;
+  for (const Golden& g : generate_golden()) {
+    store(kGolden / g.file, g.bytes);
+    by_name[g.file] = g.bytes;
+    gm[g.file] = {{"kind", g.kind}, {"expect", describe(g.kind, g.bytes)}};
+  }
+  // Version-1 files cannot be written any more; the checked-in ones are re-measured.
+  for (const auto& e : fs::directory_iterator(kGolden)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("v1_", 0) == 0)
+      gm[name] = {{"kind", "cgkv"}, {"expect", describe("cgkv", load(e.path()))}};
+  }
+  std::ofstream(kGolden / "manifest.json") << gm.dump(1) << "\n";
+  json rm = json::object();
+  for (const Reject& r : generate_reject(by_name)) {
+    std::string msg;
+    const ErrorCode got = outcome(r.kind, r.bytes, &msg);
+    EXPECT_EQ(got, r.code) << r.file << ": " << msg;
+    store(kReject / r.file, r.bytes);
+    rm[r.file] = {{"kind", r.kind}, {"error", error_code_name(r.code)}};
+  }
+  std::ofstream(kReject / "manifest.json") << rm.dump(1) << "\n";
+}
+
+json load_manifest(const fs::path& dir) {
+  std::ifstream in(dir / "manifest.json");
+  if (!in) throw std::runtime_error("missing manifest in " + dir.string());
+  return json::parse(in);
+}
+
+// Every file of a folder is in its manifest and the other way round.
+void expect_listed(const fs::path& dir, const json& m) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name == "manifest.json") continue;
+    ++n;
+    EXPECT_TRUE(m.contains(name)) << name << " is not in " << dir / "manifest.json";
+  }
+  EXPECT_EQ(n, m.size()) << "manifest lists files that are missing";
+}
+
+TEST(GoldenFiles, DecodeToTheirRecordedValues) {
+  if (updating()) {
+    regenerate();
+    GTEST_SKIP() << "golden and must-reject files rewritten (review the diff)";
+  }
+  const json m = load_manifest(kGolden);
+  expect_listed(kGolden, m);
+  bool saw_v1 = false;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    const Bytes b = load(kGolden / it.key());
+    const std::string kind = it.value()["kind"];
+    json got;
+    try {
+      got = describe(kind, b);
+    } catch (const Error& e) {
+      ADD_FAILURE() << it.key() << " no longer decodes: " << e.what();
+      continue;
+    }
+    EXPECT_EQ(got, it.value()["expect"]) << it.key() << " decodes differently";
+    if (kind == "cgkv" && got["version"] == 1) saw_v1 = true;
+  }
+  EXPECT_TRUE(saw_v1) << "no version-1 .cgkv golden file";
+}
+
+TEST(MustReject, EachFileFailsWithItsErrorCode) {
+  if (updating()) GTEST_SKIP() << "regenerated by GoldenFiles";
+  const json m = load_manifest(kReject);
+  expect_listed(kReject, m);
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    std::string msg;
+    const ErrorCode got = outcome(it.value()["kind"], load(kReject / it.key()), &msg);
+    EXPECT_EQ(error_code_name(got), it.value()["error"].get<std::string>())
+        << it.key() << ": " << msg;
+  }
+}
+
+}  // namespace
+}  // namespace cachegen
