@@ -34,6 +34,11 @@ struct CgkvBlob {
   std::vector<uint8_t> bytes;
 };
 
+// The token_ids blob of `tokens` (i32 little-endian each), and its ids back: corrupt_input
+// when the size is not a multiple of 4 or the ids are more than max_tokens.
+CgkvBlob token_ids_blob(std::span<const int32_t> tokens);
+std::vector<int32_t> decode_token_ids(std::span<const uint8_t> bytes, size_t max_tokens = SIZE_MAX);
+
 // How a layer's keys are stored (the layer entry's transform byte).
 enum class KeyTransform : uint8_t {
   none = 0,

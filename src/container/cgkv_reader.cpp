@@ -245,4 +245,21 @@ std::vector<uint64_t> CgkvReader::chunk_tensor_bytes(size_t index) const {
   return sizes;
 }
 
+std::vector<int32_t> decode_token_ids(std::span<const uint8_t> b, size_t max_tokens) {
+  if (b.size() % 4 != 0) {
+    throw Error(ErrorCode::corrupt_input,
+                "token_ids blob holds " + std::to_string(b.size()) + " bytes, not a multiple of 4");
+  }
+  if (b.size() / 4 > max_tokens) {
+    throw Error(ErrorCode::corrupt_input, "token_ids blob holds " + std::to_string(b.size() / 4) +
+                                              " tokens, over the limit " +
+                                              std::to_string(max_tokens));
+  }
+  std::vector<int32_t> tokens(b.size() / 4);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(wire::load_le(&b[i * 4], 4));
+  }
+  return tokens;
+}
+
 }  // namespace cachegen

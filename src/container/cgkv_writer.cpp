@@ -150,4 +150,13 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
   return assemble(info, chunks, blobs);
 }
 
+CgkvBlob token_ids_blob(std::span<const int32_t> tokens) {
+  CgkvBlob b;
+  b.kind = static_cast<uint32_t>(BlobKind::token_ids);
+  b.bytes.reserve(tokens.size() * 4);
+  wire::Writer w(b.bytes);
+  for (int32_t t : tokens) w.i32(t);
+  return b;
+}
+
 }  // namespace cachegen

@@ -294,10 +294,8 @@ std::optional<std::vector<uint8_t>> ContextStore::get_chunk(const StoredChunk& c
   const CgkvReader reader = CgkvReader::from_bytes(*v);
   const std::optional<std::vector<uint8_t>> ids =
       reader.read_blob(static_cast<uint32_t>(BlobKind::token_ids));
-  bool same = ids.has_value() && ids->size() == tokens.size() * 4;
-  for (size_t i = 0; same && i < tokens.size(); ++i) {
-    same = static_cast<int32_t>(wire::load_le(&(*ids)[4 * i], 4)) == tokens[i];
-  }
+  const bool same =
+      ids.has_value() && std::ranges::equal(decode_token_ids(*ids, tokens.size() + 1), tokens);
   if (!same) corrupt(where + ": the value holds other token ids than the chunk's");
   return v;
 }

@@ -65,10 +65,7 @@ ModelShape container_shape(const KvStream& stream, const ModelIdentity& id,
 
 std::vector<CgkvBlob> make_blobs(const KvSnapshot& s, const ModelIdentity& id) {
   std::vector<CgkvBlob> blobs(3);
-  blobs[0].kind = static_cast<uint32_t>(BlobKind::token_ids);
-  blobs[0].bytes.reserve(s.tokens.size() * 4);
-  wire::Writer ids(blobs[0].bytes);
-  for (int32_t t : s.tokens) ids.i32(t);
+  blobs[0] = token_ids_blob(s.tokens);
   blobs[1].kind = static_cast<uint32_t>(BlobKind::metadata_json);
   blobs[1].bytes = detail::encode_metadata(id, s);
   blobs[2].kind = static_cast<uint32_t>(BlobKind::app_state);
@@ -180,18 +177,7 @@ void check_against_header(const KvStream& stream, const CgkvInfo& info) {
 }
 
 std::vector<int32_t> decode_tokens(std::span<const uint8_t> b, const ParseOptions& limits) {
-  if (b.size() % 4 != 0) {
-    corrupt("token_ids blob holds " + std::to_string(b.size()) + " bytes, not a multiple of 4");
-  }
-  if (b.size() / 4 > limits.max_tokens) {
-    corrupt("token_ids blob holds " + std::to_string(b.size() / 4) + " tokens, over the limit " +
-            std::to_string(limits.max_tokens));
-  }
-  std::vector<int32_t> tokens(b.size() / 4);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(wire::load_le(&b[i * 4], 4));
-  }
-  return tokens;
+  return decode_token_ids(b, limits.max_tokens);
 }
 
 }  // namespace

@@ -31,14 +31,7 @@ std::vector<uint8_t> chunk_value(std::span<const int32_t> tokens, float bias) {
   shape.head_dim = 4;
   std::vector<Half> kv(2 * tokens.size() * 4);
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = float_to_half(bias + static_cast<float>(i % 13));
-  std::vector<uint8_t> ids(tokens.size() * 4);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    for (int b = 0; b < 4; ++b) {
-      ids[4 * i + static_cast<size_t>(b)] =
-          static_cast<uint8_t>(static_cast<uint32_t>(tokens[i]) >> (8 * b));
-    }
-  }
-  const CgkvBlob blob{static_cast<uint32_t>(BlobKind::token_ids), ids};
+  const CgkvBlob blob = token_ids_blob(tokens);
   return write_cgkv_lossless(shape, kv, tokens.size(), tokens.size(), std::span(&blob, 1), 1);
 }
 

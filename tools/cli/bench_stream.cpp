@@ -117,17 +117,6 @@ struct Context {
   double elements_per_token = 0;
 };
 
-std::vector<uint8_t> token_blob(std::span<const int32_t> t) {
-  std::vector<uint8_t> b(t.size() * 4);
-  for (size_t i = 0; i < t.size(); ++i) {
-    for (int k = 0; k < 4; ++k) {
-      b[4 * i + static_cast<size_t>(k)] =
-          static_cast<uint8_t>(static_cast<uint32_t>(t[i]) >> (8 * k));
-    }
-  }
-  return b;
-}
-
 // One chunk of a capture [n_layers, 2, n_tokens, heads, dim] at a level, with its token ids.
 std::vector<uint8_t> encode_chunk(const NpyArray& kv, std::span<const int32_t> tokens, size_t first,
                                   size_t n, const std::string& level) {
@@ -142,8 +131,7 @@ std::vector<uint8_t> encode_chunk(const NpyArray& kv, std::span<const int32_t> t
     std::copy_n(src + (l * T + first) * H * D, n * H * D,
                 part.begin() + static_cast<ptrdiff_t>(l * n * H * D));
   }
-  const std::vector<CgkvBlob> blobs{
-      {static_cast<uint32_t>(BlobKind::token_ids), token_blob(tokens.subspan(first, n))}};
+  const std::vector<CgkvBlob> blobs{token_ids_blob(tokens.subspan(first, n))};
   QualityLevel q = QualityLevel::lossless;
   for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
     if (level == quality_level_name(l)) q = l;
