@@ -57,6 +57,12 @@ double ThroughputEstimator::estimate() const {
   return (bytes + empty * mean_bytes) / (seconds + empty * mean_bytes / initial_);
 }
 
+double ThroughputEstimator::mean_seconds_per_byte() const {
+  double sum = 1 / initial_;
+  for (double v : spread_) sum += v;
+  return sum / static_cast<double>(spread_.size() + 1);
+}
+
 double ThroughputEstimator::variation() const {
   // The sample variance shrunk towards the prior by kPriorWeight pseudo-samples: a few fast
   // chunks in a row say little about how slow the next one can be.
