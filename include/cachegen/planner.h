@@ -89,6 +89,10 @@ struct LoadState {
   // of seconds per byte between chunks (ThroughputEstimator::variation()); 0 = take the
   // estimate as exact.
   double throughput_cv = 0;
+  // The mean seconds per byte of a chunk over a longer history
+  // (ThroughputEstimator::mean_seconds_per_byte()); 0 = unknown (1 / throughput_bytes_per_s).
+  // Used by SlackPlannerPolicy, whose model of chunk times needs the mean, not a recent rate.
+  double seconds_per_byte = 0;
 };
 
 // A policy's answer for one chunk.
@@ -127,6 +131,10 @@ class ThroughputEstimator {
   // `spread_window` chunks: prior_cv until two chunks have been observed, then the sample
   // value shrunk towards prior_cv by two pseudo-samples.
   double variation() const;
+  // The mean seconds per byte of the last `spread_window` chunks (unweighted, the mean of one
+  // chunk's rate), with three pseudo-samples at the initial estimate: 1 / initial until data
+  // arrives.
+  double mean_seconds_per_byte() const;
   // Chunks the estimate is made from: min(observed, window).
   size_t samples() const { return recent_.size(); }
   size_t n_observed() const { return n_observed_; }
@@ -179,8 +187,9 @@ class CacheGenAlgorithm1Policy final : public PlannerPolicy {
   std::string name() const override { return "cachegen-alg1"; }
 };
 
-// Ours. At each chunk, plans every remaining chunk and returns the plan's decision for the
-// current one (replanning at the next chunk with the new estimate, so it reacts to drops):
+// The earlier planner ("deadline-planner-greedy"). At each chunk, plans every remaining chunk and
+// returns the plan's decision for the current one (replanning at the next chunk with the new
+// estimate, so it reacts to drops):
 //   * for each recompute start r in [i, n] (r = n: no recompute), chunks i..r-1 start at their
 //     fastest level, then are upgraded greedily by token-weighted KL reduction per extra second
 //     (steps along each chunk's lower convex hull of (seconds, KL)) while the plan still fits:
@@ -203,14 +212,52 @@ class DeadlinePlannerPolicy final : public PlannerPolicy {
   // Throws Error(invalid_argument) unless transfer_margin >= 0 and risk_z >= 0 (finite).
   explicit DeadlinePlannerPolicy(double transfer_margin = 0.1, double risk_z = 1.65);
   Decision decide(size_t chunk_index, const LoadState& state) const override;
-  std::string name() const override { return "deadline-planner"; }
+  std::string name() const override { return "deadline-planner-greedy"; }
 
  private:
   double margin_;
   double risk_z_;
 };
 
-// A policy by name: "fixed:<level>", "cachegen-alg1", "deadline-planner" (default margin).
+// Ours, the default "deadline-planner": a dynamic program over the *slack* to a recompute
+// fallback. Recomputing (prefilling) a suffix takes a known time, so at chunk i the load can
+// always finish by recomputing chunks i..end; the slack
+//   S = deadline - elapsed - recompute_seconds(chunks, i)
+// says whether that fallback meets the deadline now (S >= 0: recompute, KL 0, met). Loading
+// chunk k at level L moves it by recompute time of chunk k minus the level's load time, which is
+// random: bytes * (seconds per byte), seconds per byte drawn from a lognormal with the
+// estimate's mean (times 1 + transfer_margin) and the estimator's coefficient of variation
+// (throughput_cv; 0 = exact), in 15 bins that keep its mean and its heavy tail (to the 99.9th
+// percentile and beyond). decide() solves, backwards over the remaining chunks on a grid of
+// slack values,
+//   V_k(S) = 0 for S >= 0;   V_n(S < 0) = miss_cost;
+//   V_k(S < 0) = min(miss_cost, min_L kl_L * tokens_k / tokens + E V_{k+1}(S + rc_k - t_{k,L})),
+// i.e. the lowest expected mean KL plus miss_cost times the probability of missing, and takes
+// the best action for the current chunk. It spends slack where it is cheapest: early chunks at
+// high quality while the fallback can still absorb a slow one, faster levels when the remaining
+// chunks could no longer make up for it; replanning at each chunk with the new estimate reacts
+// to drops. With S >= 0 it recomputes, unless loading a zero-KL level for the rest is faster and
+// cannot miss (e.g. no deadline). When every action misses for certain (V = miss_cost; near the
+// edge of the grid, interpolation may leave a tiny chance and the action is then the DP's), the
+// fastest option (recompute, or the fastest level for every chunk), as Algorithm 1 does.
+// Cost: O(chunks * 128 * levels * 15) per decide().
+class SlackPlannerPolicy final : public PlannerPolicy {
+ public:
+  // miss_cost: the penalty of a missed deadline, in units of the context's mean KL (tuned on
+  // the paper's traces, seeds 0-99, for ~96% met); transfer_margin: added to the expected seconds
+  // per byte. Throws Error(invalid_argument) unless miss_cost > 0 and transfer_margin >= 0
+  // (finite).
+  explicit SlackPlannerPolicy(double miss_cost = 0.3, double transfer_margin = 0.0);
+  Decision decide(size_t chunk_index, const LoadState& state) const override;
+  std::string name() const override { return "deadline-planner"; }
+
+ private:
+  double miss_cost_;
+  double margin_;
+};
+
+// A policy by name: "fixed:<level>", "cachegen-alg1", "deadline-planner" (SlackPlannerPolicy,
+// defaults), "deadline-planner-greedy" (DeadlinePlannerPolicy, defaults).
 // Throws Error(invalid_argument) for any other name.
 std::unique_ptr<PlannerPolicy> make_planner_policy(const std::string& name);
 

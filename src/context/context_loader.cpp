@@ -79,6 +79,7 @@ LevelChooser planned_chooser(const PlannerPolicy& policy, std::span<const Stored
     st.deadline_s = deadline_s;
     st.throughput_bytes_per_s = sh->estimator.estimate();
     st.throughput_cv = sh->estimator.variation();
+    st.seconds_per_byte = sh->estimator.mean_seconds_per_byte();
     st.chunks = sh->options;
     st.cost = cost;
     const Decision d = policy.decide(chunk.index, st);

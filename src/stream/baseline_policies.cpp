@@ -71,9 +71,10 @@ std::unique_ptr<PlannerPolicy> make_planner_policy(const std::string& name) {
   const std::string fixed = "fixed:";
   if (name.starts_with(fixed)) return std::make_unique<FixedLevelPolicy>(name.substr(fixed.size()));
   if (name == "cachegen-alg1") return std::make_unique<CacheGenAlgorithm1Policy>();
-  if (name == "deadline-planner") return std::make_unique<DeadlinePlannerPolicy>();
+  if (name == "deadline-planner") return std::make_unique<SlackPlannerPolicy>();
+  if (name == "deadline-planner-greedy") return std::make_unique<DeadlinePlannerPolicy>();
   detail::invalid("planner: unknown policy '" + name +
-                  "' (fixed:<level>, cachegen-alg1, deadline-planner)");
+                  "' (fixed:<level>, cachegen-alg1, deadline-planner, deadline-planner-greedy)");
 }
 
 }  // namespace cachegen

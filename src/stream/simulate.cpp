@@ -22,8 +22,13 @@ SimResult simulate(const PlannerPolicy& policy, std::span<const ChunkOptions> ch
   double clock = 0, loss = 0, tokens = 0, bytes = 0;
   for (const ChunkOptions& c : chunks) tokens += c.n_tokens;
   for (size_t i = 0; i < n; ++i) {
-    const LoadState state{clock,  settings.deadline_s, estimator.estimate(),
-                          chunks, settings.cost,       estimator.variation()};
+    const LoadState state{clock,
+                          settings.deadline_s,
+                          estimator.estimate(),
+                          chunks,
+                          settings.cost,
+                          estimator.variation(),
+                          estimator.mean_seconds_per_byte()};
     const Decision d = policy.decide(i, state);
     if (d.recompute) {
       double suffix_tokens = 0;

@@ -116,5 +116,41 @@ TEST(DeadlinePlanner, RejectsABadMargin) {
   EXPECT_THROW(DeadlinePlannerPolicy{kInf}, Error);
 }
 
+TEST(SlackPlanner, RecomputesOnceTheFallbackFitsAndLoadsUntilThen) {
+  // The PlansARecomputeSuffix case, deterministic (cv 0): the slack to recomputing everything is
+  // 7 - 8 = -1 s; low (1 s, recompute of that chunk 2 s) closes it; then recompute.
+  const auto chunks = test::three_level_chunks(4, 100, 8000, 3000, 1000);
+  const LoadState state{0, 7, 1000, chunks, test::prefill_only(50)};
+  const SlackPlannerPolicy policy;
+  EXPECT_EQ(policy.decide(0, state), Decision::load(kLow));
+  LoadState next = state;
+  next.elapsed_s = 1;
+  EXPECT_EQ(policy.decide(1, next), Decision::recompute_rest());
+  next = state;
+  next.deadline_s = 8;
+  EXPECT_EQ(policy.decide(0, next), Decision::recompute_rest());
+  // 9 s: recomputing everything fits with a second to spare (KL 0).
+  next.deadline_s = 9;
+  EXPECT_EQ(policy.decide(0, next), Decision::recompute_rest());
+}
+
+TEST(SlackPlanner, NoDeadlineAndImpossibleDeadline) {
+  const auto chunks = test::paper_chunks();
+  SimSettings sim;  // no deadline: lossless where it is faster than prefill, else recompute
+  sim.initial_throughput_bytes_per_s = 10 * test::kGbps;
+  SimResult r = simulate(SlackPlannerPolicy(), chunks, constant_trace(10 * test::kGbps, 1), sim);
+  EXPECT_EQ(r.levels, std::vector<int>(chunks.size(), kLossless));
+  sim.initial_throughput_bytes_per_s = 0.1 * test::kGbps;
+  r = simulate(SlackPlannerPolicy(), chunks, constant_trace(0.1 * test::kGbps, 1), sim);
+  EXPECT_EQ(r.recompute_from, 0u);
+  // 1 ms: nothing meets it (the choice among hopeless options is left to the grid's rounding).
+  sim.deadline_s = 1e-3;
+  sim.initial_throughput_bytes_per_s = 10 * test::kGbps;
+  r = simulate(SlackPlannerPolicy(), chunks, constant_trace(10 * test::kGbps, 1), sim);
+  EXPECT_FALSE(r.met_deadline);
+  EXPECT_THROW(SlackPlannerPolicy(0), Error);
+  EXPECT_THROW(SlackPlannerPolicy(1, -0.1), Error);
+}
+
 }  // namespace
 }  // namespace cachegen
