@@ -1,8 +1,8 @@
 // libFuzzer target: llama.cpp state bytes (src/llama/state_format.cpp, state_file.cpp) without
 // llama.cpp itself (only ggml's type traits, from ggml-base). The first byte picks the entry
-// point (0: parse_seq_state, 1: parse_context_state, 2: parse_state_file; bit 2: cells carry
-// llama_kv_cell_ext); the rest is the input. Accepted input must rebuild to the same bytes
-// (build_state / build_state_file promise this for an unchanged snapshot). Seeds:
+// point (low two bits: 0 parse_seq_state, 1 parse_context_state, 2 or 3 parse_state_file; bit 2:
+// cells carry llama_kv_cell_ext); the rest is the input. Accepted input must rebuild to the same
+// bytes (build_state / build_state_file promise this for an unchanged snapshot). Seeds:
 // fuzz/corpus/fuzz_llama_state (fuzz/make_llama_seeds.cpp).
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_tokens = 1 << 16;
   try {
     std::vector<uint8_t> rebuilt;
-    switch (data[0] % 3) {
+    switch (data[0] & 3) {
       case 0:
         rebuilt = llama::build_state(llama::parse_seq_state(bytes, options));
         break;
