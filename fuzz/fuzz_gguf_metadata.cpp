@@ -1,13 +1,14 @@
 // libFuzzer target: the bounded GGUF metadata reader (ModelShape::from_gguf and
 // gguf_metadata_hash, src/cache/gguf_metadata.cpp). Both take a path, so each input goes through
-// one temp file per process (the reader streams a file; a bytes entry point would be a second
-// code path, not the one models are read through). Any input must give a valid shape or throw
-// cachegen::Error. Seeds: fuzz/corpus/fuzz_gguf_metadata (fuzz/make_seeds.py).
+// an in-memory file (memfd, opened by its /proc/self/fd path; a bytes entry point would be a
+// second code path, not the one models are read through, and a disk file rewritten per input
+// ran at ~240 inputs/s on ext4). Any input must give a valid shape or throw cachegen::Error.
+// Seeds: fuzz/corpus/fuzz_gguf_metadata (fuzz/make_gguf_seeds.py).
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -16,25 +17,24 @@
 
 namespace {
 
-const std::string& temp_path() {
-  static const std::string path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    std::string p = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") +
-                    "/cachegen_fuzz_gguf." + std::to_string(getpid()) + ".gguf";
-    std::atexit([] { std::remove(temp_path().c_str()); });
-    return p;
-  }();
-  return path;
+// The memfd holding the current input; its path opens a fresh description (offset 0).
+int input_fd() {
+  static const int fd = memfd_create("cachegen_fuzz_gguf", 0);
+  if (fd < 0) std::abort();
+  return fd;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string& path = temp_path();
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) std::abort();
-  if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();
-  if (std::fclose(f) != 0) std::abort();
+  const int fd = input_fd();
+  if (ftruncate(fd, 0) != 0) std::abort();
+  for (size_t done = 0; done < size;) {
+    const ssize_t n = pwrite(fd, data + done, size - done, static_cast<off_t>(done));
+    if (n <= 0) std::abort();
+    done += static_cast<size_t>(n);
+  }
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
   try {
     const cachegen::ModelShape shape = cachegen::ModelShape::from_gguf(path);
     // from_gguf promises a validated shape.
