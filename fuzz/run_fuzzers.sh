@@ -1,5 +1,7 @@
 #!/bin/sh
-# Runs every fuzzer (codec, .cgkv container, .npy) for SECONDS from its seed corpus; fails on the first crash.
+# Runs every fuzzer (codec, .cgkv container, .npy, GGUF metadata, llama.cpp state and blobs) for
+# SECONDS from its seed corpus; fails on the first crash. The llama targets are skipped when the
+# build had no llama.cpp source (fuzz/CMakeLists.txt).
 # Builds nothing: configure and build BUILD_DIR first, e.g.
 #   CC=clang CXX=clang++ cmake -B build-fuzz -G Ninja -DCACHEGEN_BUILD_FUZZ=ON \
 #       -DCACHEGEN_SANITIZE=ON -DCACHEGEN_BUILD_TESTS=OFF -DCACHEGEN_BUILD_BENCH=OFF \
@@ -15,8 +17,16 @@ seconds=$2
 here=$(cd "$(dirname "$0")" && pwd)
 status=0
 for target in fuzz_codec_decode fuzz_codec_decode_batch fuzz_codec_roundtrip fuzz_cgkv_read \
-    fuzz_npy_parse; do
+    fuzz_cgkv_structured fuzz_npy_parse fuzz_gguf_metadata fuzz_llama_state fuzz_llama_blobs; do
   bin="$build/fuzz/$target"
+  case $target in
+    fuzz_llama_*)
+      if [ ! -x "$bin" ]; then
+        echo "== $target skipped (built without the llama.cpp source)"
+        continue
+      fi
+      ;;
+  esac
   if [ ! -x "$bin" ]; then
     echo "run_fuzzers: $bin missing (build $build with -DCACHEGEN_BUILD_FUZZ=ON)" >&2
     exit 1
