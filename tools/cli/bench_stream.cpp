@@ -23,8 +23,37 @@
 #include "cachegen/store.h"
 #include "commands.h"
 
+#ifdef CACHEGEN_WITH_LLAMA
+#include "cachegen/llama.h"
+#endif
+
 namespace cachegen::cli {
 namespace {
+
+// llama.cpp's prefill rate for `tokens` with the GGUF at `path` (fastest of 3), or 0 when this
+// build has no llama.cpp or there is no such file.
+double measured_prefill_tokens_per_s([[maybe_unused]] const std::string& path,
+                                     [[maybe_unused]] std::span<const int32_t> tokens) {
+#ifdef CACHEGEN_WITH_LLAMA
+  if (!std::filesystem::exists(path)) return 0;
+  const llama::Model model(path);
+  llama::ContextSettings cs;
+  cs.n_threads = 1;
+  cs.n_ctx = static_cast<uint32_t>((tokens.size() + 255) / 256 * 256);
+  llama::Context ctx(model, cs);
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    ctx.clear();
+    const auto t0 = std::chrono::steady_clock::now();
+    ctx.decode(tokens, 0, false);
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return static_cast<double>(tokens.size()) / best;
+#else
+  return 0;
+#endif
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -173,7 +202,8 @@ void add_bench_stream(CLI::App& bench) {
                   "load deadline (default: the context at level medium over the trace's "
                   "1 Gbit/s-equivalent link)");
   cmd->add_option("--prefill-tokens-per-s", a->prefill_tokens_per_s,
-                  "price of recomputing (default: two settings, 2000 tokens/s and 200)");
+                  "price of recomputing (default: two settings, the model's prefill rate "
+                  "measured here (2000 tokens/s without llama.cpp or the model) and 200)");
   cmd->add_option("--redis-server", a->redis, "redis-server binary")->capture_default_str();
   cmd->add_flag("--json", a->json, "JSON rows only");
   cmd->callback([a] {
@@ -224,7 +254,16 @@ void add_bench_stream(CLI::App& bench) {
     const double deadline = a->deadline_s > 0
                                 ? a->deadline_s
                                 : static_cast<double>(medium_bytes) * 8 / (1e9 * link_scale);
+    // Recompute priced at the model's own prefill rate here (measured when this build has
+    // llama.cpp and the model is found), and at a large model's: 200 tokens/s.
     std::vector<double> prefill = {2000, 200};
+    if (const double m = measured_prefill_tokens_per_s(
+            (std::filesystem::path(a->kv_dir) / ".." / ".." / "models" / (a->model + ".gguf"))
+                .string(),
+            contexts[0].tokens);
+        m > 0) {
+      prefill[0] = m;
+    }
     if (a->prefill_tokens_per_s > 0) prefill = {a->prefill_tokens_per_s};
     const std::vector<std::string> policies = {"fixed:lossless", "fixed:high",
                                                "fixed:medium",   "fixed:low",
