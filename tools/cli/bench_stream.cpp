@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -188,7 +189,7 @@ struct Args {
 }  // namespace
 
 void add_bench_stream(CLI::App& bench) {
-  auto* a = new Args;  // lives as long as the app (process)
+  auto a = std::make_shared<Args>();  // kept by the callback, as long as the app
   CLI::App* cmd = bench.add_subcommand(
       "stream",
       "load stored contexts from a real redis-server over a shaped link: every policy on the "

@@ -19,7 +19,6 @@ std::string resolve_model(const std::string& given) {
               "no model: pass --model M.gguf or set CACHEGEN_MODEL (looked at " + fallback + ")");
 }
 
-
 // K+V elements of a snapshot's data stream.
 size_t kv_elements(const llama::KvSnapshot& s) {
   size_t n = 0;

@@ -36,8 +36,8 @@ void print_table(const std::vector<llama::EvalRow>& rows) {
 }
 
 void add_eval(CLI::App& app) {
-  auto* o = new llama::EvalOptions;  // lives as long as the app (process)
-  auto* json = new bool(false);
+  auto o = std::make_shared<llama::EvalOptions>();  // kept by the callback
+  auto json = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "eval", "KV-cache compression quality on a real model: bits, KL, top-1, perplexity");
   cmd->add_option("--model", o->model_path, "GGUF model (default: $CACHEGEN_MODEL)");
@@ -118,7 +118,7 @@ void add_pack(CLI::App& llama_cmd) {
     std::string in, out, model;
     LevelArgs level;
   };
-  auto* a = new Args;
+  auto a = std::make_shared<Args>();
   CLI::App* cmd = llama_cmd.add_subcommand(
       "pack", "compress a llama.cpp sequence or session state file into a .cgkv");
   cmd->add_option("STATE", a->in, "file from llama_state_seq_save_file / llama_state_save_file")
@@ -168,7 +168,7 @@ void add_unpack(CLI::App& llama_cmd) {
   struct Args {
     std::string in, out, model;
   };
-  auto* a = new Args;
+  auto a = std::make_shared<Args>();
   CLI::App* cmd = llama_cmd.add_subcommand(
       "unpack", "rebuild a llama.cpp state file from a .cgkv written by pack (or demo)");
   cmd->add_option("CGKV", a->in, "the .cgkv file")->required();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -95,7 +96,7 @@ struct LevelResult {
 }  // namespace
 
 void add_demo(CLI::App& llama_cmd) {
-  auto* a = new DemoArgs;  // lives as long as the app (process)
+  auto a = std::make_shared<DemoArgs>();  // kept by the callback, as long as the app
   CLI::App* cmd = llama_cmd.add_subcommand(
       "demo",
       "capture a KV cache, store it in a .cgkv, read it back, restore it into a fresh "
@@ -158,9 +159,9 @@ void add_demo(CLI::App& llama_cmd) {
                       ("cachegen_demo_" + std::to_string(::getpid()) + "_" + name + ".cgkv"))
                          .string();
       const auto t0 = std::chrono::steady_clock::now();
-      write_file_atomic(r.path,
-                 llama::snapshot_to_cgkv(snap, snap.model,
-                                         make_level(la, &model, snap.data_stream().layers.size())));
+      write_file_atomic(
+          r.path, llama::snapshot_to_cgkv(
+                      snap, snap.model, make_level(la, &model, snap.data_stream().layers.size())));
       r.write_ms = ms_since(t0);
       // Restore: read + decode + restore into a context made beforehand (a prefill needs one
       // too), fastest of --repeat.

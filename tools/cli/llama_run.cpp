@@ -54,7 +54,7 @@ std::vector<std::pair<std::string, double>> level_quality() {
 }  // namespace
 
 void add_run(CLI::App& llama_cmd) {
-  auto* a = new RunArgs;  // lives as long as the app (process)
+  auto a = std::make_shared<RunArgs>();  // kept by the callback, as long as the app
   CLI::App* cmd = llama_cmd.add_subcommand(
       "run",
       "answer a prompt, loading its longest stored prefix from a context store instead of "
