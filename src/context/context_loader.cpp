@@ -50,10 +50,10 @@ LevelChooser planned_chooser(const PlannerPolicy& policy, std::span<const Stored
   };
   auto sh = std::make_shared<Shared>(initial_bytes_per_s);
   std::vector<std::pair<std::string, double>> common;
-  for (const auto& [name, kl] : level_kl) {
+  for (const std::pair<std::string, double>& level : level_kl) {
     if (std::all_of(chunks.begin(), chunks.end(),
-                    [&](const StoredChunk& c) { return c.find(name) != nullptr; })) {
-      common.emplace_back(name, kl);
+                    [&](const StoredChunk& c) { return c.find(level.first) != nullptr; })) {
+      common.push_back(level);
     }
   }
   if (common.empty() && !chunks.empty()) {
