@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of fuzz_gguf_metadata: GGUF headers and metadata only (no tensors),
 covering every value type the reader handles (scalars, strings, int arrays, string arrays,
-per-layer head_count_kv). Usage: fuzz/make_gguf_seeds.py fuzz/corpus/fuzz_gguf_metadata"""
+per-layer head_count_kv). Usage: fuzz/make_gguf_seeds.py DIR (run_fuzzers.sh writes them to a scratch directory: no .gguf
+file is checked in)."""
 import struct
 import sys
 

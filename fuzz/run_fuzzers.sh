@@ -32,10 +32,17 @@ for target in fuzz_codec_decode fuzz_codec_decode_batch fuzz_codec_roundtrip fuz
     exit 1
   fi
   work=$(mktemp -d)
+  corpus="$here/corpus/$target"
+  if [ "$target" = fuzz_gguf_metadata ]; then
+    # GGUF seeds are written at run time (no .gguf files in the tree: models stay out of it).
+    corpus="$work/seeds"
+    mkdir "$corpus"
+    python3 "$here/make_gguf_seeds.py" "$corpus"
+  fi
   echo "== $target for ${seconds}s"
   # New inputs go to a scratch directory so the checked-in corpus only changes on purpose.
   if ! "$bin" -max_total_time="$seconds" -max_len=8192 -rss_limit_mb=2048 -timeout=10 \
-      -artifact_prefix="$work/" "$work" "$here/corpus/$target" >"$work/log" 2>&1; then
+      -artifact_prefix="$work/" "$work" "$corpus" >"$work/log" 2>&1; then
     tail -40 "$work/log"
     echo "run_fuzzers: $target FAILED; crashing input kept in $work" >&2
     status=1
