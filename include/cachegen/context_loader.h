@@ -65,6 +65,16 @@ struct LoadOptions {
   const std::atomic<bool>* cancel = nullptr;  // set to stop at the next chunk boundary
 };
 
+// Why a load stopped before the last chunk offered.
+enum class LoadStop : uint8_t {
+  none = 0,   // every chunk offered was loaded
+  deadline,   // the deadline passed before the next fetch
+  planner,    // the chooser chose to recompute from here
+  cancelled,  // LoadOptions::cancel was set
+  missing,    // the chosen level's value is gone from the store
+  failed,     // fetching or verifying failed (store error, corrupt value, sink refusal)
+};
+
 struct LoadReport {
   size_t chunks_loaded = 0;  // chunks 0..chunks_loaded-1 are decoded into the sink
   size_t tokens_loaded = 0;  // their tokens
@@ -75,6 +85,7 @@ struct LoadReport {
   // chunks_loaded (deadline, the chooser chose recompute, cancelled, missing value, a value
   // that failed verification or decoding, the store failing).
   std::string stop_reason;
+  LoadStop stop = LoadStop::none;
 };
 
 // Loads `chunks` (a ContextStore::lookup result for `tokens`, possibly shortened by the caller)

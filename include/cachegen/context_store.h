@@ -96,6 +96,10 @@ class ContextStore {
   // tokens) at `level`, and records it in the chunk's manifest. Idempotent.
   void put_chunk(std::span<const int32_t> tokens, size_t index, std::string_view level,
                  std::span<const uint8_t> value);
+  // The same with the chunk's key given (chunk_keys(tokens)[index]): a writer storing many
+  // chunks hashes the prefix once.
+  void put_chunk(const ChunkKey& key, size_t index, std::string_view level,
+                 std::span<const uint8_t> value);
 
   // The value of `chunk` at `level`, verified: its size and XXH64 match the manifest, and it is a
   // .cgkv whose token_ids blob holds exactly the chunk's tokens (`chunk_tokens`, the same span

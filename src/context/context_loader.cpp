@@ -26,6 +26,7 @@ struct Fetched {
   std::string level;
   std::vector<uint8_t> value;
   std::string stop;  // non-empty: no value; loading ends here for this reason
+  LoadStop kind = LoadStop::none;
 };
 
 }  // namespace
@@ -114,26 +115,25 @@ LoadReport load_prefix(const ContextStore& store, std::span<const int32_t> token
     for (size_t i = 0; i < chunks.size(); ++i) {
       Fetched f;
       f.chunk = i;
+      LoadProgress p;
       {
         std::unique_lock lock(mu);
         cv.wait(lock, [&] { return queue.size() < depth || stop_fetching; });
         if (stop_fetching) return;
         progress.next_chunk = i;
         progress.elapsed_s = seconds_since(t0);
+        p = progress;
       }
-      const LoadProgress p = [&] {
-        std::lock_guard lock(mu);
-        return progress;
-      }();
       if (options.cancel != nullptr && options.cancel->load()) {
-        f.stop = "cancelled";
+        f.stop = "cancelled", f.kind = LoadStop::cancelled;
       } else if (p.elapsed_s >= options.deadline_s) {
         f.stop = "deadline of " + std::to_string(options.deadline_s * 1000) + " ms reached";
+        f.kind = LoadStop::deadline;
       } else {
         try {
           const std::optional<std::string> level = chooser.choose(chunks[i], p);
           if (!level) {
-            f.stop = "the planner chose to recompute from here";
+            f.stop = "the planner chose to recompute from here", f.kind = LoadStop::planner;
           } else {
             f.level = *level;
             const Clock::time_point f0 = Clock::now();
@@ -142,6 +142,7 @@ LoadReport load_prefix(const ContextStore& store, std::span<const int32_t> token
             const double dt = seconds_since(f0);
             if (!v) {
               f.stop = "level " + *level + " of chunk " + std::to_string(i) + " is missing";
+              f.kind = LoadStop::missing;
             } else {
               if (chooser.observe) chooser.observe(v->size(), dt);
               std::lock_guard lock(mu);
@@ -151,7 +152,7 @@ LoadReport load_prefix(const ContextStore& store, std::span<const int32_t> token
             }
           }
         } catch (const std::exception& e) {
-          f.stop = std::string("fetching failed: ") + e.what();
+          f.stop = std::string("fetching failed: ") + e.what(), f.kind = LoadStop::failed;
         }
       }
       const bool last = !f.stop.empty();
@@ -174,11 +175,11 @@ LoadReport load_prefix(const ContextStore& store, std::span<const int32_t> token
     }
     cv.notify_all();
     if (!f.stop.empty()) {
-      report.stop_reason = f.stop;
+      report.stop_reason = f.stop, report.stop = f.kind;
       break;
     }
     if (options.cancel != nullptr && options.cancel->load()) {
-      report.stop_reason = "cancelled";
+      report.stop_reason = "cancelled", report.stop = LoadStop::cancelled;
       break;
     }
     const Clock::time_point d0 = Clock::now();
@@ -187,6 +188,7 @@ LoadReport load_prefix(const ContextStore& store, std::span<const int32_t> token
     } catch (const std::exception& e) {
       report.stop_reason =
           "chunk " + std::to_string(i) + " level " + f.level + " failed verification: " + e.what();
+      report.stop = LoadStop::failed;
       break;
     }
     report.decode_s += seconds_since(d0);

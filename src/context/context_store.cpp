@@ -228,16 +228,19 @@ std::vector<StoredChunk> ContextStore::lookup(std::span<const int32_t> tokens,
 
 void ContextStore::put_chunk(std::span<const int32_t> tokens, size_t index, std::string_view level,
                              std::span<const uint8_t> value) {
-  check_level_name(level);
   if (tokens.size() / options_.chunk_tokens <= index) {
     throw Error(ErrorCode::invalid_argument,
                 "context store: chunk " + std::to_string(index) + " needs " +
                     std::to_string((index + 1) * options_.chunk_tokens) + " tokens, " +
                     std::to_string(tokens.size()) + " given");
   }
-  const std::vector<ChunkKey> keys =
-      chunk_keys(tokens.subspan(0, (index + 1) * options_.chunk_tokens));
-  const ChunkKey& key = keys.back();
+  put_chunk(chunk_keys(tokens.subspan(0, (index + 1) * options_.chunk_tokens)).back(), index, level,
+            value);
+}
+
+void ContextStore::put_chunk(const ChunkKey& key, size_t index, std::string_view level,
+                             std::span<const uint8_t> value) {
+  check_level_name(level);
   ChunkLevelEntry mine{std::string(level), value.size(), XXH64(value.data(), value.size(), 0)};
   const std::string vkey = value_key(key, level, mine.checksum);
   // Always written (an atomic replace with the same bytes): a value damaged in the store is

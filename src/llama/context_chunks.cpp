@@ -74,6 +74,7 @@ size_t store_chunks(ContextStore& store, const Model& model, const KvSnapshot& s
                     std::span<const QualityLevel> levels) {
   const size_t ct = store.chunk_tokens();
   const size_t n_chunks = std::min(tokens.size(), snapshot.n_cells()) / ct;
+  const std::vector<ChunkKey> keys = store.chunk_keys(tokens.subspan(0, n_chunks * ct));
   size_t written = 0;
   for (size_t i = from_chunk; i < n_chunks; ++i) {
     const KvSnapshot chunk = slice_snapshot(snapshot, i * ct, ct);
@@ -83,7 +84,7 @@ size_t store_chunks(ContextStore& store, const Model& model, const KvSnapshot& s
                   "store_chunks: the snapshot's token ids are not the given tokens");
     }
     for (QualityLevel level : levels) {
-      store.put_chunk(tokens, i, quality_level_name(level), snapshot_to_cgkv(chunk, model, level));
+      store.put_chunk(keys[i], i, quality_level_name(level), snapshot_to_cgkv(chunk, model, level));
     }
     ++written;
   }

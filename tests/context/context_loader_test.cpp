@@ -89,12 +89,14 @@ TEST_F(LoaderTest, StopsAtAMissingLevelADamagedValueOrARefusal) {
   r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("lossless"), s2);
   EXPECT_EQ(r.chunks_loaded, 2u);
   EXPECT_NE(r.stop_reason.find("does not match"), std::string::npos) << r.stop_reason;
+  EXPECT_EQ(r.stop, LoadStop::failed);
 
   store_->remove(key);
   RecordingSink s3;
   r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("lossless"), s3);
   EXPECT_EQ(r.chunks_loaded, 2u);
   EXPECT_NE(r.stop_reason.find("missing"), std::string::npos) << r.stop_reason;
+  EXPECT_EQ(r.stop, LoadStop::missing);
 
   RecordingSink s4;
   s4.refuse = 1;
@@ -116,6 +118,7 @@ TEST_F(LoaderTest, DeadlineAndCancelStopFetching) {
   r = load_prefix(*cs_, tokens_, chunks_, fixed_level_chooser("low"), sink, c);
   EXPECT_EQ(r.chunks_loaded, 0u);
   EXPECT_EQ(r.stop_reason, "cancelled");
+  EXPECT_EQ(r.stop, LoadStop::cancelled);
 }
 
 TEST_F(LoaderTest, PlannedChooserPicksWhatFitsTheDeadline) {

@@ -186,8 +186,7 @@ void add_run(CLI::App& llama_cmd) {
       decoded.insert(decoded.end(), out.begin(), out.end() - 1);  // the last was not decoded
       const llama::KvSnapshot snap = llama::capture_seq_state(ctx, decoded);
       // From the first chunk the store lacks, or the first that failed to load (rewritten).
-      const size_t from = load.stop_reason.find("failed") != std::string::npos ||
-                                  load.stop_reason.find("missing") != std::string::npos
+      const size_t from = load.stop == LoadStop::failed || load.stop == LoadStop::missing
                               ? load.chunks_loaded
                               : stored_chunks;
       written = llama::store_chunks(cs, model, snap, tokens, from, write_levels);
