@@ -41,8 +41,11 @@ struct NpyArray {
 NpyArray parse_npy(std::span<const uint8_t> bytes);
 // Reads a file (Error(io_error) / not_found with the path on failure).
 NpyArray read_npy(const std::string& path);
-// Serialises to the .npy v1.0 format.
+// Serialises to the .npy v1.0 format: npy_header(a.dtype, a.shape), then a.data.
 std::vector<uint8_t> serialize_npy(const NpyArray& a);
+// The .npy v1.0 header (preamble, dictionary, padding to 64 bytes) of a C-order array; its
+// data follows it. For writing an array in pieces (OutputFile::write_at after the header).
+std::vector<uint8_t> npy_header(NpyDType dtype, std::span<const size_t> shape);
 // Writes as write_file_atomic does.
 void write_npy(const std::string& path, const NpyArray& a);
 
@@ -52,11 +55,44 @@ void write_npy(const std::string& path, const NpyArray& a);
 // that shrinks while read is io_error.
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 // Writes `bytes` to `path`:
-//   a regular file or a new name: atomic replace (temp file beside it, fsync, rename);
+//   a regular file or a new name: atomic replace (temp file beside it, fsync, rename; see
+//   OutputFile);
 //   a symbolic link: its (final) target is replaced atomically, the link stays;
 //   a device, FIFO or socket (e.g. /dev/null): written through, never replaced;
 //   "-": standard output;
 //   a directory: invalid_argument.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+
+// A file written in pieces, in any order, then published at once by commit(), by
+// write_file_atomic's rules: a regular file or a new name is written to an unnamed temp file
+// in its directory (O_TMPFILE: a writer killed before commit leaves nothing), named and renamed
+// over it on commit (a symlink's final target is what gets replaced); a seekable
+// device is written through; a FIFO, socket, terminal or "-" (standard output), which can only
+// be written in order, is written from an unnamed spill file in $TMPDIR (default /tmp) on
+// commit. So memory never holds the whole output. Destroyed without commit(): the temp or spill
+// file is removed and nothing at `path` changes (a seekable device keeps what it received).
+class OutputFile {
+ public:
+  explicit OutputFile(const std::string& path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  // Writes `bytes` at `offset` (bytes never written read as zeros).
+  void write_at(uint64_t offset, std::span<const uint8_t> bytes);
+  // Flushes and publishes the file; the object is done afterwards.
+  void commit();
+
+ private:
+  enum class Mode { replace, device, spill };
+  Mode mode_ = Mode::replace;
+  std::string path_;      // where the file goes (the final target of links)
+  std::string tmp_;       // Mode::replace: the temp file's name beside path_
+  bool unnamed_ = false;  // Mode::replace: an O_TMPFILE file, given the name tmp_ at commit
+  int fd_ = -1;           // what write_at writes: temp file, device or spill file
+  int target_fd_ = -1;    // Mode::spill: the FIFO, socket, terminal or standard output
+  uint64_t size_ = 0;
+  bool done_ = false;
+};
 
 }  // namespace cachegen

@@ -224,38 +224,37 @@ NpyArray read_npy(const std::string& path) {
   }
 }
 
-std::vector<uint8_t> serialize_npy(const NpyArray& a) {
+std::vector<uint8_t> npy_header(NpyDType dtype, std::span<const size_t> shape) {
   size_t n = 1;
-  for (size_t d : a.shape) n = detail::checked_mul(n, d, "npy shape");
-  if (detail::checked_mul(n, npy_dtype_size(a.dtype), "npy data size") != a.data.size()) {
-    throw Error(ErrorCode::invalid_argument, "npy: data size does not match shape and dtype");
-  }
+  for (size_t d : shape) n = detail::checked_mul(n, d, "npy shape");
+  detail::checked_mul(n, npy_dtype_size(dtype), "npy data size");
   std::string h =
-      std::string("{'descr': '") + npy_descr(a.dtype) + "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < a.shape.size(); ++i) {
-    h += std::to_string(a.shape[i]);
-    if (a.shape.size() == 1 || i + 1 < a.shape.size()) h += ",";
-    if (i + 1 < a.shape.size()) h += " ";
+      std::string("{'descr': '") + npy_descr(dtype) + "', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    h += std::to_string(shape[i]);
+    if (shape.size() == 1 || i + 1 < shape.size()) h += ",";
+    if (i + 1 < shape.size()) h += " ";
   }
   h += "), }";
   const size_t unpadded = 10 + h.size() + 1;  // preamble + header + '\n'
   h.append((64 - unpadded % 64) % 64, ' ');
   h += '\n';
   if (h.size() > 65535) throw Error(ErrorCode::invalid_argument, "npy: header too long");
-  const uint8_t preamble[10] = {0x93,
-                                'N',
-                                'U',
-                                'M',
-                                'P',
-                                'Y',
-                                1,
-                                0,
-                                static_cast<uint8_t>(h.size() & 0xff),
-                                static_cast<uint8_t>(h.size() >> 8)};
-  std::vector<uint8_t> out(10 + h.size() + a.data.size());
-  std::memcpy(out.data(), preamble, 10);
-  std::memcpy(out.data() + 10, h.data(), h.size());
-  if (!a.data.empty()) std::memcpy(out.data() + 10 + h.size(), a.data.data(), a.data.size());
+  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  out.push_back(static_cast<uint8_t>(h.size() & 0xff));
+  out.push_back(static_cast<uint8_t>(h.size() >> 8));
+  out.insert(out.end(), h.begin(), h.end());
+  return out;
+}
+
+std::vector<uint8_t> serialize_npy(const NpyArray& a) {
+  size_t n = 1;
+  for (size_t d : a.shape) n = detail::checked_mul(n, d, "npy shape");
+  if (detail::checked_mul(n, npy_dtype_size(a.dtype), "npy data size") != a.data.size()) {
+    throw Error(ErrorCode::invalid_argument, "npy: data size does not match shape and dtype");
+  }
+  std::vector<uint8_t> out = npy_header(a.dtype, a.shape);
+  out.insert(out.end(), a.data.begin(), a.data.end());
   return out;
 }
 

@@ -228,6 +228,42 @@ check "encode -o /dev/null" 0 "$cg" encode kv.npy -o /dev/null --bits 4
 [[ -c /dev/null ]] || { failed=$((failed + 1)); echo "FAIL: /dev/null is no longer a character device"; }
 mkdir outdir
 check "decode -o directory" 2 "$cg" decode kv.cgkv -o outdir
+check "decode -o /dev/null" 0 "$cg" decode kv.cgkv -o /dev/null
+[[ -c /dev/null ]] || { failed=$((failed + 1)); echo "FAIL: decode replaced /dev/null"; }
+ls ./*.tmp.* >/dev/null 2>&1 && { failed=$((failed + 1)); echo "FAIL: temp files left behind"; }
+
+# decode streams: 128 MiB of fp16 output ([8, 2, 16384, 4, 64]) is written in windows, so the
+# process never holds it whole (peak RSS well under the output's size), to a file and to a pipe.
+/usr/bin/python3 - "$cg" <<'PY' || failed=$((failed + 1))
+import numpy as np, resource, subprocess, sys
+cg = sys.argv[1]
+t = np.arange(16384, dtype=np.float32)[None, None, :, None, None]
+c = np.arange(4 * 64, dtype=np.float32).reshape(1, 1, 1, 4, 64)
+kv = (np.sin(t * 0.01 + c) * (1 + c / 64)).astype(np.float16)
+kv = np.broadcast_to(kv, (8, 2, 16384, 4, 64)).copy()
+np.save("big.npy", kv)
+subprocess.run([cg, "encode", "big.npy", "-o", "big.cgkv", "--bits", "2", "--chunk-tokens", "1024"],
+               check=True)
+# Peak RSS of the decode alone: measured by a fresh interpreter whose only child it is.
+measure = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+out = subprocess.run([sys.executable, "-c", measure, cg, "decode", "big.cgkv", "-o", "bigback.npy"],
+                     check=True, capture_output=True, text=True).stdout
+rss = int(out.split()[-1]) / 1024
+back = np.load("bigback.npy")
+ok = back.shape == kv.shape and np.abs(back.astype(np.float32) - kv.astype(np.float32)).max() < 1.0
+with open("bigpipe.npy", "wb") as f:
+    p = subprocess.Popen([cg, "decode", "big.cgkv", "-o", "-"], stdout=subprocess.PIPE)
+    while chunk := p.stdout.read(1 << 20):
+        f.write(chunk)
+    ok = ok and p.wait() == 0
+ok = ok and open("bigpipe.npy", "rb").read() == open("bigback.npy", "rb").read()
+print(f"decode of 128 MiB output: peak RSS {rss:.0f} MiB")
+if not ok or rss > 100:
+    print(f"FAIL: streaming decode (ok={ok}, peak RSS {rss:.0f} MiB of a 128 MiB output)")
+    sys.exit(1)
+PY
+rm -f big.npy big.cgkv bigback.npy bigpipe.npy
 
 # Inputs must be regular files: no endless read of /dev/zero, no blocking on a FIFO.
 check "input /dev/zero" 2 timeout 20 "$cg" encode /dev/zero -o x.cgkv

@@ -86,6 +86,57 @@ TEST_F(FileIo, FifosAndDevicesAreWrittenThroughNotReplaced) {
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
 }
 
+TEST_F(FileIo, OutputFileWritesPiecesOutOfOrderAndPublishesOnCommit) {
+  write_file_atomic(path("out"), bytes("old contents"));
+  {
+    OutputFile f(path("out"));
+    f.write_at(6, bytes("world"));
+    f.write_at(0, bytes("hello "));
+    // Nothing changes at the name until commit.
+    EXPECT_EQ(slurp(path("out")), "old contents");
+    f.commit();
+  }
+  EXPECT_EQ(slurp(path("out")), "hello world");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  // Abandoned (an error before commit): the old file stays, no temp file is left.
+  {
+    OutputFile f(path("out"));
+    f.write_at(0, bytes("partial"));
+    // While it writes, the directory shows nothing new: a writer killed now leaves nothing.
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  }
+  EXPECT_EQ(slurp(path("out")), "hello world");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  // A gap reads as zeros.
+  {
+    OutputFile f(path("gap"));
+    f.write_at(3, bytes("x"));
+    f.commit();
+  }
+  EXPECT_EQ(slurp(path("gap")), std::string("\0\0\0x", 4));
+}
+
+TEST_F(FileIo, OutputFileWritesAFifoInOrderFromItsSpill) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  const int rd = ::open(path("fifo").c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(rd, 0);
+  {
+    OutputFile f(path("fifo"));
+    f.write_at(4, bytes("tail"));
+    f.write_at(0, bytes("head"));
+    f.commit();
+  }
+  char buf[64] = {};
+  const ssize_t n = ::read(rd, buf, sizeof buf);
+  ::close(rd);
+  EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), "headtail");
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+  OutputFile dev("/dev/null");  // a seekable device: written in place
+  dev.write_at(100, bytes("x"));
+  dev.commit();
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
 TEST_F(FileIo, ADirectoryIsNeitherReplacedNorRead) {
   fs::create_directory(path("d"));
   EXPECT_EQ(code_of([&] { write_file_atomic(path("d"), bytes("x")); }),

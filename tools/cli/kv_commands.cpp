@@ -1,5 +1,7 @@
 // `cachegen encode | decode | inspect | verify`: .npy KV arrays <-> .cgkv containers, in files
 // or in a store (--store file://DIR | redis://HOST:PORT[/DB]; the file argument is the key).
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -226,19 +228,42 @@ CgkvReader open_reader(const std::string& name, const std::string& store) {
                        : CgkvReader::from_bytes(load_input(name, store));
 }
 
+// Writes tokens [a, b) as an fp16 .npy [layers, 2, b - a, heads, dim] through OutputFile:
+// windows of whole chunks, about 64 MiB of output each (at least one chunk), each decoded and
+// written at its place, so memory holds a window, never the whole output.
 void run_decode(const DecodeOptions& o) {
   const CgkvReader r = open_reader(o.input, o.store);
   const CgkvInfo& info = r.info();
   size_t a, b;
   parse_range(o.tokens, info.n_tokens, a, b);
-  const std::vector<Half> kv = r.read_tokens(a, b);
-  NpyArray out;
-  out.dtype = NpyDType::f16;
-  out.shape = {static_cast<size_t>(info.n_attention_layers()), 2, b - a,
-               static_cast<size_t>(info.n_kv_heads), static_cast<size_t>(info.head_dim)};
-  out.data.resize(kv.size() * 2);
-  if (!kv.empty()) std::memcpy(out.data.data(), kv.data(), out.data.size());
-  write_npy(o.output, out);
+  const size_t row = static_cast<size_t>(info.n_kv_heads) * static_cast<size_t>(info.head_dim);
+  const size_t n_tensors = static_cast<size_t>(info.n_attention_layers()) * 2, T = b - a;
+  const std::vector<size_t> shape = {n_tensors / 2, 2, T, static_cast<size_t>(info.n_kv_heads),
+                                     static_cast<size_t>(info.head_dim)};
+  const std::vector<uint8_t> header = npy_header(NpyDType::f16, shape);
+  OutputFile out(o.output);
+  out.write_at(0, header);
+  constexpr size_t kWindowBytes = size_t{64} << 20;
+  const size_t ct = info.chunk_tokens;  // > 0: the header checks it
+  size_t chunk_bytes, span;
+  if (__builtin_mul_overflow(n_tensors * row * 2, ct, &chunk_bytes)) chunk_bytes = SIZE_MAX;
+  const size_t chunks_per_window =
+      std::max<size_t>(1, kWindowBytes / std::max<size_t>(1, chunk_bytes));
+  for (size_t t0 = a; t0 < b;) {
+    const size_t start = t0 / ct * ct;  // a window starts at t0's chunk
+    const size_t t1 = __builtin_mul_overflow(ct, chunks_per_window, &span) || span >= b - start
+                          ? b
+                          : start + span;
+    const std::vector<Half> kv = r.read_tokens(t0, t1);
+    const size_t w = t1 - t0;
+    for (size_t t = 0; t < n_tensors; ++t) {
+      const auto* p = reinterpret_cast<const uint8_t*>(kv.data() + t * w * row);
+      out.write_at(header.size() + ((t * T) + (t0 - a)) * row * 2,
+                   std::span<const uint8_t>(p, w * row * 2));
+    }
+    t0 = t1;
+  }
+  out.commit();
 }
 
 struct InspectOptions {
