@@ -147,10 +147,11 @@ uint64_t interesting(std::mt19937_64& rng, uint64_t old) {
 }
 
 // Replaces d[off, off+n) by a libFuzzer mutation of it, moving what follows and shifting every
-// table offset that pointed past the range. Returns the new size.
+// table offset that pointed past the range. Returns the new size. Only ranges after the header:
+// the tables must stay where `l` says (a range over them once wrote past the buffer).
 size_t mutate_range(std::vector<uint8_t>& buf, size_t size, size_t max_size, const Layout& l,
                     uint64_t off, uint64_t n) {
-  if (off > size || n > size - off) return size;
+  if (off < l.header_bytes || off > size || n > size - off) return size;
   const size_t room = max_size > size ? max_size - size : 0;
   std::vector<uint8_t> part(buf.begin() + off, buf.begin() + off + n);
   const size_t cap = static_cast<size_t>(n) + std::min<size_t>(room, 256);

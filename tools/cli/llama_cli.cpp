@@ -1,6 +1,7 @@
 // The llama commands' shared pieces (contracts: llama_cli.h).
 #include "llama_cli.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -83,6 +84,21 @@ void add_level_options(CLI::App* cmd, LevelArgs& a) {
   cmd->add_option("--chunk-tokens", a.chunk_tokens,
                   "tokens per container chunk (a multiple of the group size when quantized; "
                   "default: 256 quantized, 1024 lossless)");
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int32_t argmax_token(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+std::vector<int32_t> generate(llama::Context& ctx, int32_t first, int32_t pos, int n) {
+  std::vector<int32_t> out{first};
+  for (int i = 0; i < n; ++i)
+    out.push_back(argmax_token(ctx.decode(std::span(&out.back(), 1), pos++, false)));
+  return out;
 }
 
 }  // namespace cachegen::cli

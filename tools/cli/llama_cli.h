@@ -3,7 +3,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,13 @@ std::string level_name(const LevelArgs& a);
 // restore cannot compute from the weights, layer 0 is stored.
 llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers);
 void add_level_options(CLI::App* cmd, LevelArgs& a);
+
+// Milliseconds since t0 (steady clock).
+double ms_since(std::chrono::steady_clock::time_point t0);
+// The most likely token of a row of logits (greedy decoding).
+int32_t argmax_token(std::span<const float> logits);
+// Greedy generation: {first, then n tokens}, decoding `first` at position `pos` onwards.
+std::vector<int32_t> generate(llama::Context& ctx, int32_t first, int32_t pos, int n);
 
 // `cachegen llama demo`.
 void add_demo(CLI::App& llama_cmd);

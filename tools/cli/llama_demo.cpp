@@ -26,20 +26,6 @@ struct DemoArgs {
   LevelArgs level;
 };
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::vector<int32_t> generate(llama::Context& ctx, int32_t first, int32_t pos, int n) {
-  std::vector<int32_t> out{first};
-  for (int i = 0; i < n; ++i) {
-    const std::vector<float> logits = ctx.decode(std::span(&out.back(), 1), pos++, false);
-    out.push_back(
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-  }
-  return out;
-}
-
 // The prompt's tokens: --prefix tokens of --text plus the one the continuation starts from, or
 // the whole --prompt.
 std::vector<int32_t> demo_tokens(const DemoArgs& a, const llama::Model& model) {

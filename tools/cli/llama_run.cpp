@@ -21,10 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
 struct RunArgs {
   std::string model, prompt, prompt_file, store, level, write_levels = "lossless,high,medium,low";
   double deadline_ms = -1, prefill_tokens_per_s = 2000, initial_mbps = 1000;
@@ -159,21 +155,12 @@ void add_run(CLI::App& llama_cmd) {
     if (reused > 0) llama::restore_seq_state(ctx, sink.snapshot());
     const double restore_ms = ms_since(r0);
     const Clock::time_point p0 = Clock::now();
-    std::vector<int32_t> out;
-    {
-      const std::vector<float> logits =
-          ctx.decode(std::span(tokens).subspan(reused), static_cast<int32_t>(reused), false);
-      out.push_back(
-          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    }
+    const int32_t first = argmax_token(
+        ctx.decode(std::span(tokens).subspan(reused), static_cast<int32_t>(reused), false));
     const double prefill_ms = ms_since(p0);
     const double ttft_ms = ms_since(t0);
-    for (int i = 1; i < a->n_predict; ++i) {
-      const std::vector<float> logits = ctx.decode(
-          std::span(&out.back(), 1), static_cast<int32_t>(n_prompt + out.size() - 1), false);
-      out.push_back(
-          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    }
+    const std::vector<int32_t> out =
+        generate(ctx, first, static_cast<int32_t>(n_prompt), a->n_predict - 1);
     const double total_ms = ms_since(t0);
     const std::string text = model.detokenize(out);
 
