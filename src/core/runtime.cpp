@@ -73,7 +73,7 @@ static bool cpu_has_f16c() noexcept {
 }
 #endif
 
-SimdPath best_supported_simd_path() noexcept {
+static SimdPath detect_simd_path() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   const bool f16c = cpu_has_f16c();
@@ -84,6 +84,11 @@ SimdPath best_supported_simd_path() noexcept {
   if (__builtin_cpu_supports("avx2") && f16c) return SimdPath::avx2;
 #endif
   return SimdPath::scalar;
+}
+
+SimdPath best_supported_simd_path() noexcept {
+  static const SimdPath best = detect_simd_path();  // CPUID once, not on every call
+  return best;
 }
 
 static SimdPath clamp_to_supported(SimdPath want) noexcept {
