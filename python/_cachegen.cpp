@@ -255,17 +255,11 @@ class PyContextStore {
   py::object load(const py::buffer& tokens, size_t index, const std::string& level) const {
     const py::buffer_info t = contiguous(tokens, "tokens");
     const std::span<const int32_t> all = tokens_of(t);
-    const size_t n = c_.chunk_tokens();
-    if (index >= all.size() / n) {
-      throw Error(ErrorCode::invalid_argument, "chunk " + std::to_string(index) + " needs " +
-                                                   std::to_string((index + 1) * n) +
-                                                   " tokens; got " + std::to_string(all.size()));
-    }
     std::optional<std::vector<uint8_t>> v;
     {
       py::gil_scoped_release release;
-      const std::vector<cachegen::StoredChunk> found = c_.lookup(all.first((index + 1) * n));
-      if (found.size() > index) v = c_.get_chunk(found[index], level, all.subspan(index * n, n));
+      const std::optional<cachegen::StoredChunk> chunk = c_.find_chunk(all, index);
+      if (chunk) v = c_.get_chunk(*chunk, level, all.subspan(chunk->first_token, chunk->n_tokens));
     }
     if (!v) return py::none();
     return py::bytes(reinterpret_cast<const char*>(v->data()), v->size());

@@ -2,9 +2,12 @@
 stores (a real redis-server), the context store, and threads."""
 
 import json
+import os
 import struct
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -341,3 +344,11 @@ def test_threads_call_concurrently(kv_files, redis_url):
     assert len(store.keys("thread/")) == 48
     for k in store.keys("thread/"):
         del store[k]
+
+
+def test_example_script_runs(kv_files, redis_url):
+    script = Path(__file__).resolve().parents[2] / "examples" / "python" / "kv_to_redis.py"
+    out = subprocess.run([sys.executable, str(script), str(kv_files[0]), redis_url], check=True,
+                         capture_output=True, text=True, env=dict(os.environ))
+    assert "tokens 128..255: (" in out.stdout and "float16" in out.stdout
+    assert "demo/seq-0" not in cachegen.Store(redis_url)

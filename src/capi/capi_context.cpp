@@ -23,31 +23,16 @@ std::span<const int32_t> token_span(const int32_t* tokens, size_t n) {
   return {tokens, n};
 }
 
-// Throws invalid_argument unless tokens hold chunk `index` whole.
-void check_chunk_index(const cachegen_context_store* c, std::span<const int32_t> tokens,
-                       size_t index) {
-  need(c, "context");
-  const size_t n = c->context.chunk_tokens();
-  if (index >= tokens.size() / n) {
-    throw Error(ErrorCode::invalid_argument,
-                "chunk " + std::to_string(index) + " needs " + std::to_string((index + 1) * n) +
-                    " tokens; n_tokens is " + std::to_string(tokens.size()));
-  }
-}
-
-// The stored chunk `index` of tokens, found by a lookup of the chunks up to it; not_found when
-// it (or a chunk before it) is not stored.
+// The stored chunk `index` of tokens; not_found when it (or a chunk before it) is not stored.
 cachegen::StoredChunk stored_chunk(const cachegen_context_store* c, std::span<const int32_t> tokens,
                                    size_t index) {
-  check_chunk_index(c, tokens, index);
-  const size_t n = c->context.chunk_tokens();
-  std::vector<cachegen::StoredChunk> found = c->context.lookup(tokens.first((index + 1) * n));
-  if (found.size() <= index) {
-    throw Error(ErrorCode::not_found, "chunk " + std::to_string(index) +
-                                          " of this context is not stored (" +
-                                          std::to_string(found.size()) + " leading chunks are)");
+  need(c, "context");
+  std::optional<cachegen::StoredChunk> chunk = c->context.find_chunk(tokens, index);
+  if (!chunk) {
+    throw Error(ErrorCode::not_found,
+                "chunk " + std::to_string(index) + " of this context is not stored");
   }
-  return std::move(found[index]);
+  return std::move(*chunk);
 }
 
 }  // namespace
@@ -87,11 +72,10 @@ int cachegen_context_lookup(const cachegen_context_store* c, const int32_t* toke
 int cachegen_context_save(cachegen_context_store* c, const int32_t* tokens, size_t n_tokens,
                           size_t index, const char* level, const uint8_t* value, size_t size) {
   return guard([&] {
+    need(c, "context");
     need(level, "level");
     if (size) need(value, "value");
-    const std::span<const int32_t> t = token_span(tokens, n_tokens);
-    check_chunk_index(c, t, index);
-    c->context.put_chunk(t, index, level, {value, size});
+    c->context.put_chunk(token_span(tokens, n_tokens), index, level, {value, size});
   });
 }
 

@@ -238,6 +238,8 @@ static uint8_t* encode_and_read(const char* dir, size_t* cgkv_size) {
   CHECK(info.codec == 1);
   OK(cachegen_reader_decode(rl, 0, T, again, N_KV));
   CHECK(memcmp(again, full, N_KV * 2) == 0);
+  cachegen_reader_free(rl);
+  rl = NULL;
 
   /* Files: open, and the hostile cases. */
   snprintf(path, sizeof path, "%s/kv.cgkv", dir);
