@@ -53,7 +53,7 @@ LD_LIBRARY_PATH="$prefix/lib" "$prefix/consumer_pc"
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" cc -std=c99 -Wall -Wextra -Werror -pedantic \
   -o "$prefix/capi_consumer_pc" tests/install/capi_consumer.c \
   $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs cachegen)
-mkdir -p "$prefix/capi_work" "$prefix/redis"
+mkdir -p "$prefix/capi_work" "$prefix/capi_work_pc" "$prefix/redis"
 redis_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
   --dir "$prefix/redis" >/dev/null &
@@ -61,7 +61,7 @@ redis_pid=$!
 trap 'kill "$redis_pid" 2>/dev/null; rm -rf "$prefix"' EXIT
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/consumer/capi_consumer" "$prefix/capi_work"
-LD_LIBRARY_PATH="$prefix/lib" "$prefix/capi_consumer_pc" "$prefix/capi_work" \
+LD_LIBRARY_PATH="$prefix/lib" "$prefix/capi_consumer_pc" "$prefix/capi_work_pc" \
   "redis://127.0.0.1:$redis_port/0"
 kill "$redis_pid" && wait "$redis_pid" 2>/dev/null || true
 # The installed Python package, imported by the system python3 from the prefix.
