@@ -147,6 +147,16 @@ class Reader {
   py::array decode(size_t begin, size_t end) const {
     const cachegen::CgkvInfo& i = r_->info();
     const size_t n = r_->read_elements(begin, end);  // checks the range first
+    // The reader refuses reads over its limit (2^30 values by default; never changed here), but
+    // only once it is called: check before the array is allocated, so that a forged header's
+    // token count is an error, not a huge allocation.
+    constexpr size_t kReaderDefaultMaxElements = size_t{1} << 30;
+    if (n > kReaderDefaultMaxElements) {
+      throw Error(ErrorCode::invalid_argument,
+                  "cgkv: reading tokens " + std::to_string(begin) + ":" + std::to_string(end) +
+                      " needs " + std::to_string(n) + " values, over the limit of " +
+                      std::to_string(kReaderDefaultMaxElements));
+    }
     std::vector<py::ssize_t> shape = {
         i.n_attention_layers(), 2, static_cast<py::ssize_t>(end - begin), i.n_kv_heads, i.head_dim};
     py::array out(py::dtype("float16"), shape);
