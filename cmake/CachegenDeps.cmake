@@ -14,9 +14,8 @@ if(TARGET zstd::libzstd_shared)
 else()
   set(CACHEGEN_ZSTD zstd::libzstd_static)
 endif()
-if(CACHEGEN_BUILD_CLI OR CACHEGEN_BUILD_TESTS OR CACHEGEN_BUILD_BENCH)
-  find_package(nlohmann_json 3 REQUIRED)          # nlohmann-json3-dev
-endif()
+# Header-only; the container layer writes inspect JSON with it (never in a public header).
+find_package(nlohmann_json 3 REQUIRED)            # nlohmann-json3-dev
 if(CACHEGEN_BUILD_CLI)
   find_package(CLI11 REQUIRED)                    # libcli11-dev
 endif()

@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev       # tests, benchmarks
   libzstd-dev zstd libxxhash-dev libhiredis-dev redis-server
   libcli11-dev nlohmann-json3-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest   # the Python package and its tests
 )
 
 missing=()

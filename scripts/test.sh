@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Every test: installs what is missing, then the release suite, the ASan+UBSan suite, the
-# concurrency tests under ThreadSanitizer, the fuzzers (briefly, from their seed corpora), and
-# an install + find_package/pkg-config check.
+# Every test: installs what is missing, then the release suite (and the Python package's pytest
+# suite against the build tree), the ASan+UBSan suite, the concurrency tests under
+# ThreadSanitizer, the fuzzers (briefly, from their seed corpora), and an install check:
+# find_package/pkg-config consumers, the C99 consumer of the whole C API (with a redis-server),
+# and the installed Python package imported by the system python3.
 #   CACHEGEN_FUZZ_SECONDS (default 30) bounds each fuzzer's run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +14,10 @@ scripts/fetch-llama.sh
 echo "== release build (with llama.cpp) + tests"
 scripts/build.sh release -DCACHEGEN_WITH_LLAMA=ON
 ctest --preset release -j "$(nproc)"
+
+echo "== Python package (pytest, against the build tree)"
+CACHEGEN_CLI="$root/build/release/tools/cli/cachegen" PYTHONPATH="$root/build/release/python" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
 
 echo "== ASan + UBSan build + tests"
 scripts/build.sh asan
@@ -43,6 +49,35 @@ LD_LIBRARY_PATH="$prefix/lib" "$prefix/consumer/consumer"
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" cc -o "$prefix/consumer_pc" tests/install/consumer.c \
   $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs cachegen)
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/consumer_pc"
+# The whole C API, compiled as C99 against the installed headers and library, with a Redis store.
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" cc -std=c99 -Wall -Wextra -Werror -pedantic \
+  -o "$prefix/capi_consumer_pc" tests/install/capi_consumer.c \
+  $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs cachegen)
+mkdir -p "$prefix/capi_work" "$prefix/capi_work_pc" "$prefix/redis"
+redis_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+  --dir "$prefix/redis" >/dev/null &
+redis_pid=$!
+trap 'kill "$redis_pid" 2>/dev/null; rm -rf "$prefix"' EXIT
+for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+LD_LIBRARY_PATH="$prefix/lib" "$prefix/consumer/capi_consumer" "$prefix/capi_work"
+LD_LIBRARY_PATH="$prefix/lib" "$prefix/capi_consumer_pc" "$prefix/capi_work_pc" \
+  "redis://127.0.0.1:$redis_port/0"
+kill "$redis_pid" && wait "$redis_pid" 2>/dev/null || true
+# The installed Python package, imported by the system python3 from the prefix.
+PYTHONPATH=$(echo "$prefix"/lib/python3*/site-packages) /usr/bin/python3 - <<'EOF'
+import numpy as np, cachegen
+kv = np.random.default_rng(0).standard_normal((2, 2, 64, 2, 16)).astype(np.float16)
+data = cachegen.encode(kv, level="lossless")
+assert np.array_equal(cachegen.decode(data, tokens=(3, 9)), kv[:, :, 3:9])
+assert cachegen.inspect(data)["codec"] == "lossless_fp16"
+try:
+    cachegen.decode(data[:20])
+    raise SystemExit("truncated bytes decoded")
+except cachegen.TruncatedInput as e:
+    assert e.status == "truncated_input"
+print("python: installed cachegen package ok (%s)" % cachegen.__file__)
+EOF
 "$prefix/bin/cachegen" bench seed --json >/dev/null
 echo "== all test stages passed (release suite, ASan+UBSan suite, TSan, fuzzers, install)"
 echo "stages: 5 passed, 0 failed"

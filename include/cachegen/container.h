@@ -121,6 +121,11 @@ class CgkvReader {
   // Pre-RoPE keys come back rotated (as the model holds them); recomputed layers are zeros
   // (info().recomputed_layers() names them).
   std::vector<Half> read_tokens(size_t begin, size_t end) const;
+  // The same into a caller's buffer of exactly read_elements(begin, end) values (else
+  // invalid_argument): no allocation of the output.
+  void read_tokens_into(size_t begin, size_t end, std::span<Half> out) const;
+  // Values a read of tokens [begin, end) produces; invalid_argument for a range outside the file.
+  size_t read_elements(size_t begin, size_t end) const;
   // The bytes of the first blob of a kind (checksum verified), or nullopt.
   std::optional<std::vector<uint8_t>> read_blob(uint32_t kind) const;
   // The bytes of blob `index` (info().blobs order; checksum verified). invalid_argument when
@@ -144,5 +149,10 @@ class CgkvReader {
   CgkvInfo info_;
   size_t max_elements_ = size_t{1} << 30;
 };
+
+// What `cachegen inspect --json` prints for a file, as JSON text: sizes, shape, codec, RoPE,
+// bits per element, and per layer its bits and K/V bytes. Reads every chunk's framing and every
+// blob (checksums checked; nothing is decoded: verify() decodes); throws as those reads do.
+std::string cgkv_inspect_json(const CgkvReader& reader, int indent = 2);
 
 }  // namespace cachegen

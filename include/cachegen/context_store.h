@@ -108,6 +108,10 @@ class ContextStore {
   std::optional<std::vector<uint8_t>> get_chunk(const StoredChunk& chunk, std::string_view level,
                                                 std::span<const int32_t> chunk_tokens) const;
 
+  // Chunk `index` of `tokens` when it and every chunk before it are stored (a lookup of the
+  // chunks up to it), else std::nullopt; for get_chunk, with tokens.subspan(first_token,
+  // n_tokens). invalid_argument when tokens hold fewer than (index + 1) * chunk_tokens tokens.
+  std::optional<StoredChunk> find_chunk(std::span<const int32_t> tokens, size_t index) const;
   std::string manifest_key(const ChunkKey& key) const;
   std::string value_key(const ChunkKey& key, std::string_view level, uint64_t checksum) const;
 

@@ -4,6 +4,7 @@
 
 #include "cachegen/cachegen_c.h"
 #include "cachegen/quant.h"
+#include "capi/capi_buffers.h"
 #include "capi/capi_status.h"
 
 struct cachegen_code_stream {
@@ -15,9 +16,7 @@ namespace {
 using cachegen::Error;
 using cachegen::ErrorCode;
 
-void need(const void* p, const char* name) {
-  if (p == nullptr) throw Error(ErrorCode::invalid_argument, std::string(name) + " is NULL");
-}
+using cachegen::capi::need;
 
 template <typename T>
 int quantize(const T* x, size_t n_rows, size_t dim, int bits, size_t group_size,

@@ -1,5 +1,7 @@
 #include "capi/capi_status.h"
 
+#include <cstdlib>
+
 #include "cachegen/cachegen_c.h"
 
 namespace cachegen::capi {
@@ -29,6 +31,10 @@ const char* cachegen_status_name(int status) {
 
 const char* cachegen_last_error(void) {
   return cachegen::capi::last_error();
+}
+
+void cachegen_free(void* buffer) {
+  std::free(buffer);
 }
 
 const char* cachegen_version(void) {

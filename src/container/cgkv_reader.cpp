@@ -110,7 +110,7 @@ void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits
 }
 
 // Re-applies RoPE to the keys of pre-RoPE layers in out (tokens [begin, begin + T)).
-void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::vector<Half>& out) {
+void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::span<Half> out) {
   if (!info.has_rope || T == 0) return;
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
   std::vector<int32_t> pos(T);
@@ -181,26 +181,45 @@ void decode_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes
 
 }  // namespace
 
-std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
+size_t CgkvReader::read_elements(size_t begin, size_t end) const {
   if (begin > end || end > info_.n_tokens) {
     detail::invalid("token range " + std::to_string(begin) + ":" + std::to_string(end) +
                     " is outside 0:" + std::to_string(info_.n_tokens));
   }
-  if (begin == end) return {};  // an empty range reads no chunk
+  const size_t row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
+  const size_t n_attn = static_cast<size_t>(info_.n_attention_layers());
+  return detail::checked_mul(n_attn * 2 * (end - begin), row, "read_tokens output");
+}
+
+std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
+  const size_t n_out = read_elements(begin, end);
+  if (n_out > max_elements_) read_tokens_into(begin, end, {});  // throws, naming the limit
+  std::vector<Half> out(n_out);
+  read_tokens_into(begin, end, out);
+  return out;
+}
+
+void CgkvReader::read_tokens_into(size_t begin, size_t end, std::span<Half> out) const {
+  const size_t n_out = read_elements(begin, end);
   const size_t T = end - begin,
                row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
-  const size_t n_attn = static_cast<size_t>(info_.n_attention_layers());
-  const size_t n_out = detail::checked_mul(n_attn * 2 * T, row, "read_tokens output");
   // Chunk buffers hold a whole chunk of one tensor: bound them too.
   const size_t chunk_values =
       detail::checked_mul(std::min(info_.chunk_tokens, info_.n_tokens), row, "cgkv chunk");
-  if (n_out > max_elements_ || chunk_values > max_elements_) {
+  if (n_out > max_elements_ || (T != 0 && chunk_values > max_elements_)) {
     detail::invalid("cgkv: reading tokens " + std::to_string(begin) + ":" + std::to_string(end) +
                     " needs " + std::to_string(std::max(n_out, chunk_values)) +
                     " values, over this reader's limit of " + std::to_string(max_elements_) +
                     " (set_max_elements)");
   }
-  std::vector<Half> out(n_out);
+  if (out.size() != n_out) {
+    detail::invalid("read_tokens_into: out holds " + std::to_string(out.size()) +
+                    " values; tokens " + std::to_string(begin) + ":" + std::to_string(end) +
+                    " are " + std::to_string(n_out));
+  }
+  if (T == 0) return;  // an empty range reads no chunk
+  // Recomputed layers store nothing and come back as zeros.
+  if (!info_.recomputed_layers().empty()) std::fill(out.begin(), out.end(), Half{});
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
     if (ci.token_begin >= end || ci.token_begin + ci.n_tokens <= begin) continue;
@@ -211,7 +230,6 @@ std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
     });
   }
   rotate_pre_rope_keys(info_, begin, T, out);
-  return out;
 }
 
 void CgkvReader::verify() const {

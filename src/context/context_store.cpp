@@ -303,4 +303,18 @@ std::optional<std::vector<uint8_t>> ContextStore::get_chunk(const StoredChunk& c
   return v;
 }
 
+std::optional<StoredChunk> ContextStore::find_chunk(std::span<const int32_t> tokens,
+                                                    size_t index) const {
+  const size_t n = options_.chunk_tokens;
+  if (tokens.size() / n <= index) {
+    throw Error(ErrorCode::invalid_argument, "context store: chunk " + std::to_string(index) +
+                                                 " needs " + std::to_string((index + 1) * n) +
+                                                 " tokens, " + std::to_string(tokens.size()) +
+                                                 " given");
+  }
+  std::vector<StoredChunk> found = lookup(tokens.first((index + 1) * n));
+  if (found.size() <= index) return std::nullopt;
+  return std::move(found[index]);
+}
+
 }  // namespace cachegen

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cachegen/container.h"
+#include "cachegen/encode.h"
 #include "cachegen/kv_cache.h"
 #include "cachegen/transform.h"
 #include "commands.h"
@@ -20,39 +21,8 @@ namespace {
 
 struct EncodeOptions {
   std::string input, output, store;
-  int bits = 4, layer_groups = 3;
-  size_t group_size = 32, chunk_tokens = 256;
-  std::string params = "compact";
-  std::string
-      level;  // high | medium | low (| lossless): replaces --bits/--layer-groups/--group-size
-  float rope_base = 0;  // > 0: keys are quantized pre-RoPE with these parameters
-  int rope_dims = 0;
-  float rope_scale = 1;
-  bool rope_neox = false;
-  bool lossless = false;
+  KVEncodeOptions kv;  // the library's options, defaults included
 };
-
-// The quality level's configuration for a .npy (no model: recomputed layers are stored).
-KVCacheConfig npy_level_config(const EncodeOptions& o, const ModelShape& shape) {
-  QualityLevel level = QualityLevel::high;
-  bool found = false;
-  for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-    if (o.level == quality_level_name(l)) level = l, found = true;
-  }
-  if (!found)
-    throw Error(ErrorCode::invalid_argument, "--level must be lossless, high, medium or low");
-  RopeParams rope;
-  rope.freq_base = o.rope_base;
-  rope.freq_scale = o.rope_scale;
-  rope.n_rot = o.rope_dims;
-  rope.neox = o.rope_neox;
-  if (o.rope_base <= 0) {
-    std::fprintf(stderr,
-                 "note: no --rope-base: keys are quantized as given (the level's pre-RoPE "
-                 "keys need the model's RoPE parameters)\n");
-  }
-  return quality_level_config_stored(level, shape, o.rope_base > 0 ? &rope : nullptr);
-}
 
 KVDType npy_kv_dtype(const NpyArray& a, const std::string& path) {
   switch (a.dtype) {
@@ -68,46 +38,16 @@ KVDType npy_kv_dtype(const NpyArray& a, const std::string& path) {
   }
 }
 
-// The .npy's shape as a model shape. The shape comes from the file, so an impossible one is
-// unsupported input (exit 4), named by axis; checked before any cast narrows a dimension.
-ModelShape npy_model_shape(const NpyArray& a, const std::string& path) {
-  if (a.shape.size() != 5 || a.shape[1] != 2) {
-    throw Error(ErrorCode::corrupt_input,
-                path + ": expected shape [n_layers, 2, n_tokens, n_kv_heads, head_dim]");
-  }
-  const struct {
-    size_t axis, max;
-    const char* name;
-  } limits[] = {{0, 4096, "n_layers"},
-                {2, size_t{1} << 40, "n_tokens"},
-                {3, 65536, "n_kv_heads"},
-                {4, 65536, "head_dim"}};
-  for (const auto& l : limits) {
-    if (a.shape[l.axis] > l.max || (l.axis != 2 && a.shape[l.axis] == 0)) {
-      throw Error(ErrorCode::corrupt_input, path + ": shape[" + std::to_string(l.axis) + "] (" +
-                                                l.name + ") = " + std::to_string(a.shape[l.axis]) +
-                                                " is outside " + (l.axis == 2 ? "0" : "1") + ".." +
-                                                std::to_string(l.max));
-    }
-  }
-  ModelShape shape;
-  shape.architecture = "npy";
-  shape.n_layers = static_cast<int>(a.shape[0]);
-  shape.n_kv_heads = static_cast<int>(a.shape[3]);
-  shape.head_dim = static_cast<int>(a.shape[4]);
-  shape.validate();
-  return shape;
-}
-
 // The library names KVCacheConfig fields; a CLI user typed options. Rewrites the names of the
 // fields the CLI sets from its options.
 Error with_option_names(const Error& e) {
   std::string m = e.message();
-  const std::pair<const char*, const char*> names[] = {{"config.block_tokens", "--chunk-tokens"},
-                                                       {"config.group_size", "--group-size"},
-                                                       {"group_size", "--group-size"},
-                                                       {"config.base_bits", "--bits"},
-                                                       {"config.layer_groups", "--layer-groups"}};
+  const std::pair<const char*, const char*> names[] = {
+      {"options.level", "--level"},           {"options.params", "--params"},
+      {"options.lossless", "--lossless"},     {"options.rope_base", "--rope-base"},
+      {"options.rope_scale", "--rope-scale"}, {"config.block_tokens", "--chunk-tokens"},
+      {"config.group_size", "--group-size"},  {"group_size", "--group-size"},
+      {"config.base_bits", "--bits"},         {"config.layer_groups", "--layer-groups"}};
   for (const auto& [field, option] : names) {
     for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at)) {
       const bool inside = at > 0 && (m[at - 1] == '.' || m[at - 1] == '-');
@@ -123,62 +63,31 @@ Error with_option_names(const Error& e) {
 }
 
 void run_encode(const EncodeOptions& o) {
-  if (o.rope_base != 0 || o.rope_scale != 1) {  // NaN included: it compares unequal
-    RopeParams rope;
-    rope.freq_base = o.rope_base;
-    rope.freq_scale = o.rope_scale;
-    rope.n_rot = o.rope_dims;
-    const std::string problem = rope.problem();
-    if (!problem.empty())
-      throw Error(ErrorCode::invalid_argument, "--rope-base/--rope-scale: " + problem);
-  }
   const NpyArray a = read_npy(o.input);
-  const ModelShape shape = npy_model_shape(a, o.input);
-  const KVDType dtype = npy_kv_dtype(a, o.input);
-  const size_t T = a.shape[2], H = a.shape[3], D = a.shape[4];
-  const size_t esize = npy_dtype_size(a.dtype), plane = T * H * D * esize;
-  std::vector<uint8_t> file;
-  const bool lossless = o.lossless || o.level == "lossless";
-  if (lossless) {
-    if (a.dtype != NpyDType::f16)
-      throw Error(ErrorCode::invalid_argument, "--lossless needs a float16 array");
-    const auto kv = a.as<Half>();
-    file = write_cgkv_lossless(shape, kv, T, o.chunk_tokens);
-  } else {
-    KVCacheConfig cfg;
-    if (!o.level.empty()) {
-      cfg = npy_level_config(o, shape);
-    } else {
-      cfg.base_bits = o.bits;
-      cfg.layer_groups = o.layer_groups;
-      cfg.group_size = o.group_size;
-      cfg.block_tokens = o.chunk_tokens;
-    }
-    if (o.params == "reference")
-      cfg.params = ParamMode::reference;
-    else if (o.params != "compact")
-      throw Error(ErrorCode::invalid_argument, "--params must be compact or reference");
-    KVCache cache = [&] {
-      try {
-        return KVCacheBuilder::for_model(shape, cfg);
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::invalid_argument) throw;
-        throw with_option_names(e);
-      }
-    }();
-    Progress progress("encoding", shape.n_layers * T);
-    for (size_t l = 0; l < cache.layers.size(); ++l) {
-      // Feed one block at a time: the progress bar moves, the result is the same (results
-      // do not depend on how tokens arrive).
-      for (size_t t = 0; t < T; t += cfg.block_tokens) {
-        const size_t n = std::min(cfg.block_tokens, T - t);
-        const uint8_t* base = a.data.data() + 2 * l * plane + t * H * D * esize;
-        cache.layers[l].append({base, dtype, H, n, D, true}, {base + plane, dtype, H, n, D, true});
-        progress.update(l * T + t + n);
-      }
-    }
-    file = write_cgkv(cache);
+  const ModelShape shape = kv_array_model_shape(a.shape, ErrorCode::corrupt_input, o.input);
+  KVArrayView kv;
+  kv.dtype = npy_kv_dtype(a, o.input);
+  kv.n_tokens = a.shape[2];
+  kv.n_kv_heads = a.shape[3];
+  kv.head_dim = a.shape[4];
+  const size_t layer_bytes =
+      2 * kv.n_tokens * kv.n_kv_heads * kv.head_dim * npy_dtype_size(a.dtype);
+  for (size_t l = 0; l < a.shape[0]; ++l) kv.layers.push_back(a.data.data() + l * layer_bytes);
+  if (!o.kv.level.empty() && !o.kv.is_lossless() && o.kv.rope_base <= 0) {
+    std::fprintf(stderr,
+                 "note: no --rope-base: keys are quantized as given (the level's pre-RoPE "
+                 "keys need the model's RoPE parameters)\n");
   }
+  Progress progress("encoding", shape.n_layers * kv.n_tokens);
+  const std::vector<uint8_t> file = [&] {
+    try {
+      return encode_kv_array(kv, shape, o.kv, {},
+                             [&](size_t done, size_t) { progress.update(done); });
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::invalid_argument) throw;
+      throw with_option_names(e);
+    }
+  }();
   save_output(o.output, o.store, file);
   const double fp16 = 2.0 * static_cast<double>(a.size());
   std::fprintf(stderr, "%s: %zu bytes (%.3f bits/element, %.2fx smaller than fp16)\n",
@@ -274,72 +183,12 @@ struct InspectOptions {
 void run_inspect(const InspectOptions& o) {
   const CgkvReader r = open_reader(o.input, o.store);
   const CgkvInfo& info = r.info();
-  // Per-tensor bytes, from the chunk payloads' framing (every chunk checksum checked).
-  const size_t n_attn = static_cast<size_t>(info.n_attention_layers());
-  std::vector<size_t> bytes(n_attn * 2, 0);
-  for (size_t c = 0; c < info.chunks.size(); ++c) {
-    const std::vector<uint64_t> sizes = r.chunk_tensor_bytes(c);
-    for (size_t t = 0; t < sizes.size(); ++t) bytes[t] += sizes[t];
-  }
-  for (size_t b = 0; b < info.blobs.size(); ++b) r.read_blob_at(b);  // every blob's checksum
-  const size_t per_tensor =
-      info.n_tokens * static_cast<size_t>(info.n_kv_heads) * static_cast<size_t>(info.head_dim);
-  const double fp16_total = 2.0 * static_cast<double>(per_tensor) * 2 * static_cast<double>(n_attn);
-  nlohmann::json j;
-  j["file_bytes"] = info.file_bytes;
-  j["header_bytes"] = info.header_bytes;
-  j["codec"] = info.codec == ContainerCodec::quantized ? "quantized" : "lossless_fp16";
-  j["n_layers"] = info.n_layers;
-  j["n_kv_heads"] = info.n_kv_heads;
-  j["head_dim"] = info.head_dim;
-  j["n_tokens"] = info.n_tokens;
-  j["group_size"] = info.group_size;
-  j["chunk_tokens"] = info.chunk_tokens;
-  j["n_chunks"] = info.chunks.size();
-  if (info.has_rope) {
-    j["rope"] = {{"freq_base", info.rope.freq_base},
-                 {"freq_scale", info.rope.freq_scale},
-                 {"n_rot", info.rope.n_rot},
-                 {"neox", info.rope.neox},
-                 {"position_offset", info.rope_position_offset}};
-  }
-  j["bits_per_element"] =
-      per_tensor ? 8.0 * static_cast<double>(info.file_bytes) /
-                       (static_cast<double>(per_tensor) * 2 * static_cast<double>(n_attn))
-                 : 0.0;
-  j["ratio_vs_fp16"] = info.file_bytes ? fp16_total / static_cast<double>(info.file_bytes) : 0.0;
-  // What inspect checked (every chunk and blob checksum, the tensor lengths); verify decodes.
-  j["checked"] = "checksums";
-  j["layers"] = nlohmann::json::array();
-  size_t t = 0;
-  for (size_t l = 0; l < info.layers.size(); ++l) {
-    const CgkvLayerInfo& li = info.layers[l];
-    nlohmann::json lj = {{"layer", l}, {"attention", li.attention}};
-    if (li.attention) {
-      const size_t kb = bytes[t], vb = bytes[t + 1];
-      t += 2;
-      lj["key_bits"] = li.key_bits;
-      lj["value_bits"] = li.value_bits;
-      lj["recomputed"] = li.recomputed;
-      lj["key_pre_rope"] = li.key_transform == KeyTransform::pre_rope;
-      lj["key_bytes"] = kb;
-      lj["value_bytes"] = vb;
-      lj["key_bits_per_element"] =
-          per_tensor ? 8.0 * static_cast<double>(kb) / static_cast<double>(per_tensor) : 0.0;
-      lj["value_bits_per_element"] =
-          per_tensor ? 8.0 * static_cast<double>(vb) / static_cast<double>(per_tensor) : 0.0;
-      if (li.key_bits > 0) {
-        const double fixed =
-            static_cast<double>(per_tensor) * (li.key_bits + 1);  // + fp16 scale/zero per 32
-        lj["key_savings_vs_fixed"] = fixed > 0 ? 1.0 - 8.0 * static_cast<double>(kb) / fixed : 0.0;
-      }
-    }
-    j["layers"].push_back(lj);
-  }
+  const std::string text = cgkv_inspect_json(r);
   if (o.json) {
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", text.c_str());
     return;
   }
+  const nlohmann::json j = nlohmann::json::parse(text);
   std::printf(
       "%s: %s, %d layers x %d KV heads x %d dims, %zu tokens, group %zu, %zu chunks of %zu "
       "tokens\n",
@@ -378,26 +227,26 @@ void add_kv_commands(CLI::App& app) {
       "encode", "compress a KV .npy [n_layers, 2, n_tokens, n_kv_heads, head_dim] into .cgkv");
   e->add_option("input", enc->input, "KV array (.npy; float16, bfloat16 or float32)")->required();
   e->add_option("-o,--output", enc->output, "output .cgkv file (or key, with --store)")->required();
-  e->add_option("--bits", enc->bits,
+  e->add_option("--bits", enc->kv.bits,
                 "bits of the shallowest layers (deeper layer groups get fewer)")
       ->check(CLI::Range(1, 8));
-  e->add_option("--layer-groups", enc->layer_groups, "layer groups of the bit schedule")
+  e->add_option("--layer-groups", enc->kv.layer_groups, "layer groups of the bit schedule")
       ->check(CLI::Range(1, 4096));
-  e->add_option("--group-size", enc->group_size, "tokens per quantization group")
+  e->add_option("--group-size", enc->kv.group_size, "tokens per quantization group")
       ->check(CLI::Range(1, 65536));
-  e->add_option("--chunk-tokens", enc->chunk_tokens,
+  e->add_option("--chunk-tokens", enc->kv.chunk_tokens,
                 "tokens per chunk (a multiple of --group-size)");
-  e->add_option("--params", enc->params,
+  e->add_option("--params", enc->kv.params,
                 "compact (default) or reference (bit-exact reference quantizer)");
-  e->add_flag("--lossless", enc->lossless, "store the exact fp16 values (byte planes + zstd)");
-  e->add_option("--level", enc->level,
+  e->add_flag("--lossless", enc->kv.lossless, "store the exact fp16 values (byte planes + zstd)");
+  e->add_option("--level", enc->kv.level,
                 "quality level lossless|high|medium|low (docs/QUALITY_LEVELS.md); replaces "
                 "--bits/--layer-groups/--group-size/--chunk-tokens");
-  e->add_option("--rope-base", enc->rope_base,
+  e->add_option("--rope-base", enc->kv.rope_base,
                 "RoPE freq_base: quantize keys pre-RoPE (with --level)");
-  e->add_option("--rope-dims", enc->rope_dims, "RoPE rotated dims per head (default head_dim)");
-  e->add_option("--rope-scale", enc->rope_scale, "RoPE linear frequency scale");
-  e->add_flag("--rope-neox", enc->rope_neox,
+  e->add_option("--rope-dims", enc->kv.rope_dims, "RoPE rotated dims per head (default head_dim)");
+  e->add_option("--rope-scale", enc->kv.rope_scale, "RoPE linear frequency scale");
+  e->add_flag("--rope-neox", enc->kv.rope_neox,
               "RoPE NEOX pairing (i, i + n/2) instead of (i, i + 1)");
   e->add_option("--store", enc->store, "put into a store: file://DIR or redis://HOST:PORT[/DB]");
   e->callback([enc] { run_encode(*enc); });

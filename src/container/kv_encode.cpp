@@ -1,0 +1,141 @@
+// encode_kv_array: a KV array and `cachegen encode`'s options -> .cgkv bytes.
+#include "cachegen/encode.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cachegen/container.h"
+#include "cachegen/transform.h"
+
+namespace cachegen {
+namespace {
+
+size_t kv_dtype_size(KVDType t) {
+  return t == KVDType::f32 ? 4 : 2;
+}
+
+RopeParams rope_params(const KVEncodeOptions& o) {
+  RopeParams rope;
+  rope.freq_base = o.rope_base;
+  rope.freq_scale = o.rope_scale;
+  rope.n_rot = o.rope_dims;
+  rope.neox = o.rope_neox;
+  return rope;
+}
+
+// The quality level's configuration with no model (recomputed layers are stored).
+KVCacheConfig level_config(const KVEncodeOptions& o, const ModelShape& shape) {
+  for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
+    if (o.level != quality_level_name(l)) continue;
+    const RopeParams rope = rope_params(o);
+    return quality_level_config_stored(l, shape, o.rope_base > 0 ? &rope : nullptr);
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "options.level must be lossless, high, medium or low (got '" + o.level + "')");
+}
+
+KVCacheConfig quantized_config(const KVEncodeOptions& o, const ModelShape& shape) {
+  KVCacheConfig cfg;
+  if (!o.level.empty()) {
+    cfg = level_config(o, shape);
+  } else {
+    cfg.base_bits = o.bits;
+    cfg.layer_groups = o.layer_groups;
+    cfg.group_size = o.group_size;
+    cfg.block_tokens = o.chunk_tokens;
+  }
+  if (o.params == "reference")
+    cfg.params = ParamMode::reference;
+  else if (o.params != "compact")
+    throw Error(ErrorCode::invalid_argument, "options.params must be compact or reference");
+  return cfg;
+}
+
+std::vector<uint8_t> encode_lossless(const KVArrayView& kv, const ModelShape& shape,
+                                     const KVEncodeOptions& o, std::span<const CgkvBlob> blobs) {
+  if (kv.dtype != KVDType::f16)
+    throw Error(ErrorCode::invalid_argument, "options.lossless needs a float16 array");
+  const size_t layer = 2 * kv.n_tokens * kv.n_kv_heads * kv.head_dim;
+  const Half* first = static_cast<const Half*>(kv.layers[0]);
+  // One contiguous array needs no copy; separate layers are gathered.
+  bool contiguous = true;
+  for (size_t l = 1; l < kv.layers.size(); ++l)
+    contiguous = contiguous && kv.layers[l] == first + l * layer;
+  if (contiguous) {
+    return write_cgkv_lossless(shape, {first, layer * kv.layers.size()}, kv.n_tokens,
+                               o.chunk_tokens, blobs);
+  }
+  std::vector<Half> all(layer * kv.layers.size());
+  for (size_t l = 0; l < kv.layers.size(); ++l) {
+    if (layer) std::memcpy(all.data() + l * layer, kv.layers[l], layer * sizeof(Half));
+  }
+  return write_cgkv_lossless(shape, all, kv.n_tokens, o.chunk_tokens, blobs);
+}
+
+}  // namespace
+
+ModelShape kv_array_model_shape(std::span<const size_t> s, ErrorCode code,
+                                const std::string& what) {
+  if (s.size() != 5 || s[1] != 2)
+    throw Error(code, what + ": expected shape [n_layers, 2, n_tokens, n_kv_heads, head_dim]");
+  const struct {
+    size_t axis, max;
+    const char* name;
+  } limits[] = {{0, 4096, "n_layers"},
+                {2, size_t{1} << 40, "n_tokens"},
+                {3, 65536, "n_kv_heads"},
+                {4, 65536, "head_dim"}};
+  for (const auto& l : limits) {
+    if (s[l.axis] > l.max || (l.axis != 2 && s[l.axis] == 0)) {
+      throw Error(code, what + ": shape[" + std::to_string(l.axis) + "] (" + l.name +
+                            ") = " + std::to_string(s[l.axis]) + " is outside " +
+                            (l.axis == 2 ? "0" : "1") + ".." + std::to_string(l.max));
+    }
+  }
+  ModelShape shape;
+  shape.architecture = "npy";
+  shape.n_layers = static_cast<int>(s[0]);
+  shape.n_kv_heads = static_cast<int>(s[3]);
+  shape.head_dim = static_cast<int>(s[4]);
+  shape.validate();
+  return shape;
+}
+
+std::vector<uint8_t> encode_kv_array(const KVArrayView& kv, const ModelShape& shape,
+                                     const KVEncodeOptions& o, std::span<const CgkvBlob> blobs,
+                                     const std::function<void(size_t, size_t)>& progress) {
+  if (kv.layers.size() != static_cast<size_t>(shape.n_layers) ||
+      kv.n_kv_heads != static_cast<size_t>(shape.n_kv_heads) ||
+      kv.head_dim != static_cast<size_t>(shape.head_dim)) {
+    throw Error(ErrorCode::invalid_argument, "KV array view does not match its model shape");
+  }
+  for (const void* p : kv.layers) {
+    if (p == nullptr && kv.n_tokens != 0)
+      throw Error(ErrorCode::invalid_argument, "KV array view has a NULL layer");
+  }
+  if (o.rope_base != 0 || o.rope_scale != 1) {  // NaN included: it compares unequal
+    const std::string problem = rope_params(o).problem();
+    if (!problem.empty())
+      throw Error(ErrorCode::invalid_argument, "options.rope_base/options.rope_scale: " + problem);
+  }
+  if (o.is_lossless()) return encode_lossless(kv, shape, o, blobs);
+  const KVCacheConfig cfg = quantized_config(o, shape);
+  KVCache cache = KVCacheBuilder::for_model(shape, cfg);
+  const size_t T = kv.n_tokens, H = kv.n_kv_heads, D = kv.head_dim;
+  const size_t plane = T * H * D * kv_dtype_size(kv.dtype);
+  for (size_t l = 0; l < cache.layers.size(); ++l) {
+    // One block at a time: progress moves, the result is the same (results do not depend on
+    // how tokens arrive).
+    for (size_t t = 0; t < T; t += cfg.block_tokens) {
+      const size_t n = std::min(cfg.block_tokens, T - t);
+      const uint8_t* base =
+          static_cast<const uint8_t*>(kv.layers[l]) + t * H * D * kv_dtype_size(kv.dtype);
+      cache.layers[l].append({base, kv.dtype, H, n, D, true},
+                             {base + plane, kv.dtype, H, n, D, true});
+      if (progress) progress(l * T + t + n, cache.layers.size() * T);
+    }
+  }
+  return write_cgkv(cache, blobs);
+}
+
+}  // namespace cachegen
