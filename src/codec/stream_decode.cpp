@@ -224,6 +224,8 @@ void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes) {
 }
 
 void dequant_real_rows(const CodeStream& s, const uint8_t* codes, Half* out) {
+  // A legal empty stream (0 rows, or 0 channels: the widening below divides by dim).
+  if (s.n_rows == 0 || s.dim == 0) return;
   const QuantKernels& k = quant_kernels();
   uint16_t* o = reinterpret_cast<uint16_t*>(out);
   // Narrow heads (dim 8 in the small models) run the row kernel on 64-wide "rows" of several

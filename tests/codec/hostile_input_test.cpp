@@ -4,6 +4,7 @@
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
+#include "cachegen/runtime.h"
 #include "codec_test_inputs.h"
 
 namespace cachegen {
@@ -140,6 +141,23 @@ TEST(CodecHostile, SharedBatchTruncationsAndCorruptions) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
   }
+}
+
+// Found by the fuzz campaign: a batch whose head has 0 channels decoded to fp16 divided by
+// dim (SIGFPE). An empty stream is legal and decodes to no values, on every path.
+TEST(CodecHostile, ZeroChannelBatchDecodesToNothing) {
+  const std::vector<uint8_t> bytes = {0x43, 0x47, 0x43, 0x42, 0x01, 0x01, 0x00, 0x0c, 0x00, 0x00,
+                                      0x04, 0x03, 0x02, 0x15, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00};
+  for (SimdPath p : {SimdPath::scalar, best_supported_simd_path()}) {
+    set_simd_path(p);
+    try {
+      EXPECT_TRUE(decode_batch_to_half(bytes).empty());
+      for (const CodeStream& s : decode_batch(bytes)) EXPECT_EQ(s.n_rows * s.dim, 0u);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "a legal empty batch was refused: " << e.what();
+    }
+  }
+  set_simd_path(best_supported_simd_path());
 }
 
 }  // namespace
