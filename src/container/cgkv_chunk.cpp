@@ -1,14 +1,22 @@
 // Lossless fp16 tensor data. Each tensor's values are split into two byte planes - high bytes
 // (sign, exponent, top mantissa bits: skewed, channel-dependent) and low bytes (mantissa: close
-// to uniform) - and stored by whichever of two methods is smaller (a leading method byte):
+// to uniform) - and stored by one of three methods (a leading method byte):
 //   0: both planes, low then high, as one zstd frame (content size set);
 //   1: each plane as a cachegen code stream ("Codec stream": 8-bit codes [rows, width], per-channel
-//      rANS models), high plane first with a varint length. Per-channel models see what a pooled
-//      coder cannot: each channel's own exponent range.
+//      rANS models), high plane first with a varint length (read only: method 2 supersedes it);
+//   2: rows that repeat an earlier row exactly stored as a reference to it, then the distinct
+//      rows' high plane as a code stream and their low plane raw (or as a code stream when that
+//      is smaller). Per-channel models see what a pooled coder cannot - each channel's own
+//      exponent range - and row references find what zstd's matches found (layer 0's V rows
+//      depend on the token alone, so a repeated token repeats them).
+#include <xxhash.h>
 #include <zstd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
@@ -18,7 +26,12 @@
 namespace cachegen::detail {
 namespace {
 
-constexpr uint8_t kPlanesZstd = 0, kPlanesRans = 1;
+constexpr uint8_t kPlanesZstd = 0, kPlanesRans = 1, kRowsDedup = 2;
+constexpr uint8_t kLowRaw = 0, kLowStream = 1;
+constexpr uint8_t kHighPooled = 0, kHighPerChannel = 1;
+// Method 2 codes the low plane with rANS only when its pooled byte entropy is below this (bits):
+// real KV mantissas sit at 7.99+, where per-channel tables cost more than they save.
+constexpr double kLowStreamEntropy = 7.9;
 
 std::vector<uint8_t> planes_zstd(std::span<const Half> values, int zstd_level) {
   const size_t n = values.size();
@@ -39,8 +52,10 @@ std::vector<uint8_t> planes_zstd(std::span<const Half> values, int zstd_level) {
   return out;
 }
 
-// One byte plane [rows, width] as an 8-bit code stream (unit parameters: they are unused).
-CodeStream plane_stream(std::span<const Half> values, size_t width, int shift) {
+// One plane [rows, width] of 8-bit symbols, symbol(value, index) each, as a code stream
+// (unit parameters: they are unused).
+template <class Symbol>
+CodeStream plane_stream(std::span<const Half> values, size_t width, Symbol symbol) {
   CodeStream s;
   s.n_rows = values.size() / width;
   s.dim = width;
@@ -48,23 +63,110 @@ CodeStream plane_stream(std::span<const Half> values, size_t width, int shift) {
   s.group_size = s.n_rows < kMaxGroupSize ? s.n_rows : kMaxGroupSize;
   const size_t padded = s.n_groups() * s.group_size;
   s.codes.resize(padded * width);
-  for (size_t i = 0; i < values.size(); ++i) {
-    s.codes[i] = static_cast<uint8_t>(values[i].bits >> shift);
-  }
+  for (size_t i = 0; i < values.size(); ++i) s.codes[i] = symbol(values[i], i);
   for (size_t i = values.size(); i < s.codes.size(); ++i) s.codes[i] = s.codes[i - width];
   s.scale.assign(s.n_groups() * width, 1.0f);
   s.zero.assign(s.n_groups() * width, 0.0f);
   return s;
 }
 
-std::vector<uint8_t> planes_rans(std::span<const Half> values, size_t width) {
-  const std::vector<uint8_t> hi = encode(plane_stream(values, width, 8));
-  const std::vector<uint8_t> lo = encode(plane_stream(values, width, 0));
-  std::vector<uint8_t> out{kPlanesRans};
+// Method 2's high-byte symbol: the channel's anchor minus the magnitude (exponent and two
+// mantissa bits), mod 128, then the sign. Anchored, every channel's symbols follow nearly one
+// distribution, so one table serves the whole tensor (per-channel tables of 512 tokens cost
+// more bits than the channels' differences save: docs/PERFORMANCE.md, "Lossless tier").
+uint8_t high_symbol(Half h, uint8_t anchor) {
+  return static_cast<uint8_t>((((anchor - (h.bits >> 8)) & 0x7f) << 1) | (h.bits >> 15));
+}
+uint16_t high_byte(unsigned symbol, unsigned anchor) {
+  return static_cast<uint16_t>(((symbol & 1) << 7) | ((anchor - (symbol >> 1)) & 0x7f));
+}
+
+// Each channel's anchor: the 90th percentile of its magnitudes.
+std::vector<uint8_t> channel_anchors(std::span<const Half> rows, size_t width) {
+  const size_t n_rows = rows.size() / width;
+  std::vector<uint8_t> anchor(width), mags(n_rows);
+  for (size_t c = 0; c < width; ++c) {
+    for (size_t r = 0; r < n_rows; ++r) mags[r] = (rows[r * width + c].bits >> 8) & 0x7f;
+    const auto at = mags.begin() + static_cast<ptrdiff_t>(n_rows * 9 / 10);
+    std::nth_element(mags.begin(), at, mags.end());
+    anchor[c] = *at;
+  }
+  return anchor;
+}
+
+// Pooled entropy (bits per byte) of the low bytes.
+double low_byte_entropy(std::span<const Half> values) {
+  size_t hist[256] = {};
+  for (const Half h : values) ++hist[h.bits & 0xff];
+  double bits = 0;
+  const double n = static_cast<double>(values.size());
+  for (const size_t c : hist) {
+    if (c) bits -= static_cast<double>(c) * std::log2(static_cast<double>(c) / n);
+  }
+  return bits / n;
+}
+
+// Method 2 (docs/FORMAT.md): row references, then the distinct rows' planes.
+std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width) {
+  const size_t rows = values.size() / width, row_bytes = width * sizeof(Half);
+  std::unordered_map<uint64_t, uint32_t> first;  // row hash -> distinct-row index
+  first.reserve(rows);
+  std::vector<uint8_t> bitmap((rows + 7) / 8, 0);
+  std::vector<uint32_t> refs;
+  std::vector<Half> distinct;
+  distinct.reserve(values.size());
+  for (size_t r = 0; r < rows; ++r) {
+    const Half* row = values.data() + r * width;
+    const uint64_t h = XXH3_64bits(row, row_bytes);
+    const auto ins = first.try_emplace(h, static_cast<uint32_t>(distinct.size() / width));
+    if (!ins.second &&
+        std::memcmp(distinct.data() + size_t{ins.first->second} * width, row, row_bytes) == 0) {
+      bitmap[r / 8] = static_cast<uint8_t>(bitmap[r / 8] | (1u << (r % 8)));
+      refs.push_back(ins.first->second);
+      continue;
+    }
+    distinct.insert(distinct.end(), row, row + width);  // a hash collision stays distinct
+  }
+  std::vector<uint8_t> out{kRowsDedup};
   wire::Writer w(out);
+  w.varint(refs.size());
+  if (!refs.empty()) {
+    w.bytes(bitmap);
+    for (const uint32_t ref : refs) w.varint(ref);
+  }
+  std::vector<uint8_t> low;
+  uint8_t low_form = kLowRaw;
+  if (low_byte_entropy(distinct) < kLowStreamEntropy) {
+    low = encode(
+        plane_stream(distinct, width, [](Half h, size_t) { return static_cast<uint8_t>(h.bits); }));
+    low_form = low.size() < distinct.size() ? kLowStream : kLowRaw;
+  }
+  if (low_form == kLowRaw) {
+    low.clear();
+    low.reserve(distinct.size());
+    for (const Half h : distinct) low.push_back(static_cast<uint8_t>(h.bits));
+  }
+  w.u8(low_form);
+  const std::vector<uint8_t> anchor = channel_anchors(distinct, width);
+  const auto symbol = [&anchor, width](Half h, size_t i) {
+    return high_symbol(h, anchor[i % width]);
+  };
+  // One table for the tensor, unless a table per channel is smaller (channels whose anchored
+  // shapes differ, as in synthetic data; real KV picks the pooled table).
+  std::vector<uint8_t> hi = encode(plane_stream(distinct, 1, symbol));
+  uint8_t high_form = kHighPooled;
+  if (width > 1) {
+    std::vector<uint8_t> per_channel = encode(plane_stream(distinct, width, symbol));
+    if (per_channel.size() < hi.size()) {
+      hi.swap(per_channel);
+      high_form = kHighPerChannel;
+    }
+  }
+  w.u8(high_form);
+  w.bytes(anchor);
   w.varint(hi.size());
   w.bytes(hi);
-  w.bytes(lo);
+  w.bytes(low);
   return out;
 }
 
@@ -88,21 +190,100 @@ void unpack_zstd(std::span<const uint8_t> bytes, std::span<Half> out, const std:
   }
 }
 
-// Decodes one plane stream and ORs its bytes, shifted, into out.
-void unpack_plane(std::span<const uint8_t> bytes, std::span<Half> out, size_t width, int shift,
-                  const std::string& context) {
-  const size_t rows = out.size() / width;
+// Decodes one plane stream of [rows, width] 8-bit symbols (checking that shape).
+CodeStream decode_plane(std::span<const uint8_t> bytes, size_t rows, size_t width,
+                        const std::string& context) {
   DecodeOptions opt;
   opt.max_elements = (rows + (rows < kMaxGroupSize ? rows : kMaxGroupSize)) * width + width;
-  const CodeStream s = decode(bytes, opt);
+  CodeStream s = decode(bytes, opt);
   if (s.n_rows != rows || s.dim != width || s.bits != 8) {
     throw Error(ErrorCode::corrupt_input,
                 context + ": lossless byte plane is " + std::to_string(s.n_rows) + "x" +
                     std::to_string(s.dim) + " at " + std::to_string(s.bits) + " bits, expected " +
                     std::to_string(rows) + "x" + std::to_string(width) + " at 8");
   }
+  return s;
+}
+
+// Method 1: decodes one plane stream and ORs its bytes, shifted, into out.
+void unpack_plane(std::span<const uint8_t> bytes, std::span<Half> out, size_t width, int shift,
+                  const std::string& context) {
+  const CodeStream s = decode_plane(bytes, out.size() / width, width, context);
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].bits = static_cast<uint16_t>(out[i].bits | (s.codes[i] << shift));
+  }
+}
+
+// Method 2: the distinct rows' planes into the first rows of out, then every row moved or copied
+// to its place, last row first (a row's source is never below a row already written).
+void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t width,
+                  const std::string& context) {
+  const size_t rows = out.size() / width;
+  wire::Reader r(body, context);
+  const uint64_t n_copies = r.varint("repeated row count");
+  if (n_copies >= rows) r.corrupt("repeated row count", "not below the row count");
+  std::vector<uint32_t> source;  // per row: its distinct-row index
+  if (n_copies > 0) {
+    source.resize(rows);
+    const std::span<const uint8_t> bitmap = r.take((rows + 7) / 8, "repeated row bitmap");
+    if (bitmap[0] & 1) r.corrupt("repeated row bitmap", "row 0 marked repeated");
+    if (rows % 8 && (bitmap.back() >> (rows % 8)) != 0) {
+      r.corrupt("repeated row bitmap", "padding bits set");
+    }
+    uint32_t n_distinct = 0;
+    uint64_t seen = 0;
+    for (size_t row = 0; row < rows; ++row) {
+      if (!((bitmap[row / 8] >> (row % 8)) & 1)) {
+        source[row] = n_distinct++;
+        continue;
+      }
+      if (++seen > n_copies) r.corrupt("repeated row bitmap", "more rows than the count");
+      const uint64_t ref = r.varint("repeated row source");
+      if (ref >= n_distinct) r.corrupt("repeated row source", "not an earlier distinct row");
+      source[row] = static_cast<uint32_t>(ref);
+    }
+    if (seen != n_copies) r.corrupt("repeated row bitmap", "fewer rows than the count");
+  }
+  const size_t distinct = (rows - static_cast<size_t>(n_copies)) * width;
+  const uint8_t low_form = r.u8("low plane form");
+  if (low_form != kLowRaw && low_form != kLowStream) r.corrupt("low plane form", "not 0 or 1");
+  const uint8_t high_form = r.u8("high plane form");
+  if (high_form != kHighPooled && high_form != kHighPerChannel) {
+    r.corrupt("high plane form", "not 0 or 1");
+  }
+  const std::span<const uint8_t> anchor = r.take(width, "channel anchors");
+  for (const uint8_t a : anchor) {
+    if (a > 0x7f) r.corrupt("channel anchors", "an anchor above 0x7f");
+  }
+  const uint64_t hi_len = r.varint("high plane length");
+  if (hi_len > r.remaining()) r.corrupt("high plane length", "runs past the data");
+  const auto hi = r.take(hi_len, "high plane");
+  const auto lo = r.rest();
+  const std::span<Half> planes = out.first(distinct);
+  {
+    const size_t dim = high_form == kHighPooled ? 1 : width;
+    const CodeStream s = decode_plane(hi, distinct / dim, dim, context + " (high bytes)");
+    for (size_t i = 0; i < distinct; ++i) {
+      planes[i].bits = static_cast<uint16_t>(high_byte(s.codes[i], anchor[i % width]) << 8);
+    }
+  }
+  if (low_form == kLowStream) {
+    unpack_plane(lo, planes, width, 0, context + " (low bytes)");
+  } else {
+    if (lo.size() != distinct) {
+      throw Error(ErrorCode::corrupt_input, context + ": raw low plane is " +
+                                                std::to_string(lo.size()) + " bytes, expected " +
+                                                std::to_string(distinct));
+    }
+    for (size_t i = 0; i < distinct; ++i)
+      planes[i].bits = static_cast<uint16_t>(planes[i].bits | lo[i]);
+  }
+  if (n_copies == 0) return;
+  for (size_t row = rows; row-- > 0;) {
+    if (source[row] != row) {
+      std::memmove(out.data() + row * width, out.data() + size_t{source[row]} * width,
+                   width * sizeof(Half));
+    }
   }
 }
 
@@ -110,26 +291,34 @@ void unpack_plane(std::span<const uint8_t> bytes, std::span<Half> out, size_t wi
 
 std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width,
                                         int zstd_level) {
-  std::vector<uint8_t> best = planes_zstd(values, zstd_level);
+  std::vector<uint8_t> best;
   if (width > 0 && !values.empty() && values.size() % width == 0) {
-    std::vector<uint8_t> rans = planes_rans(values, width);
-    if (rans.size() < best.size()) best.swap(rans);
+    best = rows_dedup(values, width);
+    // The container's size rule (at most 2^17 values per chunk byte) holds for zstd's forms;
+    // row references of very wide rows could break it: such a tensor goes to zstd.
+    if ((best.size() << 17) < values.size()) best.clear();
+  }
+  if (best.empty() || zstd_level > 0) {
+    std::vector<uint8_t> z = planes_zstd(values, zstd_level > 0 ? zstd_level : 1);
+    if (best.empty() || z.size() < best.size()) best.swap(z);
   }
   return best;
 }
 
 void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,
-                          const std::string& context) {
+                          const std::string& context, bool rows_dedup) {
   if (bytes.empty()) throw Error(ErrorCode::truncated_input, context + ": no lossless method byte");
   const std::span<const uint8_t> body = bytes.subspan(1);
   if (bytes[0] == kPlanesZstd) return unpack_zstd(body, out, context);
-  if (bytes[0] != kPlanesRans) {
+  if (bytes[0] != kPlanesRans && !(bytes[0] == kRowsDedup && rows_dedup)) {
     throw Error(ErrorCode::corrupt_input,
-                context + ": unknown lossless method " + std::to_string(bytes[0]));
+                context + ": unknown lossless method " + std::to_string(bytes[0]) +
+                    (bytes[0] == kRowsDedup ? " (method 2 needs file version 3)" : ""));
   }
   if (width == 0 || out.empty() || out.size() % width != 0) {
     throw Error(ErrorCode::corrupt_input, context + ": rANS planes for an empty tensor");
   }
+  if (bytes[0] == kRowsDedup) return unpack_dedup(body, out, width, context);
   wire::Reader r(body, context);
   const uint64_t hi_len = r.varint("high plane length");
   if (hi_len > r.remaining()) {

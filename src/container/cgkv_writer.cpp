@@ -43,7 +43,7 @@ CgkvInfo base_info(const ModelShape& shape, size_t n_tokens, size_t chunk_tokens
   shape.validate();
   if (n_tokens > detail::kMaxTokens) detail::invalid("n_tokens exceeds 2^40");
   CgkvInfo info;
-  info.version = detail::kCgkvVersion;
+  info.version = detail::kCgkvQuantizedVersion;
   info.n_layers = shape.n_layers;
   info.n_kv_heads = shape.n_kv_heads;
   info.head_dim = shape.head_dim;
@@ -125,6 +125,7 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
     detail::invalid("chunk_tokens must be in 1..2^24");
   CgkvInfo info = base_info(shape, n_tokens, chunk_tokens, 1);
   info.codec = ContainerCodec::lossless_fp16;
+  info.version = detail::kCgkvRowsDedupVersion;
   info.param_mode = ParamMode::reference;
   const size_t row = static_cast<size_t>(shape.n_kv_heads) * static_cast<size_t>(shape.head_dim);
   const size_t plane = detail::checked_mul(n_tokens, row, "kv");

@@ -19,7 +19,7 @@ namespace {
 struct EncodeOptions {
   std::string input, output, store;
   int bits = 4, layer_groups = 3;
-  size_t group_size = 32, chunk_tokens = 256;
+  size_t group_size = 32, chunk_tokens = 0;  // 0: 256 (quantized), 1024 (lossless)
   std::string params = "compact";
   std::string
       level;  // high | medium | low (| lossless): replaces --bits/--layer-groups/--group-size
@@ -141,7 +141,8 @@ void run_encode(const EncodeOptions& o) {
     if (a.dtype != NpyDType::f16)
       throw Error(ErrorCode::invalid_argument, "--lossless needs a float16 array");
     const auto kv = a.as<Half>();
-    file = write_cgkv_lossless(shape, kv, T, o.chunk_tokens);
+    // Longer chunks find more repeated rows (as CgkvLevel::exact's 1024).
+    file = write_cgkv_lossless(shape, kv, T, o.chunk_tokens ? o.chunk_tokens : 1024);
   } else {
     KVCacheConfig cfg;
     if (!o.level.empty()) {
@@ -150,7 +151,7 @@ void run_encode(const EncodeOptions& o) {
       cfg.base_bits = o.bits;
       cfg.layer_groups = o.layer_groups;
       cfg.group_size = o.group_size;
-      cfg.block_tokens = o.chunk_tokens;
+      cfg.block_tokens = o.chunk_tokens ? o.chunk_tokens : 256;
     }
     if (o.params == "reference")
       cfg.params = ParamMode::reference;
@@ -361,10 +362,11 @@ void add_kv_commands(CLI::App& app) {
   e->add_option("--group-size", enc->group_size, "tokens per quantization group")
       ->check(CLI::Range(1, 65536));
   e->add_option("--chunk-tokens", enc->chunk_tokens,
-                "tokens per chunk (a multiple of --group-size)");
+                "tokens per chunk (a multiple of --group-size; default 256, lossless 1024)");
   e->add_option("--params", enc->params,
                 "compact (default) or reference (bit-exact reference quantizer)");
-  e->add_flag("--lossless", enc->lossless, "store the exact fp16 values (byte planes + zstd)");
+  e->add_flag("--lossless", enc->lossless,
+              "store the exact fp16 values (repeated rows by reference, rANS high bytes)");
   e->add_option("--level", enc->level,
                 "quality level lossless|high|medium|low (docs/QUALITY_LEVELS.md); replaces "
                 "--bits/--layer-groups/--group-size/--chunk-tokens");
