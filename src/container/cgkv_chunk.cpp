@@ -52,21 +52,24 @@ std::vector<uint8_t> planes_zstd(std::span<const Half> values, int zstd_level) {
   return out;
 }
 
-// One plane [rows, width] of 8-bit symbols, symbol(value, index) each, as a code stream
-// (unit parameters: they are unused).
+// The 8-bit symbols symbol(value, c) of rows of `width` values (c = the value's position in its
+// row) as a code stream of `dim` channels (width, or 1 for one pooled table), unit parameters
+// (they are unused).
 template <class Symbol>
-CodeStream plane_stream(std::span<const Half> values, size_t width, Symbol symbol) {
+CodeStream plane_stream(std::span<const Half> values, size_t width, size_t dim, Symbol symbol) {
   CodeStream s;
-  s.n_rows = values.size() / width;
-  s.dim = width;
+  s.n_rows = values.size() / dim;
+  s.dim = dim;
   s.bits = 8;
   s.group_size = s.n_rows < kMaxGroupSize ? s.n_rows : kMaxGroupSize;
   const size_t padded = s.n_groups() * s.group_size;
-  s.codes.resize(padded * width);
-  for (size_t i = 0; i < values.size(); ++i) s.codes[i] = symbol(values[i], i);
-  for (size_t i = values.size(); i < s.codes.size(); ++i) s.codes[i] = s.codes[i - width];
-  s.scale.assign(s.n_groups() * width, 1.0f);
-  s.zero.assign(s.n_groups() * width, 0.0f);
+  s.codes.resize(padded * dim);
+  for (size_t i = 0; i < values.size(); i += width) {
+    for (size_t c = 0; c < width; ++c) s.codes[i + c] = symbol(values[i + c], c);
+  }
+  for (size_t i = values.size(); i < s.codes.size(); ++i) s.codes[i] = s.codes[i - dim];
+  s.scale.assign(s.n_groups() * dim, 1.0f);
+  s.zero.assign(s.n_groups() * dim, 0.0f);
   return s;
 }
 
@@ -81,15 +84,45 @@ uint16_t high_byte(unsigned symbol, unsigned anchor) {
   return static_cast<uint16_t>(((symbol & 1) << 7) | ((anchor - (symbol >> 1)) & 0x7f));
 }
 
-// Each channel's anchor: the 90th percentile of its magnitudes.
-std::vector<uint8_t> channel_anchors(std::span<const Half> rows, size_t width) {
-  const size_t n_rows = rows.size() / width;
-  std::vector<uint8_t> anchor(width), mags(n_rows);
+// Estimated bits of the anchored high bytes under one pooled table and under a table per channel
+// (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried where it
+// may win, as choosing a model per channel costs more time than coding the symbols.
+bool per_channel_may_win(std::span<const Half> rows, size_t width,
+                         std::span<const uint8_t> anchor) {
+  std::vector<uint32_t> hist(width * 256, 0), pooled(256, 0);
+  for (size_t i = 0; i < rows.size(); i += width) {
+    for (size_t c = 0; c < width; ++c) ++hist[c * 256 + high_symbol(rows[i + c], anchor[c])];
+  }
   for (size_t c = 0; c < width; ++c) {
-    for (size_t r = 0; r < n_rows; ++r) mags[r] = (rows[r * width + c].bits >> 8) & 0x7f;
-    const auto at = mags.begin() + static_cast<ptrdiff_t>(n_rows * 9 / 10);
-    std::nth_element(mags.begin(), at, mags.end());
-    anchor[c] = *at;
+    for (size_t s = 0; s < 256; ++s) pooled[s] += hist[c * 256 + s];
+  }
+  const auto cost = [](std::span<const uint32_t> h) {
+    double total = 0, bits = 0;
+    for (const uint32_t c : h) total += c;
+    for (const uint32_t c : h) {
+      if (c) bits += 6 - static_cast<double>(c) * std::log2(static_cast<double>(c) / total);
+    }
+    return bits;
+  };
+  double per_channel = 0;
+  for (size_t c = 0; c < width; ++c) {
+    per_channel += cost(std::span<const uint32_t>(hist).subspan(c * 256, 256));
+  }
+  return per_channel < cost(pooled);
+}
+
+// Each channel's anchor: the 90th percentile of its magnitudes (from a histogram per channel).
+std::vector<uint8_t> channel_anchors(std::span<const Half> rows, size_t width) {
+  const size_t n_rows = rows.size() / width, rank = n_rows * 9 / 10;
+  std::vector<uint32_t> hist(width * 128, 0);
+  for (size_t i = 0; i < rows.size(); i += width) {
+    for (size_t c = 0; c < width; ++c) ++hist[c * 128 + ((rows[i + c].bits >> 8) & 0x7f)];
+  }
+  std::vector<uint8_t> anchor(width);
+  for (size_t c = 0; c < width; ++c) {
+    size_t below = 0, m = 0;
+    while (below + hist[c * 128 + m] <= rank) below += hist[c * 128 + m++];
+    anchor[c] = static_cast<uint8_t>(m);
   }
   return anchor;
 }
@@ -137,8 +170,8 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width) {
   std::vector<uint8_t> low;
   uint8_t low_form = kLowRaw;
   if (low_byte_entropy(distinct) < kLowStreamEntropy) {
-    low = encode(
-        plane_stream(distinct, width, [](Half h, size_t) { return static_cast<uint8_t>(h.bits); }));
+    low = encode(plane_stream(distinct, width, width,
+                              [](Half h, size_t) { return static_cast<uint8_t>(h.bits); }));
     low_form = low.size() < distinct.size() ? kLowStream : kLowRaw;
   }
   if (low_form == kLowRaw) {
@@ -148,15 +181,13 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width) {
   }
   w.u8(low_form);
   const std::vector<uint8_t> anchor = channel_anchors(distinct, width);
-  const auto symbol = [&anchor, width](Half h, size_t i) {
-    return high_symbol(h, anchor[i % width]);
-  };
+  const auto symbol = [&anchor](Half h, size_t c) { return high_symbol(h, anchor[c]); };
   // One table for the tensor, unless a table per channel is smaller (channels whose anchored
   // shapes differ, as in synthetic data; real KV picks the pooled table).
-  std::vector<uint8_t> hi = encode(plane_stream(distinct, 1, symbol));
+  std::vector<uint8_t> hi = encode(plane_stream(distinct, width, 1, symbol));
   uint8_t high_form = kHighPooled;
-  if (width > 1) {
-    std::vector<uint8_t> per_channel = encode(plane_stream(distinct, width, symbol));
+  if (width > 1 && per_channel_may_win(distinct, width, anchor)) {
+    std::vector<uint8_t> per_channel = encode(plane_stream(distinct, width, width, symbol));
     if (per_channel.size() < hi.size()) {
       hi.swap(per_channel);
       high_form = kHighPerChannel;
@@ -263,8 +294,10 @@ void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t wid
   {
     const size_t dim = high_form == kHighPooled ? 1 : width;
     const CodeStream s = decode_plane(hi, distinct / dim, dim, context + " (high bytes)");
-    for (size_t i = 0; i < distinct; ++i) {
-      planes[i].bits = static_cast<uint16_t>(high_byte(s.codes[i], anchor[i % width]) << 8);
+    for (size_t i = 0; i < distinct; i += width) {
+      for (size_t c = 0; c < width; ++c) {
+        planes[i + c].bits = static_cast<uint16_t>(high_byte(s.codes[i + c], anchor[c]) << 8);
+      }
     }
   }
   if (low_form == kLowStream) {
