@@ -29,6 +29,9 @@ namespace {
 constexpr uint8_t kPlanesZstd = 0, kPlanesRans = 1, kRowsDedup = 2;
 constexpr uint8_t kLowRaw = 0, kLowStream = 1;
 constexpr uint8_t kHighPooled = 0, kHighPerChannel = 1;
+constexpr uint8_t kRotationNone = 0, kRotationAdjacent = 1, kRotationHalves = 2;
+constexpr uint32_t kNoHint = UINT32_MAX;
+constexpr unsigned kResidualEscape = 255;
 // Method 2 codes the low plane with rANS only when its pooled byte entropy is below this (bits):
 // real KV mantissas sit at 7.99+, where per-channel tables cost more than they save.
 constexpr double kLowStreamEntropy = 7.9;
@@ -139,16 +142,153 @@ double low_byte_entropy(std::span<const Half> values) {
   return bits / n;
 }
 
-// Method 2 (docs/FORMAT.md): row references, then the distinct rows' planes.
-std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width) {
+// Rotated rows (method 2): a row predicted as an earlier row rotated, pair by pair, by the angle
+// of its pair times the row distance - RoPE keys of a repeated token (docs/FORMAT.md).
+struct Rotation {
+  uint8_t mode = kRotationNone;
+  size_t dim = 0;          // head_dim: pairs repeat every dim values
+  std::vector<double> cs;  // per pair: cos, sin of its angle per row
+};
+
+// (cos, sin) of n times the angle whose (cos, sin) is (c, s): square-and-multiply in double
+// (no fused multiply-add: the build sets -ffp-contract=off), so every decoder gets the same bits.
+void rotation_power(double c, double s, uint64_t n, double* rc, double* rs) {
+  double xc = 1, xs = 0;
+  while (n) {
+    if (n & 1) {
+      const double t = xc * c - xs * s;
+      xs = xc * s + xs * c;
+      xc = t;
+    }
+    const double t = c * c - s * s;
+    s = 2 * c * s;
+    c = t;
+    n >>= 1;
+  }
+  *rc = xc;
+  *rs = xs;
+}
+
+// pred = src rotated by `delta` rows (width values; every head alike).
+void rotate_row(const Rotation& rot, const Half* src, size_t width, uint64_t delta, Half* pred) {
+  const size_t half = rot.dim / 2;
+  std::vector<double> cs(2 * half);
+  for (size_t c = 0; c < half; ++c) {
+    rotation_power(rot.cs[2 * c], rot.cs[2 * c + 1], delta, &cs[2 * c], &cs[2 * c + 1]);
+  }
+  for (size_t h = 0; h < width; h += rot.dim) {
+    for (size_t c = 0; c < half; ++c) {
+      const size_t i0 = h + (rot.mode == kRotationAdjacent ? 2 * c : c);
+      const size_t i1 = i0 + (rot.mode == kRotationAdjacent ? 1 : half);
+      const double x0 = half_to_float(src[i0]), x1 = half_to_float(src[i1]);
+      const double c0 = cs[2 * c], s0 = cs[2 * c + 1];
+      pred[i0] = float_to_half(static_cast<float>(x0 * c0 - x1 * s0));
+      pred[i1] = float_to_half(static_cast<float>(x0 * s0 + x1 * c0));
+    }
+  }
+}
+
+// fp16 bits in value order (an order-preserving map to 0..65535), the zigzag difference of two
+// such keys, and back.
+uint16_t order_key(uint16_t h) {
+  return static_cast<uint16_t>(h ^ ((h & 0x8000) ? 0xffff : 0x8000));
+}
+uint16_t from_order_key(uint16_t k) {
+  return static_cast<uint16_t>(k ^ ((k & 0x8000) ? 0x8000 : 0xffff));
+}
+uint16_t residual_of(Half actual, Half pred) {
+  const uint16_t d = static_cast<uint16_t>(order_key(actual.bits) - order_key(pred.bits));
+  return static_cast<uint16_t>((d << 1) ^ ((d & 0x8000) ? 0xffff : 0));
+}
+Half apply_residual(Half pred, uint16_t z) {
+  const uint16_t d = static_cast<uint16_t>((z >> 1) ^ ((z & 1) ? 0xffff : 0));
+  return Half{from_order_key(static_cast<uint16_t>(order_key(pred.bits) + d))};
+}
+
+// Estimated bits of a row coded as a rotation of `src`.
+double rotation_cost(const Rotation& rot, const Half* row, const Half* src, size_t width,
+                     uint64_t delta, std::vector<Half>& pred) {
+  rotate_row(rot, src, width, delta, pred.data());
+  double bits = 0;
+  for (size_t j = 0; j < width; ++j) bits += std::log2(1.0 + residual_of(row[j], pred[j]));
+  return bits;
+}
+
+// The rotation (pairing and per-pair angles, RoPE's base^(-2i/dim) for a few bases) that best
+// predicts the hinted rows, or none when none predicts them well.
+Rotation fit_rotation(std::span<const Half> values, size_t width, size_t head_dim,
+                      std::span<const uint32_t> hint) {
+  Rotation best;
+  if (hint.empty() || head_dim < 2 || head_dim % 2 || width % head_dim) return best;
+  std::vector<size_t> rows;
+  for (size_t r = 0; r < hint.size() && rows.size() < 16; ++r) {
+    if (hint[r] < r) rows.push_back(r);
+  }
+  if (rows.empty()) return best;
+  std::vector<Half> pred(width);
+  double best_bits = 4.0 * static_cast<double>(rows.size() * width);  // at most ~4 bits a value
+  for (const uint8_t mode : {kRotationAdjacent, kRotationHalves}) {
+    for (const double base : {1e4, 5e5, 1e6}) {
+      Rotation rot{mode, head_dim, std::vector<double>(head_dim)};
+      for (size_t c = 0; c < head_dim / 2; ++c) {
+        const double theta =
+            std::pow(base, -2.0 * static_cast<double>(c) / static_cast<double>(head_dim));
+        rot.cs[2 * c] = std::cos(theta);
+        rot.cs[2 * c + 1] = std::sin(theta);
+      }
+      double bits = 0;
+      for (const size_t r : rows) {
+        bits += rotation_cost(rot, values.data() + r * width, values.data() + hint[r] * width,
+                              width, r - hint[r], pred);
+      }
+      if (bits < best_bits) best_bits = bits, best = std::move(rot);
+    }
+  }
+  return best;
+}
+
+void put_f64(wire::Writer& w, double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, 8);
+  w.u64(b);
+}
+
+// Method 2 (docs/FORMAT.md): rotated rows, row references, then the distinct rows' planes.
+// hint[r] (optional): an earlier row that row r may be a rotation of.
+std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size_t head_dim,
+                                std::span<const uint32_t> hint) {
   const size_t rows = values.size() / width, row_bytes = width * sizeof(Half);
   std::unordered_map<uint64_t, uint32_t> first;  // row hash -> distinct-row index
   first.reserve(rows);
-  std::vector<uint8_t> bitmap((rows + 7) / 8, 0);
+  std::vector<uint8_t> bitmap((rows + 7) / 8, 0), rot_bitmap((rows + 7) / 8, 0);
   std::vector<uint32_t> refs;
   std::vector<Half> distinct;
   distinct.reserve(values.size());
+  // Rotated rows first: those a rotation of their hinted row predicts in < 6 bits a value.
+  const Rotation rot = fit_rotation(values, width, head_dim, hint);
+  std::vector<uint64_t> distances;
+  std::vector<uint8_t> residuals;
+  std::vector<uint16_t> escapes;
+  if (rot.mode != kRotationNone) {
+    std::vector<Half> pred(width);
+    for (size_t r = 1; r < rows; ++r) {
+      const Half* row = values.data() + r * width;
+      if (hint[r] >= r || std::memcmp(row, values.data() + hint[r] * width, row_bytes) == 0 ||
+          rotation_cost(rot, row, values.data() + hint[r] * width, width, r - hint[r], pred) >
+              6.0 * static_cast<double>(width)) {
+        continue;
+      }
+      rot_bitmap[r / 8] = static_cast<uint8_t>(rot_bitmap[r / 8] | (1u << (r % 8)));
+      distances.push_back(r - hint[r]);
+      for (size_t j = 0; j < width; ++j) {
+        const uint16_t z = residual_of(row[j], pred[j]);
+        residuals.push_back(static_cast<uint8_t>(z < kResidualEscape ? z : kResidualEscape));
+        if (z >= kResidualEscape) escapes.push_back(z);
+      }
+    }
+  }
   for (size_t r = 0; r < rows; ++r) {
+    if ((rot_bitmap[r / 8] >> (r % 8)) & 1) continue;
     const Half* row = values.data() + r * width;
     const uint64_t h = XXH3_64bits(row, row_bytes);
     const auto ins = first.try_emplace(h, static_cast<uint32_t>(distinct.size() / width));
@@ -162,6 +302,30 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width) {
   }
   std::vector<uint8_t> out{kRowsDedup};
   wire::Writer w(out);
+  if (distances.empty()) {
+    w.u8(kRotationNone);
+  } else {
+    w.u8(rot.mode);
+    w.varint(rot.dim);
+    for (const double v : rot.cs) put_f64(w, v);
+    w.varint(distances.size());
+    w.bytes(rot_bitmap);
+    for (const uint64_t d : distances) w.varint(d);
+    w.varint(escapes.size());
+    for (const uint16_t e : escapes) w.u16(e);
+    CodeStream rs;
+    rs.n_rows = residuals.size();
+    rs.dim = 1;
+    rs.bits = 8;
+    rs.group_size = rs.n_rows < kMaxGroupSize ? rs.n_rows : kMaxGroupSize;
+    rs.codes = std::move(residuals);
+    rs.codes.resize(rs.n_groups() * rs.group_size, rs.codes.back());
+    rs.scale.assign(rs.n_groups(), 1.0f);
+    rs.zero.assign(rs.n_groups(), 0.0f);
+    const std::vector<uint8_t> coded = encode(rs);
+    w.varint(coded.size());
+    w.bytes(coded);
+  }
   w.varint(refs.size());
   if (!refs.empty()) {
     w.bytes(bitmap);
@@ -247,27 +411,124 @@ void unpack_plane(std::span<const uint8_t> bytes, std::span<Half> out, size_t wi
 
 // Method 2: the distinct rows' planes into the first rows of out, then every row moved or copied
 // to its place, last row first (a row's source is never below a row already written).
+// A row bitmap of method 2: ceil(rows/8) bytes, row 0 and the padding bits clear.
+std::span<const uint8_t> read_row_bitmap(wire::Reader& r, size_t rows, const char* field) {
+  const std::span<const uint8_t> bitmap = r.take((rows + 7) / 8, field);
+  if (bitmap[0] & 1) r.corrupt(field, "row 0 marked");
+  if (rows % 8 && (bitmap.back() >> (rows % 8)) != 0) r.corrupt(field, "padding bits set");
+  return bitmap;
+}
+bool row_bit(std::span<const uint8_t> bitmap, size_t row) {
+  return !bitmap.empty() && ((bitmap[row / 8] >> (row % 8)) & 1);
+}
+
+double get_f64(wire::Reader& r, const char* field) {
+  const uint64_t b = r.u64(field);
+  double v;
+  std::memcpy(&v, &b, 8);
+  if (!(v >= -1.0 && v <= 1.0)) r.corrupt(field, "not in [-1, 1]");
+  return v;
+}
+
+// Method 2's rotated rows, parsed: the rotation, each row's distance back, the residuals.
+struct RotatedRows {
+  Rotation rot;
+  std::span<const uint8_t> bitmap;
+  std::vector<uint64_t> distances;
+  std::span<const uint8_t> escapes;  // u16 each
+  CodeStream residuals;
+};
+
+RotatedRows read_rotated_rows(wire::Reader& r, size_t rows, size_t width,
+                              const std::string& context) {
+  RotatedRows rr;
+  rr.rot.mode = r.u8("rotation");
+  if (rr.rot.mode == kRotationNone) return rr;
+  if (rr.rot.mode != kRotationAdjacent && rr.rot.mode != kRotationHalves) {
+    r.corrupt("rotation", "not 0, 1 or 2");
+  }
+  const uint64_t dim = r.varint("rotation head_dim");
+  if (dim < 2 || dim % 2 || dim > width || width % dim) {
+    r.corrupt("rotation head_dim", "not an even divisor of the row width");
+  }
+  rr.rot.dim = static_cast<size_t>(dim);
+  r.need(8 * dim, "rotation angles");
+  rr.rot.cs.resize(rr.rot.dim);
+  for (double& v : rr.rot.cs) v = get_f64(r, "rotation angle");
+  const uint64_t n = r.varint("rotated row count");
+  if (n == 0 || n >= rows) r.corrupt("rotated row count", "not in 1..rows-1");
+  rr.bitmap = read_row_bitmap(r, rows, "rotated row bitmap");
+  uint64_t seen = 0;
+  for (size_t row = 0; row < rows; ++row) {
+    if (!row_bit(rr.bitmap, row)) continue;
+    if (++seen > n) r.corrupt("rotated row bitmap", "more rows than the count");
+    const uint64_t d = r.varint("rotated row distance");
+    if (d == 0 || d > row) r.corrupt("rotated row distance", "not an earlier row");
+    rr.distances.push_back(d);
+  }
+  if (seen != n) r.corrupt("rotated row bitmap", "fewer rows than the count");
+  const uint64_t n_escapes = r.varint("residual escape count");
+  if (n_escapes > n * width) r.corrupt("residual escape count", "more than the residuals");
+  rr.escapes = r.take(2 * n_escapes, "residual escapes");
+  const uint64_t len = r.varint("residual length");
+  rr.residuals = decode_plane(r.take(len, "residuals"), static_cast<size_t>(n) * width, 1,
+                              context + " (rotated row residuals)");
+  return rr;
+}
+
+// Rotated rows into out (ascending: each source row is final), after the other rows.
+void apply_rotated_rows(const RotatedRows& rr, std::span<Half> out, size_t width,
+                        const std::string& context) {
+  const size_t rows = out.size() / width;
+  size_t k = 0, e = 0;
+  const size_t n_escapes = rr.escapes.size() / 2;
+  for (size_t row = 0; row < rows; ++row) {
+    if (!row_bit(rr.bitmap, row)) continue;
+    Half* dst = out.data() + row * width;
+    rotate_row(rr.rot, dst - rr.distances[k] * width, width, rr.distances[k], dst);
+    const uint8_t* sym = rr.residuals.codes.data() + k * width;
+    for (size_t j = 0; j < width; ++j) {
+      uint16_t z = sym[j];
+      if (z == kResidualEscape) {
+        if (e == n_escapes) {
+          throw Error(ErrorCode::corrupt_input, context + ": more residual escapes than stored");
+        }
+        z = static_cast<uint16_t>(wire::load_le(rr.escapes.data() + 2 * e++, 2));
+        if (z < kResidualEscape) {
+          throw Error(ErrorCode::corrupt_input, context + ": residual escape below 255");
+        }
+      }
+      dst[j] = apply_residual(dst[j], z);
+    }
+    ++k;
+  }
+  if (e != n_escapes) {
+    throw Error(ErrorCode::corrupt_input, context + ": residual escapes left over");
+  }
+}
+
 void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t width,
                   const std::string& context) {
   const size_t rows = out.size() / width;
   wire::Reader r(body, context);
+  const RotatedRows rr = read_rotated_rows(r, rows, width, context);
+  const uint64_t n_rotated = rr.distances.size();
   const uint64_t n_copies = r.varint("repeated row count");
-  if (n_copies >= rows) r.corrupt("repeated row count", "not below the row count");
+  if (n_copies + n_rotated >= rows) r.corrupt("repeated row count", "not below the row count");
   std::vector<uint32_t> source;  // per row: its distinct-row index
-  if (n_copies > 0) {
+  if (n_copies > 0 || n_rotated > 0) {
     source.resize(rows);
-    const std::span<const uint8_t> bitmap = r.take((rows + 7) / 8, "repeated row bitmap");
-    if (bitmap[0] & 1) r.corrupt("repeated row bitmap", "row 0 marked repeated");
-    if (rows % 8 && (bitmap.back() >> (rows % 8)) != 0) {
-      r.corrupt("repeated row bitmap", "padding bits set");
-    }
+    const std::span<const uint8_t> bitmap =
+        n_copies > 0 ? read_row_bitmap(r, rows, "repeated row bitmap") : std::span<const uint8_t>();
     uint32_t n_distinct = 0;
     uint64_t seen = 0;
     for (size_t row = 0; row < rows; ++row) {
-      if (!((bitmap[row / 8] >> (row % 8)) & 1)) {
-        source[row] = n_distinct++;
+      const bool rotated = row_bit(rr.bitmap, row);
+      if (!row_bit(bitmap, row)) {
+        source[row] = rotated ? kNoHint : n_distinct++;
         continue;
       }
+      if (rotated) r.corrupt("repeated row bitmap", "a rotated row marked repeated");
       if (++seen > n_copies) r.corrupt("repeated row bitmap", "more rows than the count");
       const uint64_t ref = r.varint("repeated row source");
       if (ref >= n_distinct) r.corrupt("repeated row source", "not an earlier distinct row");
@@ -275,7 +536,7 @@ void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t wid
     }
     if (seen != n_copies) r.corrupt("repeated row bitmap", "fewer rows than the count");
   }
-  const size_t distinct = (rows - static_cast<size_t>(n_copies)) * width;
+  const size_t distinct = (rows - static_cast<size_t>(n_copies + n_rotated)) * width;
   const uint8_t low_form = r.u8("low plane form");
   if (low_form != kLowRaw && low_form != kLowStream) r.corrupt("low plane form", "not 0 or 1");
   const uint8_t high_form = r.u8("high plane form");
@@ -311,22 +572,40 @@ void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t wid
     for (size_t i = 0; i < distinct; ++i)
       planes[i].bits = static_cast<uint16_t>(planes[i].bits | lo[i]);
   }
-  if (n_copies == 0) return;
+  if (source.empty()) return;
   for (size_t row = rows; row-- > 0;) {
-    if (source[row] != row) {
+    if (source[row] != row && source[row] != kNoHint) {
       std::memmove(out.data() + row * width, out.data() + size_t{source[row]} * width,
                    width * sizeof(Half));
     }
   }
+  if (n_rotated > 0) apply_rotated_rows(rr, out, width, context);
 }
 
 }  // namespace
 
-std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width,
-                                        int zstd_level) {
+std::vector<uint32_t> first_equal_rows(std::span<const Half> values, size_t width) {
+  const size_t rows = width ? values.size() / width : 0, row_bytes = width * sizeof(Half);
+  std::vector<uint32_t> first(rows, kNoHint);
+  std::unordered_map<uint64_t, uint32_t> seen;
+  seen.reserve(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    const Half* row = values.data() + r * width;
+    const auto ins = seen.try_emplace(XXH3_64bits(row, row_bytes), static_cast<uint32_t>(r));
+    if (!ins.second &&
+        std::memcmp(values.data() + size_t{ins.first->second} * width, row, row_bytes) == 0) {
+      first[r] = ins.first->second;
+    }
+  }
+  return first;
+}
+
+std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width, int zstd_level,
+                                        size_t head_dim, std::span<const uint32_t> rotation_hint) {
   std::vector<uint8_t> best;
   if (width > 0 && !values.empty() && values.size() % width == 0) {
-    best = rows_dedup(values, width);
+    if (rotation_hint.size() != values.size() / width) rotation_hint = {};
+    best = rows_dedup(values, width, head_dim, rotation_hint);
     // The container's size rule (at most 2^17 values per chunk byte) holds for zstd's forms;
     // row references of very wide rows could break it: such a tensor goes to zstd.
     if ((best.size() << 17) < values.size()) best.clear();

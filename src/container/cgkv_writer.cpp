@@ -141,9 +141,14 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
     wire::Writer w(chunks[c]);
     for (size_t t = 0; t < n_attn * 2; ++t) {
       // Chunk rows of tensor t, token-major [rows, heads, dim] as stored in kv.
-      const std::span<const Half> rows =
-          kv.subspan(t * plane + ci.token_begin * row, ci.n_tokens * row);
-      const std::vector<uint8_t> packed = detail::pack_fp16_lossless(rows, row, zstd_level);
+      const auto chunk_rows = [&](size_t tensor) {
+        return kv.subspan(tensor * plane + ci.token_begin * row, ci.n_tokens * row);
+      };
+      // K rows whose V row repeats an earlier one (the same token) may be that K row rotated.
+      const std::vector<uint32_t> hint =
+          t % 2 == 0 ? detail::first_equal_rows(chunk_rows(t + 1), row) : std::vector<uint32_t>();
+      const std::vector<uint8_t> packed = detail::pack_fp16_lossless(
+          chunk_rows(t), row, zstd_level, static_cast<size_t>(shape.head_dim), hint);
       w.varint(packed.size());
       w.bytes(packed);
     }

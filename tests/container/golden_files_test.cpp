@@ -14,6 +14,7 @@
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -202,13 +203,26 @@ std::vector<Golden> generate_golden() {
                write_cgkv(test::filled_cache(kT, level_config(), 9).cache,
                           std::vector<CgkvBlob>{token_ids(kT)})});
   {
-    // Lossless method 2 with repeated rows (rows 10..19 of every tensor repeat rows 0..9), and a
-    // 9-token last chunk.
+    // Lossless method 2 with repeated and rotated rows (rows 10..19 of every V repeat rows 0..9,
+    // as a repeated token's do; those of every K are rows 0..9 rotated 10 positions further, as
+    // RoPE rotates a repeated token's key), and a 9-token last chunk.
     KVCacheConfig cfg;
     test::Filled f = test::filled_cache(41, cfg, 3);
     const size_t row = 16, plane = 41 * row;
     for (size_t t = 0; t < 4; ++t) {
-      std::memcpy(f.kv.data() + t * plane + 10 * row, f.kv.data() + t * plane, 10 * row * 2);
+      Half* x = f.kv.data() + t * plane;
+      if (t % 2) {
+        std::memcpy(x + 10 * row, x, 10 * row * 2);
+        continue;
+      }
+      for (size_t i = 0; i < 10 * row; i += 2) {
+        const double theta = 10 * std::pow(1e4, -2.0 * static_cast<double>((i % 8) / 2) / 8);
+        const double x0 = half_to_float(x[i]), x1 = half_to_float(x[i + 1]);
+        x[10 * row + i] =
+            float_to_half(static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta)));
+        x[10 * row + i + 1] =
+            float_to_half(static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta)));
+      }
     }
     g.push_back({"lossless_repeated_rows.cgkv", "cgkv",
                  write_cgkv_lossless(test::small_shape(), f.kv, 41, 32,
@@ -338,16 +352,18 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
     put_le(b, 4, 2, 2);  // version 2 has no lossless method 2
     resign(b);
   });
-  cg("lossless_repeat_source_ahead", ErrorCode::corrupt_input, ll, [](Bytes& b) {
-    // Chunk 0's first tensor: varint length, method 2, n_repeated (10), a 4-byte bitmap, then
-    // the first source, 0 (row 10 repeats distinct row 0), made 0x7f: no such earlier row.
+  cg("lossless_rotated_row_source_ahead", ErrorCode::corrupt_input, ll, [](Bytes& b) {
+    // Chunk 0's first tensor (layer 0's K): varint length, method 2, rotation 1 (adjacent
+    // pairs), head_dim 8, 4 x 2 f64 angles, 10 rotated rows, a 4-byte bitmap, then the first
+    // row's distance back, 10, made 0x7f: past row 0.
     const CgkvReader rd = CgkvReader::from_bytes(b);
     const CgkvChunkInfo ci = rd.info().chunks[0];
     size_t at = static_cast<size_t>(ci.range.offset);
     while (b[at] & 0x80) ++at;
     at += 1;
-    if (b[at] != 2 || b[at + 1] != 10 || b[at + 6] != 0) throw std::runtime_error("layout moved");
-    b[at + 6] = 0x7f;
+    if (b[at] != 2 || b[at + 1] != 1 || b[at + 2] != 8 || b[at + 67] != 10 || b[at + 72] != 10)
+      throw std::runtime_error("layout moved");
+    b[at + 72] = 0x7f;
     resign_chunk(b, chunk_table(rd), 0, ci, ci.range.bytes);
   });
   cg("swapped_chunk_entries", ErrorCode::corrupt_input, q, [](Bytes& b) {
