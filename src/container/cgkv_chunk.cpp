@@ -148,33 +148,40 @@ struct Rotation {
   uint8_t mode = kRotationNone;
   size_t dim = 0;          // head_dim: pairs repeat every dim values
   std::vector<double> cs;  // per pair: cos, sin of its angle per row
+  // squares[k][2i, 2i+1]: pair i's (cos, sin) squared k times (the square-and-multiply chain,
+  // the same for every distance: computed once).
+  std::vector<std::vector<double>> squares;
+  void square_chain() {
+    squares.assign(1, cs);
+    for (int k = 1; k < 64; ++k) {
+      std::vector<double> next(cs.size());
+      const std::vector<double>& p = squares.back();
+      for (size_t i = 0; i < cs.size(); i += 2) {
+        next[i] = p[i] * p[i] - p[i + 1] * p[i + 1];
+        next[i + 1] = 2 * p[i] * p[i + 1];
+      }
+      squares.push_back(std::move(next));
+    }
+  }
 };
 
-// (cos, sin) of n times the angle whose (cos, sin) is (c, s): square-and-multiply in double
-// (no fused multiply-add: the build sets -ffp-contract=off), so every decoder gets the same bits.
-void rotation_power(double c, double s, uint64_t n, double* rc, double* rs) {
-  double xc = 1, xs = 0;
-  while (n) {
-    if (n & 1) {
-      const double t = xc * c - xs * s;
-      xs = xc * s + xs * c;
-      xc = t;
-    }
-    const double t = c * c - s * s;
-    s = 2 * c * s;
-    c = t;
-    n >>= 1;
-  }
-  *rc = xc;
-  *rs = xs;
-}
-
-// pred = src rotated by `delta` rows (width values; every head alike).
+// pred = src rotated by `delta` rows (width values; every head alike). Each pair's (cos, sin)
+// of delta times its angle by square-and-multiply in double (no fused multiply-add: the build
+// sets -ffp-contract=off), so every decoder gets the same bits.
 void rotate_row(const Rotation& rot, const Half* src, size_t width, uint64_t delta, Half* pred) {
   const size_t half = rot.dim / 2;
   std::vector<double> cs(2 * half);
   for (size_t c = 0; c < half; ++c) {
-    rotation_power(rot.cs[2 * c], rot.cs[2 * c + 1], delta, &cs[2 * c], &cs[2 * c + 1]);
+    double xc = 1, xs = 0;
+    for (uint64_t n = delta, k = 0; n; n >>= 1, ++k) {
+      if (!(n & 1)) continue;
+      const double pc = rot.squares[k][2 * c], ps = rot.squares[k][2 * c + 1];
+      const double t = xc * pc - xs * ps;
+      xs = xc * ps + xs * pc;
+      xc = t;
+    }
+    cs[2 * c] = xc;
+    cs[2 * c + 1] = xs;
   }
   for (size_t h = 0; h < width; h += rot.dim) {
     for (size_t c = 0; c < half; ++c) {
@@ -229,13 +236,14 @@ Rotation fit_rotation(std::span<const Half> values, size_t width, size_t head_di
   double best_bits = 4.0 * static_cast<double>(rows.size() * width);  // at most ~4 bits a value
   for (const uint8_t mode : {kRotationAdjacent, kRotationHalves}) {
     for (const double base : {1e4, 5e5, 1e6}) {
-      Rotation rot{mode, head_dim, std::vector<double>(head_dim)};
+      Rotation rot{mode, head_dim, std::vector<double>(head_dim), {}};
       for (size_t c = 0; c < head_dim / 2; ++c) {
         const double theta =
             std::pow(base, -2.0 * static_cast<double>(c) / static_cast<double>(head_dim));
         rot.cs[2 * c] = std::cos(theta);
         rot.cs[2 * c + 1] = std::sin(theta);
       }
+      rot.square_chain();
       double bits = 0;
       for (const size_t r : rows) {
         bits += rotation_cost(rot, values.data() + r * width, values.data() + hint[r] * width,
@@ -455,6 +463,7 @@ RotatedRows read_rotated_rows(wire::Reader& r, size_t rows, size_t width,
   r.need(8 * dim, "rotation angles");
   rr.rot.cs.resize(rr.rot.dim);
   for (double& v : rr.rot.cs) v = get_f64(r, "rotation angle");
+  rr.rot.square_chain();
   const uint64_t n = r.varint("rotated row count");
   if (n == 0 || n >= rows) r.corrupt("rotated row count", "not in 1..rows-1");
   rr.bitmap = read_row_bitmap(r, rows, "rotated row bitmap");
