@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "cachegen/codec.h"
+#include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
 #include "cachegen/runtime.h"
@@ -22,11 +23,24 @@ struct Input {
   size_t n_heads = 0, n_rows = 0, dim = 0;
   std::vector<Half> values;  // [n_heads, n_rows, dim]
   std::string source;
+  // The same values as a KV file's tensor [n_layers, 2, n_tokens, n_kv_heads, head_dim] (for
+  // the lossless tier): the .npy's own array, or the synthetic heads as 1-head layers.
+  ModelShape shape;
+  std::vector<Half> kv;
 };
+
+ModelShape kv_shape(size_t n_layers, size_t n_kv_heads, size_t head_dim) {
+  ModelShape s;
+  s.architecture = "bench";
+  s.n_layers = static_cast<int>(n_layers);
+  s.n_kv_heads = static_cast<int>(n_kv_heads);
+  s.head_dim = static_cast<int>(head_dim);
+  return s;
+}
 
 // Per-channel random walks with channel-dependent amplitude plus a little noise: KV-like.
 Input synthetic_input() {
-  Input in{16, 4096, 128, {}, "synthetic correlated 16x4096x128"};
+  Input in{16, 4096, 128, {}, "synthetic correlated 16x4096x128", {}, {}};
   in.values.resize(in.n_heads * in.n_rows * in.dim);
   std::mt19937 rng(1);
   std::normal_distribution<float> n01;
@@ -39,6 +53,8 @@ Input synthetic_input() {
         in.values[(h * in.n_rows + t) * in.dim + c] = float_to_half(amp * (walk + 0.3f * n01(rng)));
       }
     }
+  in.shape = kv_shape(in.n_heads / 2, 1, in.dim);
+  in.kv = in.values;  // [head = (layer, K/V), token, dim] is [layers, 2, tokens, 1, dim]
   return in;
 }
 
@@ -50,7 +66,7 @@ Input npy_input(const std::string& path) {
                 path + ": expected fp16 [n_layers, 2, n_tokens, n_kv_heads, head_dim]");
   }
   const size_t L = a.shape[0], T = a.shape[2], H = a.shape[3], D = a.shape[4];
-  Input in{L * 2 * H, T, D, {}, path};
+  Input in{L * 2 * H, T, D, {}, path, {}, {}};
   in.values.resize(a.size());
   const auto src = a.as<Half>();
   for (size_t lk = 0; lk < L * 2; ++lk)
@@ -58,6 +74,8 @@ Input npy_input(const std::string& path) {
       for (size_t h = 0; h < H; ++h)
         std::memcpy(&in.values[((lk * H + h) * T + t) * D], &src[((lk * T + t) * H + h) * D],
                     D * sizeof(Half));
+  in.shape = kv_shape(L, H, D);
+  in.kv.assign(src.begin(), src.end());
   return in;
 }
 
@@ -95,6 +113,24 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   z19.resize(ZSTD_compress(z19.data(), z19.size(), codes.data(), n, 19));
   size_t raw_params = 0, fixed = 0;
   for (const auto& s : streams) raw_params += s.scale.size() * 4, fixed += fixed_width_bytes(s);
+
+  // Lossless tier: the whole KV as a lossless .cgkv (chunks of 1024 tokens, as the CLI and the
+  // llama exact level), against byte-split + zstd -19 (high and low bytes of the whole tensor,
+  // two planes compressed apart) for size and zstd -1 on the fp16 bytes for speed.
+  const size_t kv_tokens = in.n_rows;
+  const std::vector<uint8_t> lossless = write_cgkv_lossless(in.shape, in.kv, kv_tokens, 1024);
+  const std::span<const uint8_t> fp16_bytes(reinterpret_cast<const uint8_t*>(in.kv.data()), 2 * n);
+  size_t bytesplit_z19 = 0;
+  {
+    std::vector<uint8_t> plane(n), z(ZSTD_compressBound(n));
+    for (const int shift : {8, 0}) {
+      for (size_t i = 0; i < n; ++i) plane[i] = static_cast<uint8_t>(in.kv[i].bits >> shift);
+      bytesplit_z19 += ZSTD_compress(z.data(), z.size(), plane.data(), n, 19);
+    }
+  }
+  std::vector<uint8_t> z1_fp16(ZSTD_compressBound(2 * n));
+  z1_fp16.resize(
+      ZSTD_compress(z1_fp16.data(), z1_fp16.size(), fp16_bytes.data(), fp16_bytes.size(), 1));
 
   const size_t all_threads = thread_count();
   struct Mode {
@@ -134,6 +170,34 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       items(st, n);
     });
   }
+  benchmark::RegisterBenchmark("lossless_encode/1t", [&](benchmark::State& st) {
+    set_thread_count(1);
+    for (auto _ : st)
+      benchmark::DoNotOptimize(write_cgkv_lossless(in.shape, in.kv, kv_tokens, 1024));
+    items(st, n);
+  });
+  benchmark::RegisterBenchmark("lossless_decode/1t", [&](benchmark::State& st) {
+    set_thread_count(1);
+    const CgkvReader reader = CgkvReader::from_bytes(lossless);
+    for (auto _ : st) benchmark::DoNotOptimize(reader.read_tokens(0, kv_tokens));
+    items(st, n);
+  });
+  benchmark::RegisterBenchmark("zstd1_fp16_encode/1t", [&](benchmark::State& st) {
+    std::vector<uint8_t> out(ZSTD_compressBound(2 * n));
+    for (auto _ : st) {
+      benchmark::DoNotOptimize(
+          ZSTD_compress(out.data(), out.size(), fp16_bytes.data(), fp16_bytes.size(), 1));
+    }
+    items(st, n);
+  });
+  benchmark::RegisterBenchmark("zstd1_fp16_decode/1t", [&](benchmark::State& st) {
+    std::vector<uint8_t> out(2 * n);
+    for (auto _ : st) {
+      benchmark::DoNotOptimize(
+          ZSTD_decompress(out.data(), out.size(), z1_fp16.data(), z1_fp16.size()));
+    }
+    items(st, n);
+  });
   benchmark::RegisterBenchmark("zstd1_encode/1t", [&](benchmark::State& st) {
     std::vector<uint8_t> out(ZSTD_compressBound(n));
     for (auto _ : st)
@@ -212,6 +276,20 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["decode_mt_over_1t"] = ips("decode_codes/mt") / std::max(1.0, ips("decode_codes/1t"));
   j["decode_fp16_mt_over_1t"] = ips("decode_fp16/mt") / std::max(1.0, ips("decode_fp16/1t"));
   j["encode_mt_over_1t"] = ips("encode_codes/mt") / std::max(1.0, ips("encode_codes/1t"));
+  const double bits_n = 8.0 / static_cast<double>(n);
+  j["lossless_bytes"] = lossless.size();
+  j["lossless_bits_per_value"] = static_cast<double>(lossless.size()) * bits_n;
+  j["bytesplit_zstd19_bits_per_value"] = static_cast<double>(bytesplit_z19) * bits_n;
+  j["lossless_over_bytesplit_zstd19"] =
+      static_cast<double>(lossless.size()) / static_cast<double>(bytesplit_z19);
+  j["lossless_encode_elems_per_s"] = ips("lossless_encode/1t");
+  j["lossless_decode_elems_per_s"] = ips("lossless_decode/1t");
+  j["zstd1_fp16_encode_elems_per_s"] = ips("zstd1_fp16_encode/1t");
+  j["zstd1_fp16_decode_elems_per_s"] = ips("zstd1_fp16_decode/1t");
+  j["lossless_encode_over_zstd1_fp16"] =
+      ips("lossless_encode/1t") / std::max(1.0, ips("zstd1_fp16_encode/1t"));
+  j["lossless_decode_over_zstd1_fp16"] =
+      ips("lossless_decode/1t") / std::max(1.0, ips("zstd1_fp16_decode/1t"));
   j["coded_param_bytes"] = batch_report.param_bytes;
   j["coded_model_bytes"] = batch_report.model_bytes;
   if (o.json) {
@@ -233,15 +311,22 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       "(zstd-19 + fp32 params) %.3f\n",
       j["coded_codes_only_over_zstd19"].get<double>(),
       static_cast<double>(coded.size()) / static_cast<double>(z19.size() + 2 * raw_params));
+  std::printf("lossless: %.3f bits/value, byte-split zstd -19 %.3f (ratio %.4f, aim <= 0.95)\n",
+              j["lossless_bits_per_value"].get<double>(),
+              j["bytesplit_zstd19_bits_per_value"].get<double>(),
+              j["lossless_over_bytesplit_zstd19"].get<double>());
   const std::string mt = std::to_string(all_threads) + " threads vs 1";
-  print_comparisons(r, {{"decode fp16 vs zstd -1 decode", "decode_fp16/1t", "zstd1_decode/1t"},
-                        {"decode codes vs zstd -1 decode", "decode_codes/1t", "zstd1_decode/1t"},
-                        {"encode codes vs zstd -1 encode", "encode_codes/1t", "zstd1_encode/1t"},
-                        {"encode fp16 vs zstd -1 encode", "encode_fp16/1t", "zstd1_encode/1t"},
-                        {"decode codes vs memcpy", "decode_codes/1t", "memcpy_codes/1t"},
-                        {"decode codes " + mt, "decode_codes/mt", "decode_codes/1t"},
-                        {"decode fp16 " + mt, "decode_fp16/mt", "decode_fp16/1t"},
-                        {"encode codes " + mt, "encode_codes/mt", "encode_codes/1t"}});
+  print_comparisons(
+      r, {{"decode fp16 vs zstd -1 decode", "decode_fp16/1t", "zstd1_decode/1t"},
+          {"decode codes vs zstd -1 decode", "decode_codes/1t", "zstd1_decode/1t"},
+          {"encode codes vs zstd -1 encode", "encode_codes/1t", "zstd1_encode/1t"},
+          {"encode fp16 vs zstd -1 encode", "encode_fp16/1t", "zstd1_encode/1t"},
+          {"decode codes vs memcpy", "decode_codes/1t", "memcpy_codes/1t"},
+          {"decode codes " + mt, "decode_codes/mt", "decode_codes/1t"},
+          {"decode fp16 " + mt, "decode_fp16/mt", "decode_fp16/1t"},
+          {"encode codes " + mt, "encode_codes/mt", "encode_codes/1t"},
+          {"lossless encode vs zstd -1 (fp16)", "lossless_encode/1t", "zstd1_fp16_encode/1t"},
+          {"lossless decode vs zstd -1 (fp16)", "lossless_decode/1t", "zstd1_fp16_decode/1t"}});
   return 0;
 }
 

@@ -90,7 +90,8 @@ typedef struct cachegen_encode_options {
   int bits;             /* bits of the shallowest layer group, 1..8 (default 4) */
   int layer_groups;     /* layer groups of the bit schedule (default 3) */
   size_t group_size;    /* tokens per quantization group (default 32) */
-  size_t chunk_tokens;  /* tokens per chunk, a multiple of group_size (default 256) */
+  size_t chunk_tokens;  /* tokens per chunk, a multiple of group_size (0, the default: 256,
+                         * or 1024 lossless) */
   const char* level;    /* NULL/"" = the fields above; "lossless" | "high" | "medium" | "low"
                            replace them. Read during the call only. */
   int reference_params; /* nonzero: the bit-exact reference quantizer's parameters */

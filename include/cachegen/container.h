@@ -97,10 +97,12 @@ struct CgkvInfo {
 std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> blobs = {});
 
 // A lossless file: kv holds fp16 [n_attention_layers, 2, n_tokens, n_kv_heads, head_dim]
-// (token-major, K then V). zstd_level trades write speed for size.
+// (token-major, K then V). Each tensor of a chunk is stored with lossless method 2 (repeated
+// rows by reference, per-channel rANS high bytes; docs/FORMAT.md); zstd_level > 0 also tries
+// byte planes + zstd at that level per tensor and keeps the smaller (much slower to write).
 std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
                                          size_t n_tokens, size_t chunk_tokens,
-                                         std::span<const CgkvBlob> blobs = {}, int zstd_level = 19);
+                                         std::span<const CgkvBlob> blobs = {}, int zstd_level = 0);
 
 class CgkvReader {
  public:

@@ -23,15 +23,17 @@ namespace cachegen {
 
 // The options of `cachegen encode`, with its defaults.
 struct KVEncodeOptions {
-  int bits = 4;               // bits of the shallowest layer group (1..8)
-  int layer_groups = 3;       // layer groups of the bit schedule
-  size_t group_size = 32;     // tokens per quantization group
-  size_t chunk_tokens = 256;  // tokens per chunk (a multiple of group_size)
+  int bits = 4;            // bits of the shallowest layer group (1..8)
+  int layer_groups = 3;    // layer groups of the bit schedule
+  size_t group_size = 32;  // tokens per quantization group
+  // Tokens per chunk (a multiple of group_size); 0: 256, or 1024 for lossless (longer chunks
+  // find more repeated rows).
+  size_t chunk_tokens = 0;
   // "" (use the fields above) or a quality level: lossless | high | medium | low, which replaces
   // bits, layer_groups, group_size and chunk_tokens (docs/QUALITY_LEVELS.md).
   std::string level;
   std::string params = "compact";  // compact | reference (the bit-exact reference quantizer)
-  bool lossless = false;           // exact fp16 values (byte planes + zstd); fp16 input only
+  bool lossless = false;  // exact fp16 values (FORMAT.md, lossless method 2); fp16 input only
   // rope_base > 0: keys quantized pre-RoPE with these parameters (with a level).
   float rope_base = 0;
   int rope_dims = 0;  // rotated dims per head; 0 = head_dim

@@ -249,12 +249,12 @@ void restore_seq_state(Context& ctx, const KvSnapshot& snapshot, int32_t seq_id 
 
 // How the K/V of a snapshot are stored.
 struct CgkvLevel {
-  // true: write_cgkv_lossless (byte planes + zstd); K and V must be f16 in every layer
+  // true: write_cgkv_lossless (exact fp16, lossless method 2); K and V must be f16 in every layer
   // (other types are refused with invalid_argument: use a quantized level). Rebuilt state bytes
   // are identical to the original.
   bool lossless = false;
   KVCacheConfig quantized;  // used when !lossless: bits, group size, block (= chunk) tokens
-  int zstd_level = 19;      // lossless only
+  int zstd_level = 0;       // lossless only: > 0 also tries zstd at that level (slow)
   size_t lossless_chunk_tokens = 1024;  // longer chunks: better zstd, coarser range reads
 
   // Uniform `bits` for every layer, K and V (layer_groups = 1).

@@ -121,7 +121,7 @@ def _int32(tokens: Any) -> _np.ndarray:
 
 
 def encode(kv: Any, *, level: Optional[str] = None, bits: int = 4, layer_groups: int = 3,
-           group_size: int = 32, chunk_tokens: int = 256, params: str = "compact",
+           group_size: int = 32, chunk_tokens: int = 0, params: str = "compact",
            lossless: bool = False, rope_base: float = 0.0, rope_dims: int = 0,
            rope_scale: float = 1.0, rope_neox: bool = False, tokens: Any = None,
            bfloat16: bool = False) -> bytes:

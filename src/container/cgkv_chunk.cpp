@@ -1,14 +1,22 @@
 // Lossless fp16 tensor data. Each tensor's values are split into two byte planes - high bytes
 // (sign, exponent, top mantissa bits: skewed, channel-dependent) and low bytes (mantissa: close
-// to uniform) - and stored by whichever of two methods is smaller (a leading method byte):
+// to uniform) - and stored by one of three methods (a leading method byte):
 //   0: both planes, low then high, as one zstd frame (content size set);
 //   1: each plane as a cachegen code stream ("Codec stream": 8-bit codes [rows, width], per-channel
-//      rANS models), high plane first with a varint length. Per-channel models see what a pooled
-//      coder cannot: each channel's own exponent range.
+//      rANS models), high plane first with a varint length (read only: method 2 supersedes it);
+//   2: rows that repeat an earlier row exactly stored as a reference to it, then the distinct
+//      rows' high plane as a code stream and their low plane raw (or as a code stream when that
+//      is smaller). Per-channel models see what a pooled coder cannot - each channel's own
+//      exponent range - and row references find what zstd's matches found (layer 0's V rows
+//      depend on the token alone, so a repeated token repeats them).
+#include <xxhash.h>
 #include <zstd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
@@ -18,7 +26,15 @@
 namespace cachegen::detail {
 namespace {
 
-constexpr uint8_t kPlanesZstd = 0, kPlanesRans = 1;
+constexpr uint8_t kPlanesZstd = 0, kPlanesRans = 1, kRowsDedup = 2;
+constexpr uint8_t kLowRaw = 0, kLowStream = 1;
+constexpr uint8_t kHighPooled = 0, kHighPerChannel = 1;
+constexpr uint8_t kRotationNone = 0, kRotationAdjacent = 1, kRotationHalves = 2;
+constexpr uint32_t kNoHint = UINT32_MAX;
+constexpr unsigned kResidualEscape = 255;
+// Method 2 codes the low plane with rANS only when its pooled byte entropy is below this (bits):
+// real KV mantissas sit at 7.99+, where per-channel tables cost more than they save.
+constexpr double kLowStreamEntropy = 7.9;
 
 std::vector<uint8_t> planes_zstd(std::span<const Half> values, int zstd_level) {
   const size_t n = values.size();
@@ -39,32 +55,321 @@ std::vector<uint8_t> planes_zstd(std::span<const Half> values, int zstd_level) {
   return out;
 }
 
-// One byte plane [rows, width] as an 8-bit code stream (unit parameters: they are unused).
-CodeStream plane_stream(std::span<const Half> values, size_t width, int shift) {
+// The 8-bit symbols symbol(value, c) of rows of `width` values (c = the value's position in its
+// row) as a code stream of `dim` channels (width, or 1 for one pooled table), unit parameters
+// (they are unused).
+template <class Symbol>
+CodeStream plane_stream(std::span<const Half> values, size_t width, size_t dim, Symbol symbol) {
   CodeStream s;
-  s.n_rows = values.size() / width;
-  s.dim = width;
+  s.n_rows = values.size() / dim;
+  s.dim = dim;
   s.bits = 8;
   s.group_size = s.n_rows < kMaxGroupSize ? s.n_rows : kMaxGroupSize;
   const size_t padded = s.n_groups() * s.group_size;
-  s.codes.resize(padded * width);
-  for (size_t i = 0; i < values.size(); ++i) {
-    s.codes[i] = static_cast<uint8_t>(values[i].bits >> shift);
+  s.codes.resize(padded * dim);
+  for (size_t i = 0; i < values.size(); i += width) {
+    for (size_t c = 0; c < width; ++c) s.codes[i + c] = symbol(values[i + c], c);
   }
-  for (size_t i = values.size(); i < s.codes.size(); ++i) s.codes[i] = s.codes[i - width];
-  s.scale.assign(s.n_groups() * width, 1.0f);
-  s.zero.assign(s.n_groups() * width, 0.0f);
+  for (size_t i = values.size(); i < s.codes.size(); ++i) s.codes[i] = s.codes[i - dim];
+  s.scale.assign(s.n_groups() * dim, 1.0f);
+  s.zero.assign(s.n_groups() * dim, 0.0f);
   return s;
 }
 
-std::vector<uint8_t> planes_rans(std::span<const Half> values, size_t width) {
-  const std::vector<uint8_t> hi = encode(plane_stream(values, width, 8));
-  const std::vector<uint8_t> lo = encode(plane_stream(values, width, 0));
-  std::vector<uint8_t> out{kPlanesRans};
+// Method 2's high-byte symbol: the channel's anchor minus the magnitude (exponent and two
+// mantissa bits), mod 128, then the sign. Anchored, every channel's symbols follow nearly one
+// distribution, so one table serves the whole tensor (per-channel tables of 512 tokens cost
+// more bits than the channels' differences save: docs/PERFORMANCE.md, "Lossless tier").
+uint8_t high_symbol(Half h, uint8_t anchor) {
+  return static_cast<uint8_t>((((anchor - (h.bits >> 8)) & 0x7f) << 1) | (h.bits >> 15));
+}
+uint16_t high_byte(unsigned symbol, unsigned anchor) {
+  return static_cast<uint16_t>(((symbol & 1) << 7) | ((anchor - (symbol >> 1)) & 0x7f));
+}
+
+// Estimated bits of the anchored high bytes under one pooled table and under a table per channel
+// (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried where it
+// may win, as choosing a model per channel costs more time than coding the symbols.
+bool per_channel_may_win(std::span<const Half> rows, size_t width,
+                         std::span<const uint8_t> anchor) {
+  std::vector<uint32_t> hist(width * 256, 0), pooled(256, 0);
+  for (size_t i = 0; i < rows.size(); i += width) {
+    for (size_t c = 0; c < width; ++c) ++hist[c * 256 + high_symbol(rows[i + c], anchor[c])];
+  }
+  for (size_t c = 0; c < width; ++c) {
+    for (size_t s = 0; s < 256; ++s) pooled[s] += hist[c * 256 + s];
+  }
+  const auto cost = [](std::span<const uint32_t> h) {
+    double total = 0, bits = 0;
+    for (const uint32_t c : h) total += c;
+    for (const uint32_t c : h) {
+      if (c) bits += 6 - static_cast<double>(c) * std::log2(static_cast<double>(c) / total);
+    }
+    return bits;
+  };
+  double per_channel = 0;
+  for (size_t c = 0; c < width; ++c) {
+    per_channel += cost(std::span<const uint32_t>(hist).subspan(c * 256, 256));
+  }
+  return per_channel < cost(pooled);
+}
+
+// Each channel's anchor: the 90th percentile of its magnitudes (from a histogram per channel).
+std::vector<uint8_t> channel_anchors(std::span<const Half> rows, size_t width) {
+  const size_t n_rows = rows.size() / width, rank = n_rows * 9 / 10;
+  std::vector<uint32_t> hist(width * 128, 0);
+  for (size_t i = 0; i < rows.size(); i += width) {
+    for (size_t c = 0; c < width; ++c) ++hist[c * 128 + ((rows[i + c].bits >> 8) & 0x7f)];
+  }
+  std::vector<uint8_t> anchor(width);
+  for (size_t c = 0; c < width; ++c) {
+    size_t below = 0, m = 0;
+    while (below + hist[c * 128 + m] <= rank) below += hist[c * 128 + m++];
+    anchor[c] = static_cast<uint8_t>(m);
+  }
+  return anchor;
+}
+
+// Pooled entropy (bits per byte) of the low bytes.
+double low_byte_entropy(std::span<const Half> values) {
+  size_t hist[256] = {};
+  for (const Half h : values) ++hist[h.bits & 0xff];
+  double bits = 0;
+  const double n = static_cast<double>(values.size());
+  for (const size_t c : hist) {
+    if (c) bits -= static_cast<double>(c) * std::log2(static_cast<double>(c) / n);
+  }
+  return bits / n;
+}
+
+// Rotated rows (method 2): a row predicted as an earlier row rotated, pair by pair, by the angle
+// of its pair times the row distance - RoPE keys of a repeated token (docs/FORMAT.md).
+struct Rotation {
+  uint8_t mode = kRotationNone;
+  size_t dim = 0;          // head_dim: pairs repeat every dim values
+  std::vector<double> cs;  // per pair: cos, sin of its angle per row
+  // squares[k][2i, 2i+1]: pair i's (cos, sin) squared k times (the square-and-multiply chain,
+  // the same for every distance: computed once).
+  std::vector<std::vector<double>> squares;
+  void square_chain() {
+    squares.assign(1, cs);
+    for (int k = 1; k < 64; ++k) {
+      std::vector<double> next(cs.size());
+      const std::vector<double>& p = squares.back();
+      for (size_t i = 0; i < cs.size(); i += 2) {
+        next[i] = p[i] * p[i] - p[i + 1] * p[i + 1];
+        next[i + 1] = 2 * p[i] * p[i + 1];
+      }
+      squares.push_back(std::move(next));
+    }
+  }
+};
+
+// pred = src rotated by `delta` rows (width values; every head alike). Each pair's (cos, sin)
+// of delta times its angle by square-and-multiply in double (no fused multiply-add: the build
+// sets -ffp-contract=off), so every decoder gets the same bits.
+void rotate_row(const Rotation& rot, const Half* src, size_t width, uint64_t delta, Half* pred) {
+  const size_t half = rot.dim / 2;
+  std::vector<double> cs(2 * half);
+  for (size_t c = 0; c < half; ++c) {
+    double xc = 1, xs = 0;
+    for (uint64_t n = delta, k = 0; n; n >>= 1, ++k) {
+      if (!(n & 1)) continue;
+      const double pc = rot.squares[k][2 * c], ps = rot.squares[k][2 * c + 1];
+      const double t = xc * pc - xs * ps;
+      xs = xc * ps + xs * pc;
+      xc = t;
+    }
+    cs[2 * c] = xc;
+    cs[2 * c + 1] = xs;
+  }
+  for (size_t h = 0; h < width; h += rot.dim) {
+    for (size_t c = 0; c < half; ++c) {
+      const size_t i0 = h + (rot.mode == kRotationAdjacent ? 2 * c : c);
+      const size_t i1 = i0 + (rot.mode == kRotationAdjacent ? 1 : half);
+      const double x0 = half_to_float(src[i0]), x1 = half_to_float(src[i1]);
+      const double c0 = cs[2 * c], s0 = cs[2 * c + 1];
+      pred[i0] = float_to_half(static_cast<float>(x0 * c0 - x1 * s0));
+      pred[i1] = float_to_half(static_cast<float>(x0 * s0 + x1 * c0));
+    }
+  }
+}
+
+// fp16 bits in value order (an order-preserving map to 0..65535), the zigzag difference of two
+// such keys, and back.
+uint16_t order_key(uint16_t h) {
+  return static_cast<uint16_t>(h ^ ((h & 0x8000) ? 0xffff : 0x8000));
+}
+uint16_t from_order_key(uint16_t k) {
+  return static_cast<uint16_t>(k ^ ((k & 0x8000) ? 0x8000 : 0xffff));
+}
+uint16_t residual_of(Half actual, Half pred) {
+  const uint16_t d = static_cast<uint16_t>(order_key(actual.bits) - order_key(pred.bits));
+  return static_cast<uint16_t>((d << 1) ^ ((d & 0x8000) ? 0xffff : 0));
+}
+Half apply_residual(Half pred, uint16_t z) {
+  const uint16_t d = static_cast<uint16_t>((z >> 1) ^ ((z & 1) ? 0xffff : 0));
+  return Half{from_order_key(static_cast<uint16_t>(order_key(pred.bits) + d))};
+}
+
+// Estimated bits of a row coded as a rotation of `src`.
+double rotation_cost(const Rotation& rot, const Half* row, const Half* src, size_t width,
+                     uint64_t delta, std::vector<Half>& pred) {
+  rotate_row(rot, src, width, delta, pred.data());
+  double bits = 0;
+  for (size_t j = 0; j < width; ++j) bits += std::log2(1.0 + residual_of(row[j], pred[j]));
+  return bits;
+}
+
+// The rotation (pairing and per-pair angles, RoPE's base^(-2i/dim) for a few bases) that best
+// predicts the hinted rows, or none when none predicts them well.
+Rotation fit_rotation(std::span<const Half> values, size_t width, size_t head_dim,
+                      std::span<const uint32_t> hint) {
+  Rotation best;
+  if (hint.empty() || head_dim < 2 || head_dim % 2 || width % head_dim) return best;
+  std::vector<size_t> rows;
+  for (size_t r = 0; r < hint.size() && rows.size() < 16; ++r) {
+    if (hint[r] < r) rows.push_back(r);
+  }
+  if (rows.empty()) return best;
+  std::vector<Half> pred(width);
+  double best_bits = 4.0 * static_cast<double>(rows.size() * width);  // at most ~4 bits a value
+  for (const uint8_t mode : {kRotationAdjacent, kRotationHalves}) {
+    for (const double base : {1e4, 5e5, 1e6}) {
+      Rotation rot{mode, head_dim, std::vector<double>(head_dim), {}};
+      for (size_t c = 0; c < head_dim / 2; ++c) {
+        const double theta =
+            std::pow(base, -2.0 * static_cast<double>(c) / static_cast<double>(head_dim));
+        rot.cs[2 * c] = std::cos(theta);
+        rot.cs[2 * c + 1] = std::sin(theta);
+      }
+      rot.square_chain();
+      double bits = 0;
+      for (const size_t r : rows) {
+        bits += rotation_cost(rot, values.data() + r * width, values.data() + hint[r] * width,
+                              width, r - hint[r], pred);
+      }
+      if (bits < best_bits) best_bits = bits, best = std::move(rot);
+    }
+  }
+  return best;
+}
+
+void put_f64(wire::Writer& w, double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, 8);
+  w.u64(b);
+}
+
+// Method 2 (docs/FORMAT.md): rotated rows, row references, then the distinct rows' planes.
+// hint[r] (optional): an earlier row that row r may be a rotation of.
+std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size_t head_dim,
+                                std::span<const uint32_t> hint) {
+  const size_t rows = values.size() / width, row_bytes = width * sizeof(Half);
+  std::unordered_map<uint64_t, uint32_t> first;  // row hash -> distinct-row index
+  first.reserve(rows);
+  std::vector<uint8_t> bitmap((rows + 7) / 8, 0), rot_bitmap((rows + 7) / 8, 0);
+  std::vector<uint32_t> refs;
+  std::vector<Half> distinct;
+  distinct.reserve(values.size());
+  // Rotated rows first: those a rotation of their hinted row predicts in < 6 bits a value.
+  const Rotation rot = fit_rotation(values, width, head_dim, hint);
+  std::vector<uint64_t> distances;
+  std::vector<uint8_t> residuals;
+  std::vector<uint16_t> escapes;
+  if (rot.mode != kRotationNone) {
+    std::vector<Half> pred(width);
+    for (size_t r = 1; r < rows; ++r) {
+      const Half* row = values.data() + r * width;
+      if (hint[r] >= r || std::memcmp(row, values.data() + hint[r] * width, row_bytes) == 0 ||
+          rotation_cost(rot, row, values.data() + hint[r] * width, width, r - hint[r], pred) >
+              6.0 * static_cast<double>(width)) {
+        continue;
+      }
+      rot_bitmap[r / 8] = static_cast<uint8_t>(rot_bitmap[r / 8] | (1u << (r % 8)));
+      distances.push_back(r - hint[r]);
+      for (size_t j = 0; j < width; ++j) {
+        const uint16_t z = residual_of(row[j], pred[j]);
+        residuals.push_back(static_cast<uint8_t>(z < kResidualEscape ? z : kResidualEscape));
+        if (z >= kResidualEscape) escapes.push_back(z);
+      }
+    }
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    if ((rot_bitmap[r / 8] >> (r % 8)) & 1) continue;
+    const Half* row = values.data() + r * width;
+    const uint64_t h = XXH3_64bits(row, row_bytes);
+    const auto ins = first.try_emplace(h, static_cast<uint32_t>(distinct.size() / width));
+    if (!ins.second &&
+        std::memcmp(distinct.data() + size_t{ins.first->second} * width, row, row_bytes) == 0) {
+      bitmap[r / 8] = static_cast<uint8_t>(bitmap[r / 8] | (1u << (r % 8)));
+      refs.push_back(ins.first->second);
+      continue;
+    }
+    distinct.insert(distinct.end(), row, row + width);  // a hash collision stays distinct
+  }
+  std::vector<uint8_t> out{kRowsDedup};
   wire::Writer w(out);
+  if (distances.empty()) {
+    w.u8(kRotationNone);
+  } else {
+    w.u8(rot.mode);
+    w.varint(rot.dim);
+    for (const double v : rot.cs) put_f64(w, v);
+    w.varint(distances.size());
+    w.bytes(rot_bitmap);
+    for (const uint64_t d : distances) w.varint(d);
+    w.varint(escapes.size());
+    for (const uint16_t e : escapes) w.u16(e);
+    CodeStream rs;
+    rs.n_rows = residuals.size();
+    rs.dim = 1;
+    rs.bits = 8;
+    rs.group_size = rs.n_rows < kMaxGroupSize ? rs.n_rows : kMaxGroupSize;
+    rs.codes = std::move(residuals);
+    rs.codes.resize(rs.n_groups() * rs.group_size, rs.codes.back());
+    rs.scale.assign(rs.n_groups(), 1.0f);
+    rs.zero.assign(rs.n_groups(), 0.0f);
+    const std::vector<uint8_t> coded = encode(rs);
+    w.varint(coded.size());
+    w.bytes(coded);
+  }
+  w.varint(refs.size());
+  if (!refs.empty()) {
+    w.bytes(bitmap);
+    for (const uint32_t ref : refs) w.varint(ref);
+  }
+  std::vector<uint8_t> low;
+  uint8_t low_form = kLowRaw;
+  if (low_byte_entropy(distinct) < kLowStreamEntropy) {
+    low = encode(plane_stream(distinct, width, width,
+                              [](Half h, size_t) { return static_cast<uint8_t>(h.bits); }));
+    low_form = low.size() < distinct.size() ? kLowStream : kLowRaw;
+  }
+  if (low_form == kLowRaw) {
+    low.clear();
+    low.reserve(distinct.size());
+    for (const Half h : distinct) low.push_back(static_cast<uint8_t>(h.bits));
+  }
+  w.u8(low_form);
+  const std::vector<uint8_t> anchor = channel_anchors(distinct, width);
+  const auto symbol = [&anchor](Half h, size_t c) { return high_symbol(h, anchor[c]); };
+  // One table for the tensor, unless a table per channel is smaller (channels whose anchored
+  // shapes differ, as in synthetic data; real KV picks the pooled table).
+  std::vector<uint8_t> hi = encode(plane_stream(distinct, width, 1, symbol));
+  uint8_t high_form = kHighPooled;
+  if (width > 1 && per_channel_may_win(distinct, width, anchor)) {
+    std::vector<uint8_t> per_channel = encode(plane_stream(distinct, width, width, symbol));
+    if (per_channel.size() < hi.size()) {
+      hi.swap(per_channel);
+      high_form = kHighPerChannel;
+    }
+  }
+  w.u8(high_form);
+  w.bytes(anchor);
   w.varint(hi.size());
   w.bytes(hi);
-  w.bytes(lo);
+  w.bytes(low);
   return out;
 }
 
@@ -88,48 +393,253 @@ void unpack_zstd(std::span<const uint8_t> bytes, std::span<Half> out, const std:
   }
 }
 
-// Decodes one plane stream and ORs its bytes, shifted, into out.
-void unpack_plane(std::span<const uint8_t> bytes, std::span<Half> out, size_t width, int shift,
-                  const std::string& context) {
-  const size_t rows = out.size() / width;
+// Decodes one plane stream of [rows, width] 8-bit symbols (checking that shape).
+CodeStream decode_plane(std::span<const uint8_t> bytes, size_t rows, size_t width,
+                        const std::string& context) {
   DecodeOptions opt;
   opt.max_elements = (rows + (rows < kMaxGroupSize ? rows : kMaxGroupSize)) * width + width;
-  const CodeStream s = decode(bytes, opt);
+  CodeStream s = decode(bytes, opt);
   if (s.n_rows != rows || s.dim != width || s.bits != 8) {
     throw Error(ErrorCode::corrupt_input,
                 context + ": lossless byte plane is " + std::to_string(s.n_rows) + "x" +
                     std::to_string(s.dim) + " at " + std::to_string(s.bits) + " bits, expected " +
                     std::to_string(rows) + "x" + std::to_string(width) + " at 8");
   }
+  return s;
+}
+
+// Method 1: decodes one plane stream and ORs its bytes, shifted, into out.
+void unpack_plane(std::span<const uint8_t> bytes, std::span<Half> out, size_t width, int shift,
+                  const std::string& context) {
+  const CodeStream s = decode_plane(bytes, out.size() / width, width, context);
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].bits = static_cast<uint16_t>(out[i].bits | (s.codes[i] << shift));
   }
 }
 
+// Method 2: the distinct rows' planes into the first rows of out, then every row moved or copied
+// to its place, last row first (a row's source is never below a row already written).
+// A row bitmap of method 2: ceil(rows/8) bytes, row 0 and the padding bits clear.
+std::span<const uint8_t> read_row_bitmap(wire::Reader& r, size_t rows, const char* field) {
+  const std::span<const uint8_t> bitmap = r.take((rows + 7) / 8, field);
+  if (bitmap[0] & 1) r.corrupt(field, "row 0 marked");
+  if (rows % 8 && (bitmap.back() >> (rows % 8)) != 0) r.corrupt(field, "padding bits set");
+  return bitmap;
+}
+bool row_bit(std::span<const uint8_t> bitmap, size_t row) {
+  return !bitmap.empty() && ((bitmap[row / 8] >> (row % 8)) & 1);
+}
+
+double get_f64(wire::Reader& r, const char* field) {
+  const uint64_t b = r.u64(field);
+  double v;
+  std::memcpy(&v, &b, 8);
+  if (!(v >= -1.0 && v <= 1.0)) r.corrupt(field, "not in [-1, 1]");
+  return v;
+}
+
+// Method 2's rotated rows, parsed: the rotation, each row's distance back, the residuals.
+struct RotatedRows {
+  Rotation rot;
+  std::span<const uint8_t> bitmap;
+  std::vector<uint64_t> distances;
+  std::span<const uint8_t> escapes;  // u16 each
+  CodeStream residuals;
+};
+
+RotatedRows read_rotated_rows(wire::Reader& r, size_t rows, size_t width,
+                              const std::string& context) {
+  RotatedRows rr;
+  rr.rot.mode = r.u8("rotation");
+  if (rr.rot.mode == kRotationNone) return rr;
+  if (rr.rot.mode != kRotationAdjacent && rr.rot.mode != kRotationHalves) {
+    r.corrupt("rotation", "not 0, 1 or 2");
+  }
+  const uint64_t dim = r.varint("rotation head_dim");
+  if (dim < 2 || dim % 2 || dim > width || width % dim) {
+    r.corrupt("rotation head_dim", "not an even divisor of the row width");
+  }
+  rr.rot.dim = static_cast<size_t>(dim);
+  r.need(8 * dim, "rotation angles");
+  rr.rot.cs.resize(rr.rot.dim);
+  for (double& v : rr.rot.cs) v = get_f64(r, "rotation angle");
+  rr.rot.square_chain();
+  const uint64_t n = r.varint("rotated row count");
+  if (n == 0 || n >= rows) r.corrupt("rotated row count", "not in 1..rows-1");
+  rr.bitmap = read_row_bitmap(r, rows, "rotated row bitmap");
+  uint64_t seen = 0;
+  for (size_t row = 0; row < rows; ++row) {
+    if (!row_bit(rr.bitmap, row)) continue;
+    if (++seen > n) r.corrupt("rotated row bitmap", "more rows than the count");
+    const uint64_t d = r.varint("rotated row distance");
+    if (d == 0 || d > row) r.corrupt("rotated row distance", "not an earlier row");
+    rr.distances.push_back(d);
+  }
+  if (seen != n) r.corrupt("rotated row bitmap", "fewer rows than the count");
+  const uint64_t n_escapes = r.varint("residual escape count");
+  if (n_escapes > n * width) r.corrupt("residual escape count", "more than the residuals");
+  rr.escapes = r.take(2 * n_escapes, "residual escapes");
+  const uint64_t len = r.varint("residual length");
+  rr.residuals = decode_plane(r.take(len, "residuals"), static_cast<size_t>(n) * width, 1,
+                              context + " (rotated row residuals)");
+  return rr;
+}
+
+// Rotated rows into out (ascending: each source row is final), after the other rows.
+void apply_rotated_rows(const RotatedRows& rr, std::span<Half> out, size_t width,
+                        const std::string& context) {
+  const size_t rows = out.size() / width;
+  size_t k = 0, e = 0;
+  const size_t n_escapes = rr.escapes.size() / 2;
+  for (size_t row = 0; row < rows; ++row) {
+    if (!row_bit(rr.bitmap, row)) continue;
+    Half* dst = out.data() + row * width;
+    rotate_row(rr.rot, dst - rr.distances[k] * width, width, rr.distances[k], dst);
+    const uint8_t* sym = rr.residuals.codes.data() + k * width;
+    for (size_t j = 0; j < width; ++j) {
+      uint16_t z = sym[j];
+      if (z == kResidualEscape) {
+        if (e == n_escapes) {
+          throw Error(ErrorCode::corrupt_input, context + ": more residual escapes than stored");
+        }
+        z = static_cast<uint16_t>(wire::load_le(rr.escapes.data() + 2 * e++, 2));
+        if (z < kResidualEscape) {
+          throw Error(ErrorCode::corrupt_input, context + ": residual escape below 255");
+        }
+      }
+      dst[j] = apply_residual(dst[j], z);
+    }
+    ++k;
+  }
+  if (e != n_escapes) {
+    throw Error(ErrorCode::corrupt_input, context + ": residual escapes left over");
+  }
+}
+
+void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t width,
+                  const std::string& context) {
+  const size_t rows = out.size() / width;
+  wire::Reader r(body, context);
+  const RotatedRows rr = read_rotated_rows(r, rows, width, context);
+  const uint64_t n_rotated = rr.distances.size();
+  const uint64_t n_copies = r.varint("repeated row count");
+  if (n_copies + n_rotated >= rows) r.corrupt("repeated row count", "not below the row count");
+  std::vector<uint32_t> source;  // per row: its distinct-row index
+  if (n_copies > 0 || n_rotated > 0) {
+    source.resize(rows);
+    const std::span<const uint8_t> bitmap =
+        n_copies > 0 ? read_row_bitmap(r, rows, "repeated row bitmap") : std::span<const uint8_t>();
+    uint32_t n_distinct = 0;
+    uint64_t seen = 0;
+    for (size_t row = 0; row < rows; ++row) {
+      const bool rotated = row_bit(rr.bitmap, row);
+      if (!row_bit(bitmap, row)) {
+        source[row] = rotated ? kNoHint : n_distinct++;
+        continue;
+      }
+      if (rotated) r.corrupt("repeated row bitmap", "a rotated row marked repeated");
+      if (++seen > n_copies) r.corrupt("repeated row bitmap", "more rows than the count");
+      const uint64_t ref = r.varint("repeated row source");
+      if (ref >= n_distinct) r.corrupt("repeated row source", "not an earlier distinct row");
+      source[row] = static_cast<uint32_t>(ref);
+    }
+    if (seen != n_copies) r.corrupt("repeated row bitmap", "fewer rows than the count");
+  }
+  const size_t distinct = (rows - static_cast<size_t>(n_copies + n_rotated)) * width;
+  const uint8_t low_form = r.u8("low plane form");
+  if (low_form != kLowRaw && low_form != kLowStream) r.corrupt("low plane form", "not 0 or 1");
+  const uint8_t high_form = r.u8("high plane form");
+  if (high_form != kHighPooled && high_form != kHighPerChannel) {
+    r.corrupt("high plane form", "not 0 or 1");
+  }
+  const std::span<const uint8_t> anchor = r.take(width, "channel anchors");
+  for (const uint8_t a : anchor) {
+    if (a > 0x7f) r.corrupt("channel anchors", "an anchor above 0x7f");
+  }
+  const uint64_t hi_len = r.varint("high plane length");
+  if (hi_len > r.remaining()) r.corrupt("high plane length", "runs past the data");
+  const auto hi = r.take(hi_len, "high plane");
+  const auto lo = r.rest();
+  const std::span<Half> planes = out.first(distinct);
+  {
+    const size_t dim = high_form == kHighPooled ? 1 : width;
+    const CodeStream s = decode_plane(hi, distinct / dim, dim, context + " (high bytes)");
+    for (size_t i = 0; i < distinct; i += width) {
+      for (size_t c = 0; c < width; ++c) {
+        planes[i + c].bits = static_cast<uint16_t>(high_byte(s.codes[i + c], anchor[c]) << 8);
+      }
+    }
+  }
+  if (low_form == kLowStream) {
+    unpack_plane(lo, planes, width, 0, context + " (low bytes)");
+  } else {
+    if (lo.size() != distinct) {
+      throw Error(ErrorCode::corrupt_input, context + ": raw low plane is " +
+                                                std::to_string(lo.size()) + " bytes, expected " +
+                                                std::to_string(distinct));
+    }
+    for (size_t i = 0; i < distinct; ++i)
+      planes[i].bits = static_cast<uint16_t>(planes[i].bits | lo[i]);
+  }
+  if (source.empty()) return;
+  for (size_t row = rows; row-- > 0;) {
+    if (source[row] != row && source[row] != kNoHint) {
+      std::memmove(out.data() + row * width, out.data() + size_t{source[row]} * width,
+                   width * sizeof(Half));
+    }
+  }
+  if (n_rotated > 0) apply_rotated_rows(rr, out, width, context);
+}
+
 }  // namespace
 
-std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width,
-                                        int zstd_level) {
-  std::vector<uint8_t> best = planes_zstd(values, zstd_level);
+std::vector<uint32_t> first_equal_rows(std::span<const Half> values, size_t width) {
+  const size_t rows = width ? values.size() / width : 0, row_bytes = width * sizeof(Half);
+  std::vector<uint32_t> first(rows, kNoHint);
+  std::unordered_map<uint64_t, uint32_t> seen;
+  seen.reserve(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    const Half* row = values.data() + r * width;
+    const auto ins = seen.try_emplace(XXH3_64bits(row, row_bytes), static_cast<uint32_t>(r));
+    if (!ins.second &&
+        std::memcmp(values.data() + size_t{ins.first->second} * width, row, row_bytes) == 0) {
+      first[r] = ins.first->second;
+    }
+  }
+  return first;
+}
+
+std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width, int zstd_level,
+                                        size_t head_dim, std::span<const uint32_t> rotation_hint) {
+  std::vector<uint8_t> best;
   if (width > 0 && !values.empty() && values.size() % width == 0) {
-    std::vector<uint8_t> rans = planes_rans(values, width);
-    if (rans.size() < best.size()) best.swap(rans);
+    if (rotation_hint.size() != values.size() / width) rotation_hint = {};
+    best = rows_dedup(values, width, head_dim, rotation_hint);
+    // The container's size rule (at most 2^17 values per chunk byte) holds for zstd's forms;
+    // row references of very wide rows could break it: such a tensor goes to zstd.
+    if ((best.size() << 17) < values.size()) best.clear();
+  }
+  if (best.empty() || zstd_level > 0) {
+    std::vector<uint8_t> z = planes_zstd(values, zstd_level > 0 ? zstd_level : 1);
+    if (best.empty() || z.size() < best.size()) best.swap(z);
   }
   return best;
 }
 
 void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,
-                          const std::string& context) {
+                          const std::string& context, bool rows_dedup) {
   if (bytes.empty()) throw Error(ErrorCode::truncated_input, context + ": no lossless method byte");
   const std::span<const uint8_t> body = bytes.subspan(1);
   if (bytes[0] == kPlanesZstd) return unpack_zstd(body, out, context);
-  if (bytes[0] != kPlanesRans) {
+  if (bytes[0] != kPlanesRans && !(bytes[0] == kRowsDedup && rows_dedup)) {
     throw Error(ErrorCode::corrupt_input,
-                context + ": unknown lossless method " + std::to_string(bytes[0]));
+                context + ": unknown lossless method " + std::to_string(bytes[0]) +
+                    (bytes[0] == kRowsDedup ? " (method 2 needs file version 3)" : ""));
   }
   if (width == 0 || out.empty() || out.size() % width != 0) {
     throw Error(ErrorCode::corrupt_input, context + ": rANS planes for an empty tensor");
   }
+  if (bytes[0] == kRowsDedup) return unpack_dedup(body, out, width, context);
   wire::Reader r(body, context);
   const uint64_t hi_len = r.varint("high plane length");
   if (hi_len > r.remaining()) {

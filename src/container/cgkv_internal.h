@@ -20,7 +20,11 @@ struct CgkvReader::Source {
 namespace detail {
 
 inline constexpr uint8_t kCgkvMagic[4] = {'C', 'G', 'K', 'V'};
-inline constexpr uint16_t kCgkvVersion = 2;  // written; readers also accept version 1
+// Newest version read (written for lossless files: their tensors may use lossless method 2);
+// quantized files are written as version 2, which they do not need to exceed.
+inline constexpr uint16_t kCgkvVersion = 3;
+inline constexpr uint16_t kCgkvQuantizedVersion = 2;
+inline constexpr uint16_t kCgkvRowsDedupVersion = 3;  // the first version with lossless method 2
 inline constexpr uint16_t kCgkvOldestVersion = 1;
 inline constexpr size_t kPreambleBytes = 32;
 inline constexpr uint64_t kMaxHeaderBytes = 64ull << 20;
@@ -45,11 +49,20 @@ uint64_t xxh64(std::span<const uint8_t> bytes);
 uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chunk,
                         std::span<const uint8_t> bytes);
 
-// Lossless fp16 tensor data: byte planes + zstd; and back (checks the decompressed size).
-// `width` = values per row (n_kv_heads * head_dim): the channels of the per-channel models.
-std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width, int zstd_level);
+// Lossless fp16 tensor data (docs/FORMAT.md, "Chunk payload"): method 2 (rows predicted as a
+// rotation of an earlier row, repeated rows by reference, anchored high bytes rANS-coded, low
+// bytes raw or rANS-coded); with zstd_level > 0 also byte planes + zstd at that level, keeping
+// the smaller. And back: every method; method 2 only when `rows_dedup` (file version >= 3).
+// `width` = values per row (n_kv_heads * head_dim). rotation_hint (one entry per row, or empty):
+// an earlier row that row r may be a RoPE rotation of (UINT32_MAX: none), e.g. the rows whose V
+// repeats an earlier V row (the same token) for layer 0's K.
+std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width, int zstd_level,
+                                        size_t head_dim = 0,
+                                        std::span<const uint32_t> rotation_hint = {});
+// Per row of [rows, width]: the first earlier row equal to it, or UINT32_MAX.
+std::vector<uint32_t> first_equal_rows(std::span<const Half> values, size_t width);
 void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,
-                          const std::string& context);
+                          const std::string& context, bool rows_dedup = true);
 
 }  // namespace detail
 }  // namespace cachegen

@@ -74,12 +74,13 @@ void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits
                    size_t lo, size_t hi, Half* out, const std::string& ctx) {
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
   if (info.codec == ContainerCodec::lossless_fp16) {
+    const bool dedup = info.version >= detail::kCgkvRowsDedupVersion;
     if (lo == 0 && hi == rows) {  // stored token-major already
-      detail::unpack_fp16_lossless(data, std::span<Half>(out, rows * H * D), H * D, ctx);
+      detail::unpack_fp16_lossless(data, std::span<Half>(out, rows * H * D), H * D, ctx, dedup);
       return;
     }
     std::vector<Half> all(H * rows * D);
-    detail::unpack_fp16_lossless(data, all, H * D, ctx);
+    detail::unpack_fp16_lossless(data, all, H * D, ctx, dedup);
     std::memcpy(out, all.data() + lo * H * D, (hi - lo) * H * D * 2);
     return;
   }

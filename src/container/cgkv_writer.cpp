@@ -43,7 +43,7 @@ CgkvInfo base_info(const ModelShape& shape, size_t n_tokens, size_t chunk_tokens
   shape.validate();
   if (n_tokens > detail::kMaxTokens) detail::invalid("n_tokens exceeds 2^40");
   CgkvInfo info;
-  info.version = detail::kCgkvVersion;
+  info.version = detail::kCgkvQuantizedVersion;
   info.n_layers = shape.n_layers;
   info.n_kv_heads = shape.n_kv_heads;
   info.head_dim = shape.head_dim;
@@ -125,6 +125,7 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
     detail::invalid("chunk_tokens must be in 1..2^24");
   CgkvInfo info = base_info(shape, n_tokens, chunk_tokens, 1);
   info.codec = ContainerCodec::lossless_fp16;
+  info.version = detail::kCgkvRowsDedupVersion;
   info.param_mode = ParamMode::reference;
   const size_t row = static_cast<size_t>(shape.n_kv_heads) * static_cast<size_t>(shape.head_dim);
   const size_t plane = detail::checked_mul(n_tokens, row, "kv");
@@ -140,9 +141,14 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
     wire::Writer w(chunks[c]);
     for (size_t t = 0; t < n_attn * 2; ++t) {
       // Chunk rows of tensor t, token-major [rows, heads, dim] as stored in kv.
-      const std::span<const Half> rows =
-          kv.subspan(t * plane + ci.token_begin * row, ci.n_tokens * row);
-      const std::vector<uint8_t> packed = detail::pack_fp16_lossless(rows, row, zstd_level);
+      const auto chunk_rows = [&](size_t tensor) {
+        return kv.subspan(tensor * plane + ci.token_begin * row, ci.n_tokens * row);
+      };
+      // K rows whose V row repeats an earlier one (the same token) may be that K row rotated.
+      const std::vector<uint32_t> hint =
+          t % 2 == 0 ? detail::first_equal_rows(chunk_rows(t + 1), row) : std::vector<uint32_t>();
+      const std::vector<uint8_t> packed = detail::pack_fp16_lossless(
+          chunk_rows(t), row, zstd_level, static_cast<size_t>(shape.head_dim), hint);
       w.varint(packed.size());
       w.bytes(packed);
     }

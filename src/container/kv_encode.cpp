@@ -42,13 +42,18 @@ KVCacheConfig quantized_config(const KVEncodeOptions& o, const ModelShape& shape
     cfg.base_bits = o.bits;
     cfg.layer_groups = o.layer_groups;
     cfg.group_size = o.group_size;
-    cfg.block_tokens = o.chunk_tokens;
+    cfg.block_tokens = o.chunk_tokens ? o.chunk_tokens : 256;
   }
   if (o.params == "reference")
     cfg.params = ParamMode::reference;
   else if (o.params != "compact")
     throw Error(ErrorCode::invalid_argument, "options.params must be compact or reference");
   return cfg;
+}
+
+// Longer chunks find more repeated rows (as CgkvLevel::exact's 1024).
+size_t lossless_chunk_tokens(const KVEncodeOptions& o) {
+  return o.chunk_tokens ? o.chunk_tokens : 1024;
 }
 
 std::vector<uint8_t> encode_lossless(const KVArrayView& kv, const ModelShape& shape,
@@ -63,13 +68,13 @@ std::vector<uint8_t> encode_lossless(const KVArrayView& kv, const ModelShape& sh
     contiguous = contiguous && kv.layers[l] == first + l * layer;
   if (contiguous) {
     return write_cgkv_lossless(shape, {first, layer * kv.layers.size()}, kv.n_tokens,
-                               o.chunk_tokens, blobs);
+                               lossless_chunk_tokens(o), blobs);
   }
   std::vector<Half> all(layer * kv.layers.size());
   for (size_t l = 0; l < kv.layers.size(); ++l) {
     if (layer) std::memcpy(all.data() + l * layer, kv.layers[l], layer * sizeof(Half));
   }
-  return write_cgkv_lossless(shape, all, kv.n_tokens, o.chunk_tokens, blobs);
+  return write_cgkv_lossless(shape, all, kv.n_tokens, lossless_chunk_tokens(o), blobs);
 }
 
 }  // namespace

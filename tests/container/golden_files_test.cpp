@@ -7,12 +7,14 @@
 // in manifest.json.
 //
 // Both folders are regenerated only on purpose: CACHEGEN_UPDATE_GOLDEN_FILES=1 rewrites the
-// generated files and both manifests (version-1 .cgkv files, copied from the fuzz corpus, are
-// kept and only re-measured; writers write version 2 only). Review the change before committing.
+// generated files and both manifests (files no writer writes any more - version-1 .cgkv files,
+// copied from the fuzz corpus, and v2_lossless.cgkv, lossless methods 0/1 in a version-2 file -
+// are kept and only re-measured). Review the change before committing.
 #include <gtest/gtest.h>
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -201,11 +203,30 @@ std::vector<Golden> generate_golden() {
                write_cgkv(test::filled_cache(kT, level_config(), 9).cache,
                           std::vector<CgkvBlob>{token_ids(kT)})});
   {
+    // Lossless method 2 with repeated and rotated rows (rows 10..19 of every V repeat rows 0..9,
+    // as a repeated token's do; those of every K are rows 0..9 rotated 10 positions further, as
+    // RoPE rotates a repeated token's key), and a 9-token last chunk.
     KVCacheConfig cfg;
-    const test::Filled f = test::filled_cache(40, cfg, 3);
-    g.push_back({"lossless.cgkv", "cgkv",
-                 write_cgkv_lossless(test::small_shape(), f.kv, 40, 32,
-                                     std::vector<CgkvBlob>{token_ids(40)})});
+    test::Filled f = test::filled_cache(41, cfg, 3);
+    const size_t row = 16, plane = 41 * row;
+    for (size_t t = 0; t < 4; ++t) {
+      Half* x = f.kv.data() + t * plane;
+      if (t % 2) {
+        std::memcpy(x + 10 * row, x, 10 * row * 2);
+        continue;
+      }
+      for (size_t i = 0; i < 10 * row; i += 2) {
+        const double theta = 10 * std::pow(1e4, -2.0 * static_cast<double>((i % 8) / 2) / 8);
+        const double x0 = half_to_float(x[i]), x1 = half_to_float(x[i + 1]);
+        x[10 * row + i] =
+            float_to_half(static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta)));
+        x[10 * row + i + 1] =
+            float_to_half(static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta)));
+      }
+    }
+    g.push_back({"lossless_repeated_rows.cgkv", "cgkv",
+                 write_cgkv_lossless(test::small_shape(), f.kv, 41, 32,
+                                     std::vector<CgkvBlob>{token_ids(41)})});
   }
   const std::vector<float> x = lcg_walk(48 * 16, 11, 16);
   g.push_back({"stream_compact_4bit.cgcs", "codec_stream", encode_values(x, 48, 16, 4, 16)});
@@ -239,11 +260,29 @@ void resign(Bytes& b) {
   const size_t hb = get_le(b, 8, 4);
   put_le(b, hb - 8, XXH64(b.data(), hb - 8, 0), 8);
 }
-// Offset of the chunk table: after the fixed body, the layer entries and the RoPE block.
-size_t chunk_table(const Bytes& b) {
-  const CgkvReader r = CgkvReader::from_bytes(b);
+// After an edit of chunk c (now `bytes` long, it ends the file or kept its size): its size and
+// checksum (tag + bytes) in the table at `table`, file_bytes and the header checksum made
+// consistent.
+void resign_chunk(Bytes& b, size_t table, size_t c, const CgkvChunkInfo& ci, uint64_t bytes) {
+  const size_t at = static_cast<size_t>(ci.range.offset);
+  const size_t entry = table + 24 * c;
+  put_le(b, entry + 8, bytes, 8);
+  Bytes tagged(24);
+  put_le(tagged, 0, c, 8);
+  put_le(tagged, 8, ci.token_begin, 8);
+  put_le(tagged, 16, ci.n_tokens, 8);
+  tagged.insert(tagged.end(), b.begin() + static_cast<ptrdiff_t>(at),
+                b.begin() + static_cast<ptrdiff_t>(at + bytes));
+  put_le(b, entry + 16, XXH64(tagged.data(), tagged.size(), 0), 8);
+  put_le(b, 16, b.size(), 8);  // file_bytes
+  resign(b);
+}
+size_t chunk_table(const CgkvReader& r) {
   const CgkvInfo& in = r.info();
   return 68 + 4 * in.layers.size() + (in.has_rope ? 16 : 0);
+}
+size_t chunk_table(const Bytes& b) {
+  return chunk_table(CgkvReader::from_bytes(b));
 }
 
 Bytes npy_with_header(const std::string& dict, size_t data_bytes) {
@@ -278,8 +317,8 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
   cg("truncated_header", ErrorCode::truncated_input, q, [](Bytes& b) { b.resize(60); });
   cg("truncated_last_chunk", ErrorCode::truncated_input, q, [](Bytes& b) { b.pop_back(); });
   cg("bad_magic", ErrorCode::corrupt_input, q, [](Bytes& b) { b[3] = 'W'; });
-  cg("unsupported_version_3", ErrorCode::unsupported_version, q,
-     [](Bytes& b) { put_le(b, 4, 3, 2); });
+  cg("unsupported_version_4", ErrorCode::unsupported_version, q,
+     [](Bytes& b) { put_le(b, 4, 4, 2); });
   cg("header_checksum_wrong", ErrorCode::corrupt_input, q, [](Bytes& b) { b[40] ^= 1; });
   cg("chunk_checksum_wrong", ErrorCode::corrupt_input, q, [](Bytes& b) {
     const size_t t = chunk_table(b);
@@ -302,21 +341,30 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
     const CgkvReader rd = CgkvReader::from_bytes(b);
     const size_t c = rd.info().chunks.size() - 1;
     const CgkvChunkInfo ci = rd.info().chunks[c];
-    const size_t at = static_cast<size_t>(ci.range.offset);
-    const size_t entry = chunk_table(b) + 24 * c;
-    size_t last = at;
+    size_t last = static_cast<size_t>(ci.range.offset);
     while (b[last] & 0x80) ++last;
     b[last] |= 0x80;
     b.insert(b.begin() + static_cast<ptrdiff_t>(last) + 1, 0x00);
-    put_le(b, entry + 8, ci.range.bytes + 1, 8);
-    Bytes tagged(24);
-    put_le(tagged, 0, c, 8);
-    put_le(tagged, 8, ci.token_begin, 8);
-    put_le(tagged, 16, ci.n_tokens, 8);
-    tagged.insert(tagged.end(), b.begin() + static_cast<ptrdiff_t>(at), b.end());
-    put_le(b, entry + 16, XXH64(tagged.data(), tagged.size(), 0), 8);
-    put_le(b, 16, b.size(), 8);  // file_bytes
+    resign_chunk(b, chunk_table(rd), c, ci, ci.range.bytes + 1);
+  });
+  const Bytes& ll = golden.at("lossless_repeated_rows.cgkv");
+  cg("lossless_method_2_in_version_2", ErrorCode::corrupt_input, ll, [](Bytes& b) {
+    put_le(b, 4, 2, 2);  // version 2 has no lossless method 2
     resign(b);
+  });
+  cg("lossless_rotated_row_source_ahead", ErrorCode::corrupt_input, ll, [](Bytes& b) {
+    // Chunk 0's first tensor (layer 0's K): varint length, method 2, rotation 1 (adjacent
+    // pairs), head_dim 8, 4 x 2 f64 angles, 10 rotated rows, a 4-byte bitmap, then the first
+    // row's distance back, 10, made 0x7f: past row 0.
+    const CgkvReader rd = CgkvReader::from_bytes(b);
+    const CgkvChunkInfo ci = rd.info().chunks[0];
+    size_t at = static_cast<size_t>(ci.range.offset);
+    while (b[at] & 0x80) ++at;
+    at += 1;
+    if (b[at] != 2 || b[at + 1] != 1 || b[at + 2] != 8 || b[at + 67] != 10 || b[at + 72] != 10)
+      throw std::runtime_error("layout moved");
+    b[at + 72] = 0x7f;
+    resign_chunk(b, chunk_table(rd), 0, ci, ci.range.bytes);
   });
   cg("swapped_chunk_entries", ErrorCode::corrupt_input, q, [](Bytes& b) {
     const size_t t = chunk_table(b);
@@ -447,10 +495,10 @@ void regenerate() {
     by_name[g.file] = g.bytes;
     gm[g.file] = {{"kind", g.kind}, {"expect", describe(g.kind, g.bytes)}};
   }
-  // Version-1 files cannot be written any more; the checked-in ones are re-measured.
+  // Version-1 files and v2_lossless.cgkv cannot be written any more; they are re-measured.
   for (const auto& e : fs::directory_iterator(kGolden)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("v1_", 0) == 0)
+    if (name.rfind("v1_", 0) == 0 || name == "v2_lossless.cgkv")
       gm[name] = {{"kind", "cgkv"}, {"expect", describe("cgkv", load(e.path()))}};
   }
   std::ofstream(kGolden / "manifest.json") << gm.dump(1) << "\n";

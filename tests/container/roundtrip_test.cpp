@@ -116,9 +116,154 @@ TEST(Container, LosslessMethodsBothDecodeAndBadMethodsAreRejected) {
   bad[0] = 7;
   EXPECT_THROW(detail::unpack_fp16_lossless(bad, out, 16, "test"), Error);
   EXPECT_THROW(detail::unpack_fp16_lossless({}, out, 16, "test"), Error);
-  // A plane stream of the wrong width is refused, not reinterpreted.
-  if (best[0] == 1) {
-    EXPECT_THROW(detail::unpack_fp16_lossless(best, out, 8, "test"), Error);
+  // Method 2 (the default form): a plane of the wrong width is refused, not reinterpreted, and
+  // a version-2 file may not use it.
+  ASSERT_EQ(best[0], 2);
+  EXPECT_THROW(detail::unpack_fp16_lossless(best, out, 8, "test"), Error);
+  EXPECT_THROW(detail::unpack_fp16_lossless(best, out, 16, "test", false), Error);
+}
+
+// Values [rows, 16] with rows `repeat_from`.. repeating earlier rows (row r = row r % period).
+std::vector<Half> with_repeats(size_t rows, size_t period, uint32_t seed) {
+  KVCacheConfig cfg;
+  const test::Filled f = filled_cache(rows, cfg, seed);
+  std::vector<Half> v(f.kv.begin(), f.kv.begin() + static_cast<ptrdiff_t>(rows * 16));
+  for (size_t r = period; r < rows; ++r) {
+    std::memcpy(v.data() + r * 16, v.data() + (r % period) * 16, 16 * sizeof(Half));
+  }
+  return v;
+}
+
+// Values [rows, 16] (2 heads x 8) whose rows from `period` on are row r - period rotated by
+// `period` positions as RoPE rotates keys (adjacent pairs, base 10^4), rounded to fp16.
+std::vector<Half> with_rotations(size_t rows, size_t period, uint32_t seed) {
+  std::vector<Half> v = with_repeats(rows, rows, seed);
+  for (size_t r = period; r < rows; ++r) {
+    for (size_t i = 0; i < 16; i += 2) {
+      const double theta = std::pow(1e4, -2.0 * static_cast<double>((i % 8) / 2) / 8.0) *
+                           static_cast<double>(period);
+      const double x0 = half_to_float(v[(r - period) * 16 + i]);
+      const double x1 = half_to_float(v[(r - period) * 16 + i + 1]);
+      v[r * 16 + i] =
+          float_to_half(static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta)));
+      v[r * 16 + i + 1] =
+          float_to_half(static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta)));
+    }
+  }
+  return v;
+}
+
+ErrorCode unpack_code(std::span<const uint8_t> packed, std::span<Half> out) {
+  try {
+    detail::unpack_fp16_lossless(packed, out, 16, "test");
+    return ErrorCode::ok;
+  } catch (const Error& e) {
+    return e.code();
+  }
+}
+
+TEST(Container, LosslessRepeatedRowsRoundTripAndShrink) {
+  for (const size_t period : {1, 3, 7, 64, 200}) {
+    const std::vector<Half> v = with_repeats(200, period, 4);
+    const std::vector<uint8_t> packed = detail::pack_fp16_lossless(v, 16, 0);
+    ASSERT_EQ(packed[0], 2);
+    std::vector<Half> out(v.size());
+    detail::unpack_fp16_lossless(packed, out, 16, "test");
+    EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2)) << period;
+    // A repeated row costs its bitmap bit and a 1-byte source; a distinct one ~16 bytes.
+    if (period < 200) {
+      EXPECT_LT(packed.size(), 32 * period + 2 * 200 + 256) << period;
+    }
+  }
+  // Low bytes far from uniform: the low plane is rANS-coded, and still exact.
+  std::vector<Half> low = with_repeats(300, 300, 8);
+  for (Half& h : low) h.bits &= 0xff03;
+  const std::vector<uint8_t> packed = detail::pack_fp16_lossless(low, 16, 0);
+  std::vector<Half> out(low.size());
+  detail::unpack_fp16_lossless(packed, out, 16, "test");
+  EXPECT_EQ(0, std::memcmp(out.data(), low.data(), low.size() * 2));
+  EXPECT_LT(packed.size(), low.size() * 3 / 2);
+}
+
+TEST(Container, LosslessRotatedRowsRoundTripAndShrink) {
+  const size_t rows = 120, period = 40;
+  const std::vector<Half> v = with_rotations(rows, period, 12);
+  std::vector<uint32_t> hint(rows, UINT32_MAX);
+  for (size_t r = period; r < rows; ++r) hint[r] = static_cast<uint32_t>(r - period);
+  const std::vector<uint8_t> plain = detail::pack_fp16_lossless(v, 16, 0);
+  const std::vector<uint8_t> rotated = detail::pack_fp16_lossless(v, 16, 0, 8, hint);
+  ASSERT_EQ(rotated[0], 2);
+  EXPECT_EQ(rotated[1], 1);  // adjacent pairs
+  // 80 of 120 rows predicted to within a few units in the last place: far fewer bytes.
+  EXPECT_LT(rotated.size(), plain.size() * 6 / 10);
+  std::vector<Half> out(v.size());
+  detail::unpack_fp16_lossless(rotated, out, 16, "test");
+  EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2));
+  // A wrong head_dim (no divisor of the width) or hints past the row count: no rotation.
+  EXPECT_EQ(detail::pack_fp16_lossless(v, 16, 0, 5, hint)[1], 0);
+  EXPECT_EQ(detail::pack_fp16_lossless(v, 16, 0, 8, std::span(hint).first(7)), plain);
+  const auto edited = [&](size_t at, uint8_t value) {
+    std::vector<uint8_t> b = rotated;
+    b[at] = value;
+    return unpack_code(b, out);
+  };
+  EXPECT_EQ(edited(2, 7), ErrorCode::corrupt_input);       // odd head_dim
+  EXPECT_EQ(edited(2, 32), ErrorCode::corrupt_input);      // head_dim above the width
+  EXPECT_EQ(edited(10, 0x7f), ErrorCode::corrupt_input);   // the first cosine made NaN
+  EXPECT_EQ(edited(10, 0x40), ErrorCode::corrupt_input);   // the first cosine made > 1
+  EXPECT_EQ(edited(3 + 64, 0), ErrorCode::corrupt_input);  // rotated row count 0
+  for (size_t n = 0; n < rotated.size(); ++n) {
+    EXPECT_NE(unpack_code(std::span(rotated).first(n), out), ErrorCode::ok) << n;
+  }
+  for (size_t i = 1; i < rotated.size(); ++i) {
+    std::vector<uint8_t> b = rotated;
+    b[i] ^= 0x41;
+    (void)unpack_code(b, out);
+  }
+}
+
+TEST(Container, LosslessMethod2HostileBytesAreRejected) {
+  const std::vector<Half> v = with_repeats(42, 15, 6);
+  const std::vector<uint8_t> good = detail::pack_fp16_lossless(v, 16, 0);
+  ASSERT_EQ(good[0], 2);
+  ASSERT_EQ(good[1], 0);   // no rotated rows
+  ASSERT_EQ(good[2], 27);  // repeated rows; the bitmap (6 bytes) follows
+  std::vector<Half> out(v.size());
+  const auto edited = [&](size_t at, uint8_t value) {
+    std::vector<uint8_t> b = good;
+    b[at] = value;
+    return unpack_code(b, out);
+  };
+  EXPECT_EQ(edited(1, 3), ErrorCode::corrupt_input);               // rotation kind
+  EXPECT_EQ(edited(2, 42), ErrorCode::corrupt_input);              // count not below the rows
+  EXPECT_EQ(edited(2, 26), ErrorCode::corrupt_input);              // count below the bitmap's
+  EXPECT_EQ(edited(3, good[3] | 1), ErrorCode::corrupt_input);     // row 0 repeated
+  EXPECT_EQ(edited(8, good[8] | 0x80), ErrorCode::corrupt_input);  // padding bit past row 41
+  EXPECT_EQ(edited(9, 15), ErrorCode::corrupt_input);              // source not yet seen
+  // After 27 one-byte sources: low form, high form, 16 anchors.
+  const size_t forms = 9 + 27;
+  EXPECT_EQ(edited(forms, 2), ErrorCode::corrupt_input);
+  EXPECT_EQ(edited(forms + 1, 2), ErrorCode::corrupt_input);
+  EXPECT_EQ(edited(forms + 2, 0x80), ErrorCode::corrupt_input);
+  {
+    std::vector<uint8_t> b = good;
+    b.pop_back();  // the raw low plane one byte short
+    EXPECT_EQ(unpack_code(b, out), ErrorCode::corrupt_input);
+    b = good;
+    b.push_back(0);
+    EXPECT_EQ(unpack_code(b, out), ErrorCode::corrupt_input);
+  }
+  // Every truncation and every single-byte change either decodes or fails with an Error
+  // (sanitizer builds check that nothing reads out of bounds).
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_NE(unpack_code(std::span(good).first(n), out), ErrorCode::ok) << n;
+  }
+  for (size_t i = 1; i < good.size(); ++i) {
+    for (const uint8_t x : {uint8_t{0x01}, uint8_t{0x80}, uint8_t{0xff}}) {
+      std::vector<uint8_t> b = good;
+      b[i] ^= x;
+      (void)unpack_code(b, out);
+    }
   }
 }
 

@@ -235,10 +235,11 @@ void add_kv_commands(CLI::App& app) {
   e->add_option("--group-size", enc->kv.group_size, "tokens per quantization group")
       ->check(CLI::Range(1, 65536));
   e->add_option("--chunk-tokens", enc->kv.chunk_tokens,
-                "tokens per chunk (a multiple of --group-size)");
+                "tokens per chunk (a multiple of --group-size; default 256, lossless 1024)");
   e->add_option("--params", enc->kv.params,
                 "compact (default) or reference (bit-exact reference quantizer)");
-  e->add_flag("--lossless", enc->kv.lossless, "store the exact fp16 values (byte planes + zstd)");
+  e->add_flag("--lossless", enc->kv.lossless,
+              "store the exact fp16 values (repeated rows by reference, rANS high bytes)");
   e->add_option("--level", enc->kv.level,
                 "quality level lossless|high|medium|low (docs/QUALITY_LEVELS.md); replaces "
                 "--bits/--layer-groups/--group-size/--chunk-tokens");
