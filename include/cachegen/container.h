@@ -23,7 +23,7 @@ namespace cachegen {
 
 enum class ContainerCodec : uint8_t {
   quantized = 0,      // rANS code streams of the quantized codes (lossy)
-  lossless_fp16 = 1,  // the exact fp16 values: byte planes + zstd
+  lossless_fp16 = 1,  // the exact fp16 values (FORMAT.md, "Chunk payload", codec 1)
 };
 
 // Blob kinds (frozen); readers ignore kinds they do not know.
@@ -98,7 +98,8 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
 
 // A lossless file: kv holds fp16 [n_attention_layers, 2, n_tokens, n_kv_heads, head_dim]
 // (token-major, K then V). Each tensor of a chunk is stored with lossless method 2 (repeated
-// rows by reference, per-channel rANS high bytes; docs/FORMAT.md); zstd_level > 0 also tries
+// and RoPE-rotated rows by reference, anchored rANS high bytes, raw or rANS low bytes;
+// docs/FORMAT.md); zstd_level > 0 also tries
 // byte planes + zstd at that level per tensor and keeps the smaller (much slower to write).
 std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
                                          size_t n_tokens, size_t chunk_tokens,
