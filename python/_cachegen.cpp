@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "_cachegen_internal.h"
 #include "cachegen/container.h"
 #include "cachegen/context_store.h"
 #include "cachegen/encode.h"
@@ -19,8 +20,10 @@
 namespace py = pybind11;
 using cachegen::Error;
 using cachegen::ErrorCode;
+using cachegen::python::bytes_of;
+using cachegen::python::contiguous;
 
-namespace {
+namespace cachegen::python {
 
 // A read-only C-contiguous view of a buffer-protocol object (numpy array, bytes, memoryview...).
 py::buffer_info contiguous(const py::buffer& b, const char* what) {
@@ -39,6 +42,10 @@ py::buffer_info contiguous(const py::buffer& b, const char* what) {
 std::span<const uint8_t> bytes_of(const py::buffer_info& info) {
   return {static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize)};
 }
+
+}  // namespace cachegen::python
+
+namespace {
 
 cachegen::KVDType kv_dtype(const py::buffer_info& info, bool bfloat16) {
   const std::string& f = info.format;
@@ -344,4 +351,11 @@ PYBIND11_MODULE(_cachegen, m) {
       .def("lookup", &PyContextStore::lookup)
       .def("save", &PyContextStore::save)
       .def("load", &PyContextStore::load);
+
+#ifdef CACHEGEN_PYTHON_LLAMA
+  m.attr("HAS_LLAMA") = true;
+  cachegen::python::bind_llama(m);
+#else
+  m.attr("HAS_LLAMA") = false;
+#endif
 }

@@ -220,6 +220,72 @@ int cachegen_context_load(const cachegen_context_store* context, const int32_t* 
 int cachegen_context_levels(const cachegen_context_store* context, const int32_t* tokens,
                             size_t n_tokens, size_t index, char** out_levels, size_t* out_count);
 
+/* ---- llama.cpp (only in builds with CACHEGEN_WITH_LLAMA=ON) ---------------------------------
+ * These functions live in the library cachegen_capi_llama, next to cachegen_llama (not in
+ * libcachegen); they are declared only when CACHEGEN_HAS_LLAMA is defined, which linking the
+ * CMake target cachegen_capi_llama does (a build without llama.cpp has no such target, so a
+ * consumer can test `#ifdef CACHEGEN_HAS_LLAMA` at compile time). Pack/unpack give exactly the
+ * bytes of `cachegen llama pack` / `unpack` (one library function builds both).
+ * Thread safety: a model handle may be used from several threads at once; a llama_context must
+ * be used by one thread at a time (llama.cpp's rule), so capture/restore on one context must
+ * not overlap other calls on it. Pack and unpack without a model are thread-safe. */
+#ifdef CACHEGEN_HAS_LLAMA
+
+struct llama_context;
+
+/* A GGUF model loaded by cachegen (CPU, weights only; no context). */
+typedef struct cachegen_llama_model cachegen_llama_model;
+
+/* Loads gguf_path. NOT_FOUND when there is no such file, CORRUPT_INPUT when llama.cpp cannot
+ * load it. */
+int cachegen_llama_model_open(const char* gguf_path, cachegen_llama_model** out);
+void cachegen_llama_model_free(cachegen_llama_model* model);
+
+/* The level options of `cachegen llama pack` (same names, same defaults). Fill it with
+ * cachegen_llama_options_init, then change fields. */
+typedef struct cachegen_llama_options {
+  size_t struct_size;  /* sizeof(cachegen_llama_options), set by init */
+  const char* level;   /* "lossless" | "high" (default) | "medium" | "low"; read during the call */
+  int lossless;        /* nonzero: the exact f16 K/V (same as level "lossless") */
+  int bits;            /* 1..8: uniform bits for K and V instead of a level; 0 (default): level */
+  size_t group_size;   /* tokens per quantization group, with bits (default 32) */
+  size_t chunk_tokens; /* tokens per container chunk; 0 (default): the level's default */
+} cachegen_llama_options;
+
+void cachegen_llama_options_init(cachegen_llama_options* options);
+
+/* Packs a llama.cpp state file (the bytes llama_state_seq_save_file / llama_state_save_file
+ * write) into a .cgkv: *out (cachegen_free), *out_size bytes. model (may be NULL) is the model
+ * that wrote the state: recorded so restores into another model are refused; the quality levels
+ * need it to store keys pre-RoPE and recompute layer 0 (without it they store both, larger).
+ * options NULL = defaults. CORRUPT_INPUT / TRUNCATED_INPUT / UNSUPPORTED_VERSION name the
+ * state-file field; INVALID_ARGUMENT names a bad option. */
+int cachegen_llama_pack(const uint8_t* state, size_t state_size, const cachegen_llama_model* model,
+                        const cachegen_llama_options* options, uint8_t** out, size_t* out_size);
+/* Rebuilds the state file from a .cgkv written by cachegen_llama_pack (or a capture): *out
+ * (cachegen_free), *out_size bytes; the exact original bytes at a lossless level. model (may be
+ * NULL) is needed when the file recomputes layer 0 (quality levels packed with a model):
+ * INVALID_ARGUMENT without it or with another model. */
+int cachegen_llama_unpack(const uint8_t* data, size_t size, const cachegen_llama_model* model,
+                          uint8_t** out, size_t* out_size);
+
+/* Captures sequence seq_id of ctx (a context of model's weights, made with llama.cpp's own API)
+ * into a .cgkv at options' level (NULL = defaults): *out (cachegen_free), *out_size bytes.
+ * tokens[0, n_tokens) are the token ids of the sequence's cells, one per cell (INVALID_ARGUMENT
+ * otherwise); quality levels recompute layer 0 from them on restore. */
+int cachegen_llama_capture(const cachegen_llama_model* model, struct llama_context* ctx,
+                           int32_t seq_id, const int32_t* tokens, size_t n_tokens,
+                           const cachegen_llama_options* options, uint8_t** out, size_t* out_size);
+/* Restores a .cgkv written by cachegen_llama_capture (or a pack of a sequence state file with
+ * the model) into sequence seq_id of ctx, whose cache for it should be empty. INVALID_ARGUMENT
+ * for a file of another model, a session (not sequence) state or more cells than n_ctx;
+ * CORRUPT_INPUT when llama.cpp rejects the state (another V layout or K/V type). *out_n_tokens
+ * (may be NULL) = the cells restored. */
+int cachegen_llama_restore(const cachegen_llama_model* model, struct llama_context* ctx,
+                           int32_t seq_id, const uint8_t* data, size_t size, size_t* out_n_tokens);
+
+#endif /* CACHEGEN_HAS_LLAMA */
+
 #ifdef __cplusplus
 }
 #endif

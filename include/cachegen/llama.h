@@ -235,6 +235,13 @@ KvSnapshot capture_seq_state(Context& ctx, std::span<const int32_t> tokens, int3
 // (identity), with another V layout (flash attention), other K/V types, or more cells than
 // n_ctx. Throws corrupt_input if llama.cpp still rejects the bytes.
 void restore_seq_state(Context& ctx, const KvSnapshot& snapshot, int32_t seq_id = 0);
+// The same on a llama_context made elsewhere (the C API) from a model with `model`'s weights:
+// the snapshot records model.identity(). The restore checks the identity, the state kind and
+// n_ctx; llama.cpp itself refuses another V layout or other K/V types (corrupt_input then).
+KvSnapshot capture_seq_state(llama_context* ctx, const Model& model,
+                             std::span<const int32_t> tokens, int32_t seq_id = 0);
+void restore_seq_state(llama_context* ctx, const Model& model, const KvSnapshot& snapshot,
+                       int32_t seq_id = 0);
 
 // ---- Snapshots in the .cgkv container (src/llama/cgkv_bridge.cpp) -----------------------
 //
@@ -307,6 +314,39 @@ KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const ParseOptions& limits
 // recomputed (corrupt_input otherwise).
 KvSnapshot cgkv_to_snapshot(const CgkvReader& reader, const Model& model,
                             const ParseOptions& limits = {});
+
+// ---- Packing state files (`cachegen llama pack` / `unpack`, the C API, Python) -------------
+// One home for the choice of level, so every front end writes the same bytes.
+
+// The level options of `cachegen llama pack` (same names, same defaults).
+struct PackOptions {
+  std::string level = "high";  // lossless | high | medium | low (unless bits or lossless)
+  bool lossless = false;       // the exact f16 K/V (same as level "lossless")
+  std::optional<int> bits;     // uniform bits for K and V (1..8) instead of a level
+  size_t group_size = 32;      // tokens per quantization group (with bits)
+  size_t chunk_tokens = 0;     // tokens per container chunk; 0: the level's default
+};
+
+// "lossless" | "high" | "medium" | "low" (invalid_argument otherwise, naming the value).
+QualityLevel parse_quality_level(const std::string& name);
+// The level chosen by options. `model` (may be null) gives the shape and RoPE of the quality
+// levels; without it they are stored without pre-RoPE keys and without recomputed layers (both
+// need the model). With a model whose layer 0 restore cannot compute from the weights, layer 0
+// is stored.
+CgkvLevel pack_level(const PackOptions& options, const Model* model, size_t n_layers);
+// A llama.cpp state file (llama_state_seq_save_file / llama_state_save_file bytes) as a .cgkv
+// at pack_level; `model` (may be null) is recorded as the identity (else the state's
+// architecture tag and layer count). The parsed snapshot comes back too.
+struct PackedState {
+  KvSnapshot snapshot;
+  std::vector<uint8_t> cgkv;
+};
+PackedState pack_state_file(std::span<const uint8_t> state, const Model* model,
+                            const PackOptions& options);
+// The snapshot of a .cgkv written by pack_state_file (or a capture): cgkv_to_snapshot with the
+// model when given (needed when the file recomputes layers), without it otherwise.
+// build_state_file of it gives the state file back (the exact bytes at a lossless level).
+KvSnapshot unpack_snapshot(const CgkvReader& reader, const Model* model);
 
 // The model identity recorded in a file's metadata blob (std::nullopt when there is none).
 std::optional<ModelIdentity> cgkv_model_identity(const CgkvReader& reader);

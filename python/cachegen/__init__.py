@@ -10,6 +10,12 @@
 The same array and options give byte for byte what `cachegen encode` writes (one library
 function builds both). Errors are `cachegen.Error` subclasses whose `.status` is the stable
 status name ("corrupt_input", ...). Encode, decode and store calls release the GIL.
+
+Built with llama.cpp (`HAS_LLAMA`), llama.cpp state files pack into .cgkv and back:
+
+    model = cachegen.LlamaModel("model.gguf")
+    data = cachegen.llama_pack(open("seq.state", "rb").read(), model, level="high")
+    state = cachegen.llama_unpack(data, model)   # what `cachegen llama unpack` writes
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ __all__ = [
     "Error", "InvalidArgument", "CorruptInput", "TruncatedInput", "OutputTooSmall",
     "UnsupportedVersion", "IoError", "OutOfMemory", "NotFound", "Unavailable",
     "encode", "decode", "inspect", "verify", "info", "Store", "ContextStore", "LEVELS",
+    "HAS_LLAMA",
 ]
 
 LEVELS = ("lossless", "high", "medium", "low")
@@ -280,3 +287,59 @@ class ContextStore:
     def load(self, tokens: Any, index: int, level: str) -> Optional[bytes]:
         """Chunk `index` at `level`, verified (size, checksum, token ids), or None."""
         return self._c.load(_int32(tokens), index, level)
+
+
+HAS_LLAMA: bool = bool(getattr(_cachegen, "HAS_LLAMA", False))
+"""True when this build has llama.cpp: LlamaModel, llama_pack and llama_unpack exist."""
+
+if HAS_LLAMA:
+    __all__ += ["LlamaModel", "llama_pack", "llama_unpack"]
+
+    class LlamaModel:
+        """A GGUF model loaded by cachegen (weights only, CPU): what llama_pack records as the
+        state's model and what llama_unpack recomputes layer 0 with. Raises NotFound /
+        CorruptInput. Safe to share between threads."""
+
+        def __init__(self, path: Union[str, "_os.PathLike[str]"]) -> None:
+            self._m = _cachegen.LlamaModel(_os.fspath(path))
+
+        @property
+        def path(self) -> str:
+            return str(self._m.path)
+
+        def __repr__(self) -> str:
+            return f"cachegen.LlamaModel({self.path!r})"
+
+    def _llama_model(model: Any) -> Any:
+        if model is None:
+            return None
+        if isinstance(model, LlamaModel):
+            return model._m
+        return LlamaModel(model)._m
+
+    def llama_pack(state: _Bytes, model: Any = None, *, level: str = "high",
+                   bits: Optional[int] = None, lossless: bool = False, group_size: int = 32,
+                   chunk_tokens: int = 0) -> bytes:
+        """Packs a llama.cpp state file (the bytes llama_state_seq_save_file /
+        llama_state_save_file write) into .cgkv bytes: byte for byte what `cachegen llama pack`
+        writes with the same options (one library function builds both).
+
+        model: the LlamaModel (or GGUF path) that wrote the state, recorded so restores into
+        another model are refused; quality levels need it to store keys pre-RoPE and recompute
+        layer 0 (without it both are stored: larger). `level` is lossless | high | medium | low;
+        `bits` (1..8) a uniform width instead (quantization groups of `group_size` tokens);
+        `lossless` the exact f16 K/V. chunk_tokens: tokens per container chunk (0: the level's
+        default). Raises CorruptInput / TruncatedInput / UnsupportedVersion for bad state bytes,
+        InvalidArgument for a bad option.
+        """
+        return _cachegen.llama_pack(state, _llama_model(model), level, lossless, bits,
+                                    group_size, chunk_tokens)
+
+    def llama_unpack(data: _Bytes, model: Any = None) -> bytes:
+        """Rebuilds the state file from .cgkv bytes written by llama_pack (or `cachegen llama
+        pack`): byte for byte what `cachegen llama unpack` writes, the exact original at a
+        lossless level. model (LlamaModel or GGUF path) is needed when the file recomputes
+        layer 0 (quality levels packed with a model): InvalidArgument without it or with
+        another model. Raises CorruptInput / TruncatedInput for bad bytes.
+        """
+        return _cachegen.llama_unpack(data, _llama_model(model))

@@ -8,6 +8,7 @@ _PathOrBytes = Union[_Bytes, str, PathLike[str]]
 _Key = Union[str, bytes]
 
 LEVELS: Tuple[str, str, str, str]
+HAS_LLAMA: bool
 
 class Error(Exception):
     status: str
@@ -72,3 +73,21 @@ class ContextStore:
     def lookup(self, tokens: Any) -> List[Dict[str, Any]]: ...
     def save(self, tokens: Any, index: int, level: str, value: Any) -> None: ...
     def load(self, tokens: Any, index: int, level: str) -> Optional[bytes]: ...
+
+# Only when HAS_LLAMA (built with llama.cpp):
+class LlamaModel:
+    def __init__(self, path: Union[str, PathLike[str]]) -> None: ...
+    @property
+    def path(self) -> str: ...
+
+def llama_pack(
+    state: _Bytes,
+    model: Union[LlamaModel, str, PathLike[str], None] = ...,
+    *,
+    level: str = ...,
+    bits: Optional[int] = ...,
+    lossless: bool = ...,
+    group_size: int = ...,
+    chunk_tokens: int = ...,
+) -> bytes: ...
+def llama_unpack(data: _Bytes, model: Union[LlamaModel, str, PathLike[str], None] = ...) -> bytes: ...

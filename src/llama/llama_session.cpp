@@ -198,19 +198,41 @@ std::vector<float> Context::decode(std::span<const int32_t> tokens, int32_t firs
   return logits;
 }
 
-KvSnapshot capture_seq_state(Context& ctx, std::span<const int32_t> tokens, int32_t seq_id) {
-  const size_t size = llama_state_seq_get_size(ctx.get(), seq_id);
+namespace {
+
+// A context made elsewhere must run a model of model's shape (its weights are not compared).
+void check_context_model(llama_context* ctx, const Model& model) {
+  if (ctx == nullptr) throw Error(ErrorCode::invalid_argument, "llama: the context is NULL");
+  const llama_model* have = llama_get_model(ctx);
+  const auto shape = [](const llama_model* m) {
+    return std::to_string(llama_model_n_layer(m)) + " layers, " +
+           std::to_string(llama_model_n_head_kv(m)) + " KV heads, n_embd " +
+           std::to_string(llama_model_n_embd(m));
+  };
+  if (have != model.get() && shape(have) != shape(model.get())) {
+    throw Error(ErrorCode::invalid_argument, "llama: the context's model (" + shape(have) +
+                                                 ") is not the given model (" + shape(model.get()) +
+                                                 ")");
+  }
+}
+
+}  // namespace
+
+KvSnapshot capture_seq_state(llama_context* ctx, const Model& model,
+                             std::span<const int32_t> tokens, int32_t seq_id) {
+  check_context_model(ctx, model);
+  const size_t size = llama_state_seq_get_size(ctx, seq_id);
   std::vector<uint8_t> bytes(size);
-  const size_t written = llama_state_seq_get_data(ctx.get(), bytes.data(), bytes.size(), seq_id);
+  const size_t written = llama_state_seq_get_data(ctx, bytes.data(), bytes.size(), seq_id);
   if (written != size) {
     throw Error(ErrorCode::io_error, "llama: llama_state_seq_get_data wrote " +
                                          std::to_string(written) + " of " + std::to_string(size) +
                                          " bytes");
   }
   ParseOptions options;
-  options.cell_ext = ctx.model().cell_ext();
+  options.cell_ext = model.cell_ext();
   KvSnapshot s = parse_seq_state(bytes, options);
-  s.model = ctx.model().identity();
+  s.model = model.identity();
   if (tokens.size() != s.n_cells()) {
     throw Error(ErrorCode::invalid_argument, "llama: " + std::to_string(tokens.size()) +
                                                  " tokens given for a state of " +
@@ -220,8 +242,15 @@ KvSnapshot capture_seq_state(Context& ctx, std::span<const int32_t> tokens, int3
   return s;
 }
 
-void restore_seq_state(Context& ctx, const KvSnapshot& snapshot, int32_t seq_id) {
-  const ModelIdentity& want = ctx.model().identity();
+KvSnapshot capture_seq_state(Context& ctx, std::span<const int32_t> tokens, int32_t seq_id) {
+  return capture_seq_state(ctx.get(), ctx.model(), tokens, seq_id);
+}
+
+namespace {
+
+// The checks every restore makes: the snapshot's model and kind.
+void check_restorable(const Model& model, const KvSnapshot& snapshot) {
+  const ModelIdentity& want = model.identity();
   const ModelIdentity& have = snapshot.model;
   if (!(have == want)) {
     throw Error(ErrorCode::invalid_argument,
@@ -237,6 +266,32 @@ void restore_seq_state(Context& ctx, const KvSnapshot& snapshot, int32_t seq_id)
   if (snapshot.kind != StateKind::sequence) {
     throw Error(ErrorCode::invalid_argument, "llama: restore_seq_state needs a sequence state");
   }
+}
+
+}  // namespace
+
+void restore_seq_state(llama_context* ctx, const Model& model, const KvSnapshot& snapshot,
+                       int32_t seq_id) {
+  check_context_model(ctx, model);
+  check_restorable(model, snapshot);
+  const KvStream& stream = snapshot.data_stream();
+  if (stream.cells.size() > llama_n_ctx(ctx)) {
+    throw Error(ErrorCode::invalid_argument,
+                "llama: refusing to restore " + std::to_string(stream.cells.size()) +
+                    " cells into a context of n_ctx " + std::to_string(llama_n_ctx(ctx)));
+  }
+  const std::vector<uint8_t> bytes = build_state(snapshot);
+  const size_t read = llama_state_seq_set_data(ctx, bytes.data(), bytes.size(), seq_id);
+  if (read != bytes.size()) {
+    throw Error(ErrorCode::corrupt_input,
+                "llama: llama_state_seq_set_data rejected the rebuilt "
+                "state (" +
+                    std::to_string(read) + " of " + std::to_string(bytes.size()) + " bytes read)");
+  }
+}
+
+void restore_seq_state(Context& ctx, const KvSnapshot& snapshot, int32_t seq_id) {
+  check_restorable(ctx.model(), snapshot);
   const KvStream& stream = snapshot.data_stream();
   const ContextSettings& cs = ctx.settings();
   if (stream.v_trans == cs.flash_attn) {
@@ -254,19 +309,7 @@ void restore_seq_state(Context& ctx, const KvSnapshot& snapshot, int32_t seq_id)
                       type_name(cs.type_k) + ", V " + type_name(cs.type_v));
     }
   }
-  if (stream.cells.size() > llama_n_ctx(ctx.get())) {
-    throw Error(ErrorCode::invalid_argument,
-                "llama: refusing to restore " + std::to_string(stream.cells.size()) +
-                    " cells into a context of n_ctx " + std::to_string(llama_n_ctx(ctx.get())));
-  }
-  const std::vector<uint8_t> bytes = build_state(snapshot);
-  const size_t read = llama_state_seq_set_data(ctx.get(), bytes.data(), bytes.size(), seq_id);
-  if (read != bytes.size()) {
-    throw Error(ErrorCode::corrupt_input,
-                "llama: llama_state_seq_set_data rejected the rebuilt "
-                "state (" +
-                    std::to_string(read) + " of " + std::to_string(bytes.size()) + " bytes read)");
-  }
+  restore_seq_state(ctx.get(), ctx.model(), snapshot, seq_id);
 }
 
 }  // namespace cachegen::llama

@@ -30,12 +30,7 @@ size_t kv_elements(const llama::KvSnapshot& s) {
 }
 
 QualityLevel parse_level(const std::string& name) {
-  for (QualityLevel l :
-       {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-    if (name == quality_level_name(l)) return l;
-  }
-  throw Error(ErrorCode::invalid_argument,
-              "--level must be lossless, high, medium or low, not '" + name + "'");
+  return llama::parse_quality_level(name);
 }
 
 bool uses_bits(const LevelArgs& a) {
@@ -48,26 +43,18 @@ std::string level_name(const LevelArgs& a) {
   return "level " + a.level;
 }
 
+llama::PackOptions pack_options(const LevelArgs& a) {
+  llama::PackOptions o;
+  o.level = a.level;
+  o.lossless = a.lossless;
+  if (uses_bits(a)) o.bits = a.bits;
+  o.group_size = a.group_size;
+  o.chunk_tokens = a.chunk_tokens;
+  return o;
+}
+
 llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers) {
-  llama::CgkvLevel level;
-  if (a.lossless || (!uses_bits(a) && parse_level(a.level) == QualityLevel::lossless)) {
-    level = llama::CgkvLevel::exact();
-  } else if (uses_bits(a)) {
-    level = llama::CgkvLevel::bits(a.bits, a.group_size);
-  } else if (model != nullptr) {
-    level = llama::CgkvLevel::quality(parse_level(a.level), *model);
-  } else {
-    ModelShape shape;
-    shape.n_layers = static_cast<int>(n_layers);
-    shape.n_kv_heads = shape.head_dim = 1;
-    // No model to recompute with or to read RoPE from: recomputed layers are stored, keys as is.
-    level.quantized = quality_level_config_stored(parse_level(a.level), shape, nullptr);
-  }
-  if (a.chunk_tokens != 0) {
-    level.lossless_chunk_tokens = a.chunk_tokens;
-    level.quantized.block_tokens = a.chunk_tokens;
-  }
-  return level;
+  return llama::pack_level(pack_options(a), model, n_layers);
 }
 
 void add_level_options(CLI::App* cmd, LevelArgs& a) {

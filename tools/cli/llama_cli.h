@@ -32,10 +32,9 @@ struct LevelArgs {
 QualityLevel parse_level(const std::string& name);
 bool uses_bits(const LevelArgs& a);
 std::string level_name(const LevelArgs& a);
-// The level chosen by --lossless / --bits / --level. `model` (may be null) gives the shape and
-// RoPE of the quality levels; without it they are stored without pre-RoPE keys and without
-// recomputed layers (both need the model), which the caller reports. With a model whose layer 0
-// restore cannot compute from the weights, layer 0 is stored.
+// The library's pack options of --lossless / --bits / --level / --group-size / --chunk-tokens.
+llama::PackOptions pack_options(const LevelArgs& a);
+// The level they choose: llama::pack_level (the same choice as the C API's and Python's).
 llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers);
 void add_level_options(CLI::App* cmd, LevelArgs& a);
 

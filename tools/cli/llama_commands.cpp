@@ -130,26 +130,19 @@ void add_pack(CLI::App& llama_cmd) {
   add_level_options(cmd, a->level);
   cmd->callback([a] {
     const std::vector<uint8_t> bytes = read_file_bytes(a->in);
-    llama::ModelIdentity identity;
-    llama::ParseOptions options;
     std::unique_ptr<llama::Model> model;
     if (!a->model.empty()) {
       model = std::make_unique<llama::Model>(a->model);
-      identity = model->identity();
-      options.cell_ext = model->cell_ext();
     } else if (!a->level.lossless && !uses_bits(a->level) && a->level.level != "lossless") {
       std::fprintf(stderr,
                    "note: without --model, level %s stores keys as given and stores layer 0 "
                    "instead of recomputing it (both need the model): larger, lower quality\n",
                    a->level.level.c_str());
     }
-    const llama::KvSnapshot s = llama::parse_state_file(bytes, options);
-    if (a->model.empty()) {
-      identity.architecture = s.arch_tag;
-      identity.n_layer = static_cast<uint32_t>(s.data_stream().layers.size());
-    }
-    const std::vector<uint8_t> out = llama::snapshot_to_cgkv(
-        s, identity, make_level(a->level, model.get(), s.data_stream().layers.size()));
+    const llama::PackedState packed =
+        llama::pack_state_file(bytes, model.get(), pack_options(a->level));
+    const llama::KvSnapshot& s = packed.snapshot;
+    const std::vector<uint8_t>& out = packed.cgkv;
     write_file_atomic(a->out, out);
     const size_t elements = kv_elements(s);
     std::printf(
@@ -180,8 +173,7 @@ void add_unpack(CLI::App& llama_cmd) {
     const CgkvReader reader = CgkvReader::open_file(a->in);
     std::unique_ptr<llama::Model> model;
     if (!a->model.empty()) model = std::make_unique<llama::Model>(a->model);
-    const llama::KvSnapshot s =
-        model ? llama::cgkv_to_snapshot(reader, *model) : llama::cgkv_to_snapshot(reader);
+    const llama::KvSnapshot s = llama::unpack_snapshot(reader, model.get());
     const std::vector<uint8_t> bytes = llama::build_state_file(s);
     write_file_atomic(a->out, bytes);
     std::printf(
