@@ -216,7 +216,8 @@ void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const Compac
       const int64_t ds = r.signed_exp_golomb(ks, "scale residual");
       const int64_t dz = r.signed_exp_golomb(kz, "zero residual");
       const int64_t sp = prev == SIZE_MAX ? 0 : scale_index(scale[prev], g);
-      const int64_t s = sp + ds;
+      int64_t s = 0;  // a residual near 2^63 overflows the sum: out of range either way
+      if (__builtin_add_overflow(sp, ds, &s)) s = 0;
       const float sf =
           (s > 0 && s < (int64_t{1} << 32)) ? scale_from_index(static_cast<uint32_t>(s), g) : 0.0f;
       if (!(sf > 0)) {
@@ -225,8 +226,9 @@ void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const Compac
                                            std::to_string(c) + " is not a positive normal float");
       }
       const float step = zero_step(sf, g);
-      const int64_t k = (prev == SIZE_MAX ? 0 : predict_index(zero[prev], step)) + dz;
-      if (k <= -kMaxZeroIndex || k >= kMaxZeroIndex) {
+      int64_t k = 0;
+      if (__builtin_add_overflow(prev == SIZE_MAX ? 0 : predict_index(zero[prev], step), dz, &k) ||
+          k <= -kMaxZeroIndex || k >= kMaxZeroIndex) {
         fail(ErrorCode::corrupt_input, "codec stream: compact zero index of group " +
                                            std::to_string(gi) + ", channel " + std::to_string(c) +
                                            " exceeds 2^40");
