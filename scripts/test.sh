@@ -58,7 +58,7 @@ redis_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("1
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
   --dir "$prefix/redis" >/dev/null &
 redis_pid=$!
-trap 'kill "$redis_pid" 2>/dev/null; rm -rf "$prefix"' EXIT
+trap 'kill "$redis_pid" 2>/dev/null || true; rm -rf "$prefix"' EXIT
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/consumer/capi_consumer" "$prefix/capi_work"
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/capi_consumer_pc" "$prefix/capi_work_pc" \
