@@ -1,5 +1,6 @@
-// Bytes -> a CodeStream (shape and codes from the input) -> encode -> decode must give it back,
-// and encoding twice, or with another SIMD path for decoding, must give the same bytes.
+// Bytes -> a CodeStream (shape and codes from the input) -> encode -> decode must give it back
+// (codes and the exact parameters, so re-encoding gives the same bytes) with every SIMD path,
+// and encoding twice must give the same bytes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t dim = 1 + data[1] % 40;
   const size_t group = 1 + data[2] % 64;
   const bool values = data[3] & 1;
+  const bool twice = (data[3] & 6) == 0;
   data += 4;
   size -= 4;
   const size_t n_rows = size / dim;
@@ -29,7 +31,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     s = cachegen::quantize_to_codes(x, n_rows, dim, bits, group);
     bytes = cachegen::encode(s);
   }
-  if (cachegen::encode(s) != (values ? cachegen::encode(cachegen::decode(bytes)) : bytes))
+  // Determinism: a second encode gives the same bytes (on a quarter of the inputs: the model
+  // search dominates the run time, and the decode checks below cover every input).
+  if (twice && (values ? cachegen::encode_values(x, n_rows, dim, bits, group)
+                       : cachegen::encode(s)) != bytes)
     std::abort();
   for (cachegen::SimdPath p : {cachegen::SimdPath::scalar, cachegen::best_supported_simd_path()}) {
     cachegen::set_simd_path(p);

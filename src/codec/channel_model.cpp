@@ -49,14 +49,18 @@ void fill_cum(ChannelTable& table) {
   }
 }
 
-// Bits of the frequency list (after the kind/precision/order fields) for one table, given
-// the frequencies in list order.
-uint64_t list_bits(const std::vector<uint16_t>& listed, int bits, int k) {
+// Bits of the frequency list (after the kind/precision/order fields) for one table under
+// each Exp-Golomb order, given the frequencies in list order: one pass for all orders.
+std::array<uint64_t, 1 << kEgOrderBits> list_bits(const std::vector<uint16_t>& listed, int bits) {
   uint32_t last = 0;
   for (uint32_t j = 0; j < listed.size(); ++j)
     if (listed[j] != 0) last = j;
-  uint64_t n = static_cast<uint64_t>(bits);
-  for (uint32_t j = 0; j < last; ++j) n += BitWriter::exp_golomb_bits(listed[j], k);
+  std::array<uint64_t, 1 << kEgOrderBits> n;
+  n.fill(static_cast<uint64_t>(bits));
+  for (uint32_t j = 0; j < last; ++j) {
+    for (int k = 0; k < (1 << kEgOrderBits); ++k)
+      n[static_cast<size_t>(k)] += static_cast<uint64_t>(BitWriter::exp_golomb_bits(listed[j], k));
+  }
   return n;
 }
 
@@ -79,8 +83,10 @@ ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size
       if (counts[s] != 0)
         data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
     }
+    const std::array<uint64_t, 1 << kEgOrderBits> list = list_bits(listed, bits);
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
-      const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + list_bits(listed, bits, k);
+      const uint64_t desc =
+          kKindBits + kPrecisionBits + kEgOrderBits + list[static_cast<size_t>(k)];
       const uint64_t cost = (desc << 16) + data;
       if (cost < best.cost_fp) {
         best.cost_fp = cost;

@@ -55,9 +55,12 @@ uint32_t scale_index(float scale, const CompactGrid& g) {
 int best_eg_order(const std::vector<int64_t>& residuals) {
   uint64_t largest = 0;
   for (int64_t v : residuals) largest = std::max(largest, BitWriter::zigzag(v));
+  // Past the largest value's bit length every residual costs k + 1 bits, which only grows
+  // with k: the search can stop there and still find the same (first) minimum.
+  const int last_k = std::min(24, 64 - __builtin_clzll(largest | 1) + 1);
   int best_k = 24;
   uint64_t best = UINT64_MAX;
-  for (int k = 0; k <= 24; ++k) {
+  for (int k = 0; k <= last_k; ++k) {
     if ((largest >> k) + 1 >= (uint64_t{1} << (kMaxEgPrefix + 1))) continue;
     uint64_t n = 0;
     for (int64_t v : residuals) n += BitWriter::exp_golomb_bits(BitWriter::zigzag(v), k);
