@@ -15,6 +15,7 @@
 #include "cachegen/container.h"
 #include "cachegen/context_store.h"
 #include "cachegen/encode.h"
+#include "cachegen/quality_levels.h"
 #include "cachegen/store.h"
 
 namespace py = pybind11;
@@ -295,6 +296,9 @@ class PyContextStore {
 
 PYBIND11_MODULE(_cachegen, m) {
   m.doc() = "Native part of the cachegen package; use `import cachegen`.";
+  py::tuple levels(cachegen::kQualityLevels.size());
+  for (size_t i = 0; i < levels.size(); ++i) levels[i] = cachegen::kQualityLevels[i].name;
+  m.attr("LEVELS") = levels;       // the names of cachegen/quality_levels.h's table, in order
   m.attr("_errors") = py::dict();  // status code -> exception class, filled by __init__.py
   py::register_exception_translator([](std::exception_ptr p) {
     try {

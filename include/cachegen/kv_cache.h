@@ -219,18 +219,6 @@ struct KVCacheBuilder {
   static KVCache for_model(const ModelShape& shape, const KVCacheConfig& config);
 };
 
-// A quality level (docs/QUALITY_LEVELS.md) as the configuration that realises it: the level's
-// per-layer K/V bits with 0 = recomputed (layer 0), groups of 256 tokens (block_tokens 256),
-// keys pre-RoPE with `rope` (positions from rope_position_offset, 0 here). The lossless level
-// is not a quantized configuration: Error(invalid_argument) (use write_cgkv_lossless).
-KVCacheConfig quality_level_config(QualityLevel level, const ModelShape& shape,
-                                   const RopeParams& rope);
-// The same level for callers that will not have the model at restore time (e.g. .npy input):
-// layers the level recomputes are stored instead, with the bits of the next stored layer; keys
-// go pre-RoPE only when `rope` is given (else they are quantized as they come).
-KVCacheConfig quality_level_config_stored(QualityLevel level, const ModelShape& shape,
-                                          const RopeParams* rope);
-
 struct KVCacheFactory {
   // One cache with uniform bits (config.base_bits), for callers managing layers themselves.
   static LayerKVCache create(const KVCacheConfig& config, size_t n_kv_heads, size_t head_dim);

@@ -43,6 +43,7 @@
 #include "cachegen/container.h"
 #include "cachegen/half.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/quality_levels.h"
 #include "cachegen/transform.h"
 
 struct llama_model;
@@ -254,33 +255,35 @@ void restore_seq_state(llama_context* ctx, const Model& model, const KvSnapshot&
 // width (state files packed without a model). K and V rows must have equal widths in every
 // layer.
 
-// How the K/V of a snapshot are stored.
-struct CgkvLevel {
+// How the K/V of a snapshot are stored: the settings a quality level (cachegen/quality_levels.h)
+// or explicit bits resolve to.
+struct SnapshotEncoding {
   // true: write_cgkv_lossless (exact fp16, lossless method 2); K and V must be f16 in every layer
   // (other types are refused with invalid_argument: use a quantized level). Rebuilt state bytes
   // are identical to the original.
   bool lossless = false;
   KVCacheConfig quantized;  // used when !lossless: bits, group size, block (= chunk) tokens
-  int zstd_level = 0;       // lossless only: > 0 also tries zstd at that level (slow)
-  size_t lossless_chunk_tokens = 1024;  // longer chunks: better zstd, coarser range reads
+  int zstd_level = 0;       // lossless only: > 0 also tries zstd at that zstd level (slow)
+  size_t lossless_chunk_tokens = 1024;  // default_chunk_tokens(true): more repeated rows found
 
   // Uniform `bits` for every layer, K and V (layer_groups = 1).
-  static CgkvLevel bits(int bits, size_t group_size = 32);
-  static CgkvLevel exact();
+  static SnapshotEncoding bits(int bits, size_t group_size = 32);
+  static SnapshotEncoding exact();
   // A quality level (docs/QUALITY_LEVELS.md): lossless = exact(); the others
   // quality_level_config(level, shape, rope): keys pre-RoPE, layer 0 recomputed from the token
   // ids (restoring then needs the model), groups of 256, per-layer K/V bits.
-  static CgkvLevel quality(QualityLevel level, const ModelShape& shape, const RopeParams& rope);
+  static SnapshotEncoding quality(QualityLevel level, const ModelShape& shape,
+                                  const RopeParams& rope);
   // The same for `model` (shape and RoPE from it); where Model::layer0 cannot compute the
   // model's layer 0 from its weights, layer 0 is stored instead (with the bits of layer 1).
-  static CgkvLevel quality(QualityLevel level, const Model& model);
+  static SnapshotEncoding quality(QualityLevel level, const Model& model);
 };
 
 // The model's RoPE as llama.cpp applies it to keys: {arch}.rope.freq_base,
 // {arch}.rope.dimension_count, the rope type (NEOX or not), the trained frequency scale.
 RopeParams model_rope_params(const Model& model);
 // The container shape the bridge uses for a model (every layer attention, its KV heads and
-// head_dim): what CgkvLevel::quality needs.
+// head_dim): what SnapshotEncoding::quality needs.
 ModelShape model_cache_shape(const Model& model);
 
 // Serialises a snapshot with `identity` recorded as the model (pass snapshot.model for
@@ -292,8 +295,8 @@ ModelShape model_cache_shape(const Model& model);
 // are stored as given. Recomputed layers (bits 0) need one token id per cell; without them the
 // layer is stored with the next stored layer's bits.
 std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIdentity& identity,
-                                      const CgkvLevel& level);
-// The same at CgkvLevel::quality(level, model) for a capture of `model`.
+                                      const SnapshotEncoding& encoding);
+// The same at SnapshotEncoding::quality(level, model) for a capture of `model`.
 std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const Model& model,
                                       QualityLevel level);
 
@@ -327,15 +330,13 @@ struct PackOptions {
   size_t chunk_tokens = 0;     // tokens per container chunk; 0: the level's default
 };
 
-// "lossless" | "high" | "medium" | "low" (invalid_argument otherwise, naming the value).
-QualityLevel parse_quality_level(const std::string& name);
 // The level chosen by options. `model` (may be null) gives the shape and RoPE of the quality
 // levels; without it they are stored without pre-RoPE keys and without recomputed layers (both
 // need the model). With a model whose layer 0 restore cannot compute from the weights, layer 0
 // is stored.
-CgkvLevel pack_level(const PackOptions& options, const Model* model, size_t n_layers);
+SnapshotEncoding pack_encoding(const PackOptions& options, const Model* model, size_t n_layers);
 // A llama.cpp state file (llama_state_seq_save_file / llama_state_save_file bytes) as a .cgkv
-// at pack_level; `model` (may be null) is recorded as the identity (else the state's
+// at pack_encoding; `model` (may be null) is recorded as the identity (else the state's
 // architecture tag and layer count). The parsed snapshot comes back too.
 struct PackedState {
   KvSnapshot snapshot;

@@ -1,5 +1,5 @@
-// cachegen: reversible transforms applied to K/V before quantization, and the quality levels
-// chosen from the measured rate–quality curve (docs/QUALITY_LEVELS.md).
+// cachegen: reversible transforms applied to K/V before quantization (the quality levels that
+// use them: cachegen/quality_levels.h).
 //
 // Layout: every transform works in place on token-major fp32 rows [n_rows, n_heads, head_dim]
 // (llama.cpp's K/V row layout). Each has an exact mathematical inverse; in fp32 the round trip
@@ -44,29 +44,5 @@ inline constexpr float kRopeMinFreqScale = 1e-6f, kRopeMaxFreqScale = 1e3f;
 // pre-RoPE keys that the model's K projection produced.
 void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
                std::span<const int32_t> positions, const RopeParams& rope, bool inverse);
-
-// ---- Quality levels -----------------------------------------------------------------------
-
-enum class QualityLevel : uint8_t {
-  lossless = 0,  // fp16 restored bit for bit (no quantization)
-  high = 1,      // mean KL <= llama.cpp q8_0 KV's on the reference measurement
-  medium = 2,    // mean KL <= llama.cpp q4_0 KV's
-  low = 3,       // smallest size that still keeps top-1 agreement around 90%
-};
-const char* quality_level_name(QualityLevel level);
-
-// Everything a quality level fixes. Bits are per attention layer; 16 = stored as fp16 (lossless);
-// 0 = not stored (recomputed from token ids: only for a layer whose K/V depend on the token alone,
-// e.g. layer 0 of a decoder without position-dependent mixing before attention).
-struct QualityLevelSpec {
-  QualityLevel level = QualityLevel::lossless;
-  std::vector<int> key_bits, value_bits;
-  size_t key_group_size = 32, value_group_size = 32;
-  bool key_pre_rope = false;  // quantize keys with RoPE undone (re-applied on restore)
-  EncodeOptions encode;       // parameter precision
-};
-// The level's settings for a model with n_attention_layers layers.
-QualityLevelSpec quality_level_spec(QualityLevel level, int n_attention_layers);
-// The level as a cache configuration: quality_level_config in cachegen/kv_cache.h.
 
 }  // namespace cachegen

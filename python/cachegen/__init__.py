@@ -35,7 +35,7 @@ __all__ = [
     "HAS_LLAMA",
 ]
 
-LEVELS = ("lossless", "high", "medium", "low")
+LEVELS = _cachegen.LEVELS  # ("lossless", "high", "medium", "low"): the C++ table's names
 
 
 class Error(Exception):

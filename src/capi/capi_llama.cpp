@@ -106,8 +106,8 @@ int cachegen_llama_capture(const cachegen_llama_model* model, struct llama_conte
         cachegen::llama::capture_seq_state(ctx, model->model, {tokens, n_tokens}, seq_id);
     result.set(cachegen::llama::snapshot_to_cgkv(
         s, s.model,
-        cachegen::llama::pack_level(pack_options(options), &model->model,
-                                    s.data_stream().layers.size())));
+        cachegen::llama::pack_encoding(pack_options(options), &model->model,
+                                       s.data_stream().layers.size())));
   });
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cachegen/container.h"
+#include "cachegen/quality_levels.h"
 #include "cachegen/transform.h"
 
 namespace cachegen {
@@ -25,13 +26,13 @@ RopeParams rope_params(const KVEncodeOptions& o) {
 
 // The quality level's configuration with no model (recomputed layers are stored).
 KVCacheConfig level_config(const KVEncodeOptions& o, const ModelShape& shape) {
-  for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-    if (o.level != quality_level_name(l)) continue;
-    const RopeParams rope = rope_params(o);
-    return quality_level_config_stored(l, shape, o.rope_base > 0 ? &rope : nullptr);
+  const std::optional<QualityLevel> level = find_quality_level(o.level);
+  if (!level || *level == QualityLevel::lossless) {
+    throw Error(ErrorCode::invalid_argument,
+                "options.level must be " + quality_level_names() + " (got '" + o.level + "')");
   }
-  throw Error(ErrorCode::invalid_argument,
-              "options.level must be lossless, high, medium or low (got '" + o.level + "')");
+  const RopeParams rope = rope_params(o);
+  return quality_level_config_stored(*level, shape, o.rope_base > 0 ? &rope : nullptr);
 }
 
 KVCacheConfig quantized_config(const KVEncodeOptions& o, const ModelShape& shape) {
@@ -42,7 +43,7 @@ KVCacheConfig quantized_config(const KVEncodeOptions& o, const ModelShape& shape
     cfg.base_bits = o.bits;
     cfg.layer_groups = o.layer_groups;
     cfg.group_size = o.group_size;
-    cfg.block_tokens = o.chunk_tokens ? o.chunk_tokens : 256;
+    cfg.block_tokens = o.chunk_tokens ? o.chunk_tokens : default_chunk_tokens(false);
   }
   if (o.params == "reference")
     cfg.params = ParamMode::reference;
@@ -51,9 +52,8 @@ KVCacheConfig quantized_config(const KVEncodeOptions& o, const ModelShape& shape
   return cfg;
 }
 
-// Longer chunks find more repeated rows (as CgkvLevel::exact's 1024).
 size_t lossless_chunk_tokens(const KVEncodeOptions& o) {
-  return o.chunk_tokens ? o.chunk_tokens : 1024;
+  return o.chunk_tokens ? o.chunk_tokens : default_chunk_tokens(true);
 }
 
 std::vector<uint8_t> encode_lossless(const KVArrayView& kv, const ModelShape& shape,

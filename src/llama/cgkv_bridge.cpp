@@ -8,6 +8,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
+#include "cachegen/quality_levels.h"
 #include "llama/cgkv_blobs.h"
 #include "llama/state_internal.h"
 
@@ -74,7 +75,8 @@ std::vector<CgkvBlob> make_blobs(const KvSnapshot& s, const ModelIdentity& id) {
 }
 
 std::vector<uint8_t> write_lossless(const KvStream& stream, const ModelShape& shape,
-                                    const CgkvLevel& level, std::span<const CgkvBlob> blobs) {
+                                    const SnapshotEncoding& level,
+                                    std::span<const CgkvBlob> blobs) {
   const size_t n = stream.cells.size();
   const size_t row = static_cast<size_t>(shape.n_kv_heads) * static_cast<size_t>(shape.head_dim);
   std::vector<Half> kv(stream.layers.size() * 2 * n * row);
@@ -119,7 +121,8 @@ KVCacheConfig snapshot_config(const KvSnapshot& s, const KvStream& stream, const
 
 std::vector<uint8_t> write_quantized(const KvSnapshot& s, const KvStream& stream,
                                      const ModelShape& shape, const ModelIdentity& id,
-                                     const CgkvLevel& level, std::span<const CgkvBlob> blobs) {
+                                     const SnapshotEncoding& level,
+                                     std::span<const CgkvBlob> blobs) {
   KVCache cache =
       KVCacheBuilder::for_model(shape, snapshot_config(s, stream, shape, id, level.quantized));
   const size_t n = stream.cells.size();
@@ -182,37 +185,35 @@ std::vector<int32_t> decode_tokens(std::span<const uint8_t> b, const ParseOption
 
 }  // namespace
 
-CgkvLevel CgkvLevel::bits(int bits, size_t group_size) {
-  CgkvLevel level;
-  level.quantized.base_bits = bits;
-  level.quantized.layer_groups = 1;
-  level.quantized.group_size = group_size;
-  level.quantized.block_tokens = (256 + group_size - 1) / group_size * group_size;
-  return level;
+SnapshotEncoding SnapshotEncoding::bits(int bits, size_t group_size) {
+  SnapshotEncoding encoding;
+  encoding.quantized.base_bits = bits;
+  encoding.quantized.layer_groups = 1;
+  encoding.quantized.group_size = group_size;
+  const size_t chunk = default_chunk_tokens(false);
+  encoding.quantized.block_tokens = (chunk + group_size - 1) / group_size * group_size;
+  return encoding;
 }
 
-CgkvLevel CgkvLevel::exact() {
-  CgkvLevel level;
-  level.lossless = true;
-  // Longer chunks find more repeated rows and spread the per-channel models over more tokens
-  // (with zstd planes, on stories260K's 448-token state, 256-token chunks cost 1.8% more than
-  // one chunk).
-  level.lossless_chunk_tokens = 1024;
-  return level;
+SnapshotEncoding SnapshotEncoding::exact() {
+  SnapshotEncoding encoding;
+  encoding.lossless = true;
+  encoding.lossless_chunk_tokens = default_chunk_tokens(true);
+  return encoding;
 }
 
 std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIdentity& identity,
-                                      const CgkvLevel& level) {
+                                      const SnapshotEncoding& encoding) {
   const KvStream& stream = snapshot.data_stream();  // throws for no cells / several streams
   if (stream.layers.empty()) invalid("the state has no layers");
   detail::check_layer_sizes(stream);  // KvSnapshot is a mutable struct: trust no size in it
-  if (!level.lossless) level.quantized.validate();
+  if (!encoding.lossless) encoding.quantized.validate();
   const std::string arch =
       identity.architecture.empty() ? snapshot.arch_tag : identity.architecture;
   const ModelShape shape = container_shape(stream, identity, arch);
   const std::vector<CgkvBlob> blobs = make_blobs(snapshot, identity);
-  return level.lossless ? write_lossless(stream, shape, level, blobs)
-                        : write_quantized(snapshot, stream, shape, identity, level, blobs);
+  return encoding.lossless ? write_lossless(stream, shape, encoding, blobs)
+                           : write_quantized(snapshot, stream, shape, identity, encoding, blobs);
 }
 
 std::optional<ModelIdentity> cgkv_model_identity(const CgkvReader& reader) {

@@ -1,5 +1,5 @@
-// Quality levels for llama.cpp snapshots: the model's RoPE and shape, CgkvLevel::quality, and
-// rebuilding recomputed layers from the token ids at restore (docs/FORMAT.md, "llama.cpp state
+// Quality levels for llama.cpp snapshots: the model's RoPE and shape, SnapshotEncoding::quality,
+// and rebuilding recomputed layers from the token ids at restore (docs/FORMAT.md, "llama.cpp state
 // blobs"). Contracts: cachegen/llama.h.
 #include <llama.h>
 
@@ -9,6 +9,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
+#include "cachegen/quality_levels.h"
 #include "llama/cgkv_blobs.h"
 #include "llama/layer0_kv.h"
 
@@ -52,9 +53,10 @@ ModelShape model_cache_shape(const Model& model) {
   return shape;
 }
 
-CgkvLevel CgkvLevel::quality(QualityLevel level, const ModelShape& shape, const RopeParams& rope) {
+SnapshotEncoding SnapshotEncoding::quality(QualityLevel level, const ModelShape& shape,
+                                           const RopeParams& rope) {
   if (level == QualityLevel::lossless) return exact();
-  CgkvLevel out;
+  SnapshotEncoding out;
   out.quantized = quality_level_config(level, shape, rope);
   return out;
 }
@@ -69,22 +71,22 @@ bool layer0_recompute_pays(size_t n_embd) {
 
 }  // namespace detail
 
-CgkvLevel CgkvLevel::quality(QualityLevel level, const Model& model) {
-  CgkvLevel l = quality(level, model_cache_shape(model), model_rope_params(model));
-  if (l.lossless) return l;
+SnapshotEncoding SnapshotEncoding::quality(QualityLevel level, const Model& model) {
+  SnapshotEncoding e = quality(level, model_cache_shape(model), model_rope_params(model));
+  if (e.lossless) return e;
   // Layer 0 is recomputed only where restore can compute it from the weights and doing so is
   // cheaper than moving it exactly (else it is stored with layer 1's bits).
   const size_t n_embd = static_cast<size_t>(std::max(0, llama_model_n_embd(model.get())));
   if (!detail::Layer0Projector::supported(model, nullptr) ||
       !detail::layer0_recompute_pays(n_embd)) {
-    detail::store_recomputed_layers(l.quantized);
+    detail::store_recomputed_layers(e.quantized);
   }
-  return l;
+  return e;
 }
 
 std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const Model& model,
                                       QualityLevel level) {
-  return snapshot_to_cgkv(snapshot, model.identity(), CgkvLevel::quality(level, model));
+  return snapshot_to_cgkv(snapshot, model.identity(), SnapshotEncoding::quality(level, model));
 }
 
 namespace detail {

@@ -3,6 +3,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/llama_context.h"
+#include "cachegen/quality_levels.h"
 #include "llama/cgkv_blobs.h"
 
 namespace cachegen::llama {

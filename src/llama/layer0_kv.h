@@ -21,7 +21,7 @@
 
 namespace cachegen::llama::detail {
 
-// When layer 0 is recomputed rather than stored (CgkvLevel::quality(level, model)): when
+// When layer 0 is recomputed rather than stored (SnapshotEncoding::quality(level, model)): when
 // computing it costs no more time than moving the bytes of a stored layer 0 of the same quality
 // (exact: fp16, 16 bits per value) over a reference link. Per value (the K/V widths cancel):
 //   2 * n_embd / kLayer0Flops  <=  16 / 8 / kReferenceLinkBytesPerS,  i.e. n_embd <= 800.

@@ -5,38 +5,30 @@
 
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
+#include "cachegen/quality_levels.h"
 
 namespace cachegen::llama {
 
-QualityLevel parse_quality_level(const std::string& name) {
-  for (QualityLevel l :
-       {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-    if (name == quality_level_name(l)) return l;
-  }
-  throw Error(ErrorCode::invalid_argument,
-              "level must be lossless, high, medium or low, not '" + name + "'");
-}
-
-CgkvLevel pack_level(const PackOptions& o, const Model* model, size_t n_layers) {
-  CgkvLevel level;
+SnapshotEncoding pack_encoding(const PackOptions& o, const Model* model, size_t n_layers) {
+  SnapshotEncoding encoding;
   if (o.lossless || (!o.bits && parse_quality_level(o.level) == QualityLevel::lossless)) {
-    level = CgkvLevel::exact();
+    encoding = SnapshotEncoding::exact();
   } else if (o.bits) {
-    level = CgkvLevel::bits(*o.bits, o.group_size);
+    encoding = SnapshotEncoding::bits(*o.bits, o.group_size);
   } else if (model != nullptr) {
-    level = CgkvLevel::quality(parse_quality_level(o.level), *model);
+    encoding = SnapshotEncoding::quality(parse_quality_level(o.level), *model);
   } else {
     ModelShape shape;
     shape.n_layers = static_cast<int>(n_layers);
     shape.n_kv_heads = shape.head_dim = 1;
     // No model to recompute with or to read RoPE from: recomputed layers are stored, keys as is.
-    level.quantized = quality_level_config_stored(parse_quality_level(o.level), shape, nullptr);
+    encoding.quantized = quality_level_config_stored(parse_quality_level(o.level), shape, nullptr);
   }
   if (o.chunk_tokens != 0) {
-    level.lossless_chunk_tokens = o.chunk_tokens;
-    level.quantized.block_tokens = o.chunk_tokens;
+    encoding.lossless_chunk_tokens = o.chunk_tokens;
+    encoding.quantized.block_tokens = o.chunk_tokens;
   }
-  return level;
+  return encoding;
 }
 
 PackedState pack_state_file(std::span<const uint8_t> state, const Model* model,
@@ -54,7 +46,7 @@ PackedState pack_state_file(std::span<const uint8_t> state, const Model* model,
     identity.n_layer = static_cast<uint32_t>(p.snapshot.data_stream().layers.size());
   }
   p.cgkv = snapshot_to_cgkv(p.snapshot, identity,
-                            pack_level(options, model, p.snapshot.data_stream().layers.size()));
+                            pack_encoding(options, model, p.snapshot.data_stream().layers.size()));
   return p;
 }
 

@@ -1,24 +1,49 @@
-// The quality levels: settings chosen from the rate–quality table in docs/QUALITY_LEVELS.md.
+// The quality levels (cachegen/quality_levels.h): the table's lookups and its settings
+// stretched to a model's depth.
+#include "cachegen/quality_levels.h"
+
 #include <string>
 
 #include "cachegen/error.h"
-#include "cachegen/kv_cache.h"
-#include "cachegen/transform.h"
 
 namespace cachegen {
 
+const QualityLevelRow& quality_level_row(QualityLevel level) {
+  for (const QualityLevelRow& row : kQualityLevels)
+    if (row.level == level) return row;
+  throw Error(ErrorCode::invalid_argument,
+              "quality level " + std::to_string(static_cast<int>(level)) + " does not exist");
+}
+
 const char* quality_level_name(QualityLevel level) {
-  switch (level) {
-    case QualityLevel::lossless:
-      return "lossless";
-    case QualityLevel::high:
-      return "high";
-    case QualityLevel::medium:
-      return "medium";
-    case QualityLevel::low:
-      return "low";
-  }
+  for (const QualityLevelRow& row : kQualityLevels)
+    if (row.level == level) return row.name;
   return "unknown";
+}
+
+std::optional<QualityLevel> find_quality_level(std::string_view name) {
+  for (const QualityLevelRow& row : kQualityLevels)
+    if (name == row.name) return row.level;
+  return std::nullopt;
+}
+
+std::string quality_level_names() {
+  std::string names;
+  for (size_t i = 0; i < kQualityLevels.size(); ++i) {
+    if (i > 0) names += i + 1 == kQualityLevels.size() ? " or " : ", ";
+    names += kQualityLevels[i].name;
+  }
+  return names;
+}
+
+QualityLevel parse_quality_level(std::string_view name) {
+  if (const std::optional<QualityLevel> level = find_quality_level(name)) return *level;
+  throw Error(ErrorCode::invalid_argument,
+              "level must be " + quality_level_names() + ", not '" + std::string(name) + "'");
+}
+
+size_t default_chunk_tokens(bool lossless) {
+  return quality_level_row(lossless ? QualityLevel::lossless : QualityLevel::high).chunk_tokens;
 }
 
 QualityLevelSpec quality_level_spec(QualityLevel level, int n_attention_layers) {
@@ -26,41 +51,22 @@ QualityLevelSpec quality_level_spec(QualityLevel level, int n_attention_layers) 
     throw Error(ErrorCode::invalid_argument, "quality_level_spec: n_attention_layers " +
                                                  std::to_string(n_attention_layers) + " < 1");
   }
+  const QualityLevelRow& row = quality_level_row(level);
   const size_t n = static_cast<size_t>(n_attention_layers);
+  const auto stretch = [n](const std::array<int8_t, 5>& five) {
+    std::vector<int> out(n, five[2]);
+    out[0] = five[0];
+    if (n > 1) out[1] = five[1];
+    if (n > 2) out[n - 1] = five[4];
+    if (n > 3) out[n - 2] = five[3];
+    return out;
+  };
   QualityLevelSpec q;
   q.level = level;
-  // Per layer, layer 0 first (0 = recomputed from the token ids); the last layer's V is the
-  // most sensitive V (2-bit V there costs 5x the KL of layers 1-3), layers 1 and 4 the most
-  // sensitive K once RoPE is undone. Deeper models repeat the middle entry.
-  const auto fill = [&](std::vector<int> k, std::vector<int> v) {
-    const auto stretch = [&](const std::vector<int>& five) {
-      std::vector<int> out(n, five[2]);
-      out[0] = five[0];
-      if (n > 1) out[1] = five[1];
-      if (n > 2) out[n - 1] = five[4];
-      if (n > 3) out[n - 2] = five[3];
-      return out;
-    };
-    q.key_bits = stretch(k);
-    q.value_bits = stretch(v);
-  };
-  switch (level) {
-    case QualityLevel::lossless:
-      fill({16, 16, 16, 16, 16}, {16, 16, 16, 16, 16});
-      return q;
-    case QualityLevel::high:
-      fill({0, 6, 6, 6, 6}, {0, 5, 5, 5, 6});
-      break;
-    case QualityLevel::medium:
-      fill({0, 3, 2, 2, 3}, {0, 2, 2, 2, 2});
-      break;
-    case QualityLevel::low:
-      fill({0, 2, 2, 2, 2}, {0, 2, 2, 2, 2});
-      break;
-  }
-  // Groups of 256 tokens: about 0.1 bit/element less than 128 at the same KL (measured).
-  q.key_group_size = q.value_group_size = 256;
-  q.key_pre_rope = true;
+  q.key_bits = stretch(row.key_bits);
+  q.value_bits = stretch(row.value_bits);
+  if (row.group_tokens != 0) q.key_group_size = q.value_group_size = row.group_tokens;
+  q.key_pre_rope = row.key_pre_rope;
   return q;
 }
 

@@ -7,6 +7,7 @@
 #include "cache/cache_test_inputs.h"
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/quality_levels.h"
 
 namespace cachegen {
 namespace {

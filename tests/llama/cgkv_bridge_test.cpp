@@ -46,7 +46,7 @@ std::vector<float> restored_logits(const Model& model, const Captured& c, const 
   return ctx->decode(std::span(c.tokens).subspan(kPrefix), kPrefix, true);
 }
 
-KvSnapshot round_trip(const KvSnapshot& s, const CgkvLevel& level) {
+KvSnapshot round_trip(const KvSnapshot& s, const SnapshotEncoding& level) {
   return cgkv_to_snapshot(CgkvReader::from_bytes(snapshot_to_cgkv(s, s.model, level)));
 }
 
@@ -90,7 +90,7 @@ TEST_P(CgkvBridge, LosslessRebuildsIdenticalStateAndLogits) {
   const bool flash = GetParam();
   const Captured c = capture(*model, flash);
   const std::vector<uint8_t> file =
-      snapshot_to_cgkv(c.snapshot, c.snapshot.model, CgkvLevel::exact());
+      snapshot_to_cgkv(c.snapshot, c.snapshot.model, SnapshotEncoding::exact());
   const CgkvReader reader = CgkvReader::from_bytes(file);
   EXPECT_EQ(reader.info().codec, ContainerCodec::lossless_fp16);
   EXPECT_EQ(reader.info().n_tokens, kPrefix);
@@ -108,10 +108,10 @@ TEST_P(CgkvBridge, QuantizedRestoresWithSmallKlAndGenerates) {
   const Captured c = capture(*model, flash);
   const size_t n_vocab = static_cast<size_t>(model->n_vocab());
   const size_t lossless_bytes =
-      snapshot_to_cgkv(c.snapshot, c.snapshot.model, CgkvLevel::exact()).size();
+      snapshot_to_cgkv(c.snapshot, c.snapshot.model, SnapshotEncoding::exact()).size();
   for (const int bits : {6, 4}) {
     const std::vector<uint8_t> file =
-        snapshot_to_cgkv(c.snapshot, c.snapshot.model, CgkvLevel::bits(bits));
+        snapshot_to_cgkv(c.snapshot, c.snapshot.model, SnapshotEncoding::bits(bits));
     EXPECT_LT(file.size(), lossless_bytes) << bits;
     const KvSnapshot r = cgkv_to_snapshot(CgkvReader::from_bytes(file));
     EXPECT_EQ(build_state(r).size(), c.raw.size());
@@ -121,7 +121,7 @@ TEST_P(CgkvBridge, QuantizedRestoresWithSmallKlAndGenerates) {
   }
   // The restored context keeps generating past the restored prefix.
   auto ctx = make_context(*model, flash);
-  restore_seq_state(*ctx, round_trip(c.snapshot, CgkvLevel::bits(4)));
+  restore_seq_state(*ctx, round_trip(c.snapshot, SnapshotEncoding::bits(4)));
   int32_t tok = c.tokens[kPrefix];
   for (int32_t pos = kPrefix; pos < static_cast<int32_t>(kPrefix) + 8; ++pos) {
     const std::vector<float> logits = ctx->decode(std::span(&tok, 1), pos, false);
@@ -137,13 +137,13 @@ TEST(CgkvBridgeTypes, F32CacheQuantizesAndRefusesLossless) {
   CACHEGEN_REQUIRE_MODEL(model);
   const Captured c = capture(*model, false, kTypeF32);
   try {
-    snapshot_to_cgkv(c.snapshot, c.snapshot.model, CgkvLevel::exact());
+    snapshot_to_cgkv(c.snapshot, c.snapshot.model, SnapshotEncoding::exact());
     FAIL() << "lossless f32 was not refused";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     EXPECT_NE(std::string(e.what()).find("f16 K/V only"), std::string::npos) << e.what();
   }
-  const KvSnapshot r = round_trip(c.snapshot, CgkvLevel::bits(8));
+  const KvSnapshot r = round_trip(c.snapshot, SnapshotEncoding::bits(8));
   EXPECT_EQ(r.data_stream().layers[0].k_type, kTypeF32);
   const double kl = test::mean_kl(c.next_logits, restored_logits(*model, c, r, false, kTypeF32),
                                   static_cast<size_t>(model->n_vocab()));
@@ -165,7 +165,7 @@ TEST(CgkvBridgeRefusal, OtherModelOrContext) {
   CACHEGEN_REQUIRE_MODEL(model);
   const Captured c = capture(*model, false);
   const std::vector<uint8_t> file =
-      snapshot_to_cgkv(c.snapshot, c.snapshot.model, CgkvLevel::exact());
+      snapshot_to_cgkv(c.snapshot, c.snapshot.model, SnapshotEncoding::exact());
   const auto refused = [&](const std::vector<uint8_t>& f, bool flash, const std::string& why) {
     const KvSnapshot s = cgkv_to_snapshot(CgkvReader::from_bytes(f));
     auto ctx = make_context(*model, flash);
@@ -184,7 +184,7 @@ TEST(CgkvBridgeRefusal, OtherModelOrContext) {
           "refusing to restore a KV cache of model");
   other = model->identity();
   other.n_layer += 1;
-  refused(snapshot_to_cgkv(c.snapshot, other, CgkvLevel::exact()), false,
+  refused(snapshot_to_cgkv(c.snapshot, other, SnapshotEncoding::exact()), false,
           "refusing to restore a KV cache of model");
   // No metadata at all: an unknown model is refused too.
   refused(with_blob(file, BlobKind::metadata_json, std::nullopt), false,
@@ -197,7 +197,7 @@ TEST(CgkvBridgeHostile, BlobsGiveClearErrors) {
   CACHEGEN_REQUIRE_MODEL(model);
   const Captured c = capture(*model, false);
   const std::vector<uint8_t> file =
-      snapshot_to_cgkv(c.snapshot, c.snapshot.model, CgkvLevel::exact());
+      snapshot_to_cgkv(c.snapshot, c.snapshot.model, SnapshotEncoding::exact());
   const std::vector<uint8_t> app =
       *CgkvReader::from_bytes(file).read_blob(static_cast<uint32_t>(BlobKind::app_state));
 
@@ -236,7 +236,7 @@ TEST(CgkvBridgeHostile, BlobsGiveClearErrors) {
   }
   shorter.tokens.resize(kPrefix / 2);
   const std::vector<uint8_t> short_app =
-      *CgkvReader::from_bytes(snapshot_to_cgkv(shorter, shorter.model, CgkvLevel::exact()))
+      *CgkvReader::from_bytes(snapshot_to_cgkv(shorter, shorter.model, SnapshotEncoding::exact()))
            .read_blob(static_cast<uint32_t>(BlobKind::app_state));
   expect_error(with_blob(file, BlobKind::app_state, short_app), "cells, the container header");
 

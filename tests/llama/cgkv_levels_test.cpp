@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cachegen/error.h"
+#include "cachegen/quality_levels.h"
 #include "llama_test_support.h"
 
 namespace cachegen::llama {
@@ -34,7 +35,7 @@ Window capture(const Model& model) {
   return w;
 }
 
-double level_kl(const Model& model, const Window& w, const CgkvLevel& level, size_t* bytes) {
+double level_kl(const Model& model, const Window& w, const SnapshotEncoding& level, size_t* bytes) {
   const std::vector<uint8_t> file = snapshot_to_cgkv(w.snapshot, w.snapshot.model, level);
   *bytes = file.size();
   const KvSnapshot back = cgkv_to_snapshot(CgkvReader::from_bytes(file), model);
@@ -54,7 +55,7 @@ TEST(CgkvLevels, EachLevelRestoresNearTheEvalsKl) {
   for (const Case& c : {Case{QualityLevel::high, 5e-4}, Case{QualityLevel::medium, 0.08},
                         Case{QualityLevel::low, 0.15}}) {
     size_t bytes = 0;
-    const double kl = level_kl(*model, w, CgkvLevel::quality(c.level, shape, rope), &bytes);
+    const double kl = level_kl(*model, w, SnapshotEncoding::quality(c.level, shape, rope), &bytes);
     std::printf("level %-6s %6zu bytes  KL %.3g\n", quality_level_name(c.level), bytes, kl);
     EXPECT_LT(kl, c.max_kl) << quality_level_name(c.level);
   }
@@ -69,11 +70,11 @@ TEST(CgkvLevels, PreRopeAloneAndRecomputeAloneAreNearlyExact) {
   const Window w = capture(*model);
   const size_t n_layer = model->identity().n_layer;
   size_t bytes = 0;
-  CgkvLevel pre = CgkvLevel::bits(8, 32);
+  SnapshotEncoding pre = SnapshotEncoding::bits(8, 32);
   pre.quantized.key_pre_rope = true;
   pre.quantized.rope = model_rope_params(*model);
   const double kl_pre = level_kl(*model, w, pre, &bytes);
-  CgkvLevel rec = CgkvLevel::bits(8, 32);
+  SnapshotEncoding rec = SnapshotEncoding::bits(8, 32);
   rec.quantized.layer_bits.assign(n_layer, 8);
   rec.quantized.layer_bits[0] = 0;
   const double kl_rec = level_kl(*model, w, rec, &bytes);

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "cachegen/error.h"
+#include "cachegen/quality_levels.h"
 #include "llama/cgkv_blobs.h"
 #include "llama/layer0_kv.h"
 #include "llama_test_support.h"
@@ -118,11 +119,11 @@ TEST(Layer0, RecomputeRuleFollowsTheStatedCosts) {
   const bool want =
       detail::layer0_recompute_pays(static_cast<size_t>(llama_model_n_embd(model->get())));
   for (QualityLevel level : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-    const CgkvLevel l = CgkvLevel::quality(level, *model);
+    const SnapshotEncoding l = SnapshotEncoding::quality(level, *model);
     EXPECT_EQ(l.quantized.layer_bits.at(0) == 0, want) << quality_level_name(level);
     EXPECT_EQ(l.quantized.value_layer_bits.at(0) == 0, want) << quality_level_name(level);
     // Stored instead: with layer 1's bits.
-    CgkvLevel stored = l;
+    SnapshotEncoding stored = l;
     detail::store_recomputed_layers(stored.quantized);
     EXPECT_EQ(stored.quantized.layer_bits.at(0), l.quantized.layer_bits.at(1));
     EXPECT_EQ(stored.quantized.value_layer_bits.at(0), l.quantized.value_layer_bits.at(1));
@@ -133,7 +134,7 @@ TEST(Layer0, OnlyLayerZeroMayBeRecomputed) {
   CACHEGEN_REQUIRE_MODEL(model);
   const std::vector<int32_t> tokens = test::story_tokens(*model, 64);
   const KvSnapshot cap = prefill_capture(*model, tokens);
-  CgkvLevel level = CgkvLevel::bits(8, 32);
+  SnapshotEncoding level = SnapshotEncoding::bits(8, 32);
   level.quantized.layer_bits.assign(model->identity().n_layer, 8);
   level.quantized.layer_bits[1] = 0;  // a deeper layer needs the whole prefix: never recomputed
   const std::vector<uint8_t> file = snapshot_to_cgkv(cap, cap.model, level);

@@ -26,7 +26,7 @@ void write_all(const std::filesystem::path& p, const std::vector<uint8_t>& b) {
 
 // pack + unpack as the CLI does them: the identity recorded is the loading model's.
 std::vector<uint8_t> pack_unpack(const std::vector<uint8_t>& state_file, const ModelIdentity& id,
-                                 const CgkvLevel& level) {
+                                 const SnapshotEncoding& level) {
   const KvSnapshot s = parse_state_file(state_file);
   const std::vector<uint8_t> cgkv = snapshot_to_cgkv(s, id, level);
   EXPECT_LT(cgkv.size(), state_file.size());
@@ -59,7 +59,7 @@ TEST_P(StateFilePack, SequenceFileLoadsInLlamaCpp) {
   const std::vector<uint8_t> raw = read_all(saved);
 
   for (const bool lossless : {true, false}) {
-    const CgkvLevel level = lossless ? CgkvLevel::exact() : CgkvLevel::bits(6);
+    const SnapshotEncoding level = lossless ? SnapshotEncoding::exact() : SnapshotEncoding::bits(6);
     const std::vector<uint8_t> unpacked = pack_unpack(raw, model->identity(), level);
     if (lossless) {
       EXPECT_EQ(unpacked, raw);
@@ -100,7 +100,7 @@ TEST_P(StateFilePack, SessionFileLoadsInLlamaCpp) {
   partial.architecture = model->identity().architecture;
   for (const bool lossless : {true, false}) {
     const std::vector<uint8_t> unpacked =
-        pack_unpack(raw, partial, lossless ? CgkvLevel::exact() : CgkvLevel::bits(6));
+        pack_unpack(raw, partial, lossless ? SnapshotEncoding::exact() : SnapshotEncoding::bits(6));
     if (lossless) {
       EXPECT_EQ(unpacked, raw);
     }

@@ -9,6 +9,7 @@
 #include "cachegen/error.h"
 #include "cachegen/half.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/quality_levels.h"
 #include "cachegen/transform.h"
 
 namespace cachegen {
@@ -156,6 +157,40 @@ TEST(QualityLevels, AreOrderedAndValid) {
   EXPECT_EQ(deep.key_bits.front(), 0);
   EXPECT_EQ(deep.value_bits.back(), 6);
   EXPECT_EQ(quality_level_spec(QualityLevel::medium, 1).key_bits, std::vector<int>{0});
+}
+
+TEST(QualityLevels, OneTableNamesParsesAndSizesEveryLevel) {
+  for (const QualityLevelRow& row : kQualityLevels) {
+    EXPECT_EQ(parse_quality_level(row.name), row.level);
+    EXPECT_STREQ(quality_level_name(row.level), row.name);
+    EXPECT_EQ(quality_level_row(row.level).name, row.name);
+    const QualityLevelSpec q = quality_level_spec(row.level, 5);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_EQ(q.key_bits[i], row.key_bits[i]) << row.name;
+      EXPECT_EQ(q.value_bits[i], row.value_bits[i]) << row.name;
+    }
+    EXPECT_EQ(q.key_pre_rope, row.key_pre_rope);
+    if (row.group_tokens != 0) {
+      EXPECT_EQ(q.key_group_size, row.group_tokens);
+    }
+  }
+  EXPECT_FALSE(find_quality_level("High"));
+  EXPECT_FALSE(find_quality_level(""));
+  EXPECT_FALSE(find_quality_level("high "));
+  try {
+    parse_quality_level("ultra");
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(
+        std::string(e.what()).find("level must be lossless, high, medium or low, not 'ultra'"),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(quality_level_row(static_cast<QualityLevel>(9)), Error);
+  EXPECT_STREQ(quality_level_name(static_cast<QualityLevel>(9)), "unknown");
+  EXPECT_EQ(default_chunk_tokens(true), 1024u);
+  EXPECT_EQ(default_chunk_tokens(false), 256u);
 }
 
 }  // namespace

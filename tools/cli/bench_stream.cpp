@@ -26,6 +26,7 @@
 
 #ifdef CACHEGEN_WITH_LLAMA
 #include "cachegen/llama.h"
+#include "cachegen/quality_levels.h"
 #endif
 
 namespace cachegen::cli {
@@ -162,10 +163,7 @@ std::vector<uint8_t> encode_chunk(const NpyArray& kv, std::span<const int32_t> t
                 part.begin() + static_cast<ptrdiff_t>(l * n * H * D));
   }
   const std::vector<CgkvBlob> blobs{token_ids_blob(tokens.subspan(first, n))};
-  QualityLevel q = QualityLevel::lossless;
-  for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-    if (level == quality_level_name(l)) q = l;
-  }
+  const QualityLevel q = parse_quality_level(level);
   if (q == QualityLevel::lossless) return write_cgkv_lossless(shape, part, n, n, blobs, 3);
   KVCacheConfig cfg = quality_level_config_stored(q, shape, nullptr);  // no model: layer 0 stored
   cfg.block_tokens =
@@ -213,7 +211,8 @@ void add_bench_stream(CLI::App& bench) {
     ContextStoreOptions so;
     so.chunk_tokens = a->chunk_tokens;
     ContextStore cs(shaped, "bench:" + a->model, so);
-    const std::vector<std::string> level_names = {"lossless", "high", "medium", "low"};
+    std::vector<std::string> level_names;
+    for (const QualityLevelRow& row : kQualityLevels) level_names.emplace_back(row.name);
     std::vector<std::pair<std::string, double>> kl;
     for (const LevelSpec& l : measured_quality_levels()) kl.emplace_back(l.name, l.kl);
     std::vector<Context> contexts;

@@ -29,10 +29,6 @@ size_t kv_elements(const llama::KvSnapshot& s) {
   return n;
 }
 
-QualityLevel parse_level(const std::string& name) {
-  return llama::parse_quality_level(name);
-}
-
 bool uses_bits(const LevelArgs& a) {
   return a.bits_opt != nullptr && a.bits_opt->count() > 0;
 }
@@ -53,8 +49,9 @@ llama::PackOptions pack_options(const LevelArgs& a) {
   return o;
 }
 
-llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers) {
-  return llama::pack_level(pack_options(a), model, n_layers);
+llama::SnapshotEncoding make_encoding(const LevelArgs& a, const llama::Model* model,
+                                      size_t n_layers) {
+  return llama::pack_encoding(pack_options(a), model, n_layers);
 }
 
 void add_level_options(CLI::App* cmd, LevelArgs& a) {

@@ -29,13 +29,13 @@ struct LevelArgs {
   size_t chunk_tokens = 0;  // 0: the level's default
 };
 
-QualityLevel parse_level(const std::string& name);
 bool uses_bits(const LevelArgs& a);
 std::string level_name(const LevelArgs& a);
 // The library's pack options of --lossless / --bits / --level / --group-size / --chunk-tokens.
 llama::PackOptions pack_options(const LevelArgs& a);
-// The level they choose: llama::pack_level (the same choice as the C API's and Python's).
-llama::CgkvLevel make_level(const LevelArgs& a, const llama::Model* model, size_t n_layers);
+// The level they choose: llama::pack_encoding (the same choice as the C API's and Python's).
+llama::SnapshotEncoding make_encoding(const LevelArgs& a, const llama::Model* model,
+                                      size_t n_layers);
 void add_level_options(CLI::App* cmd, LevelArgs& a);
 
 // Milliseconds since t0 (steady clock).

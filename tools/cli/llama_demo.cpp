@@ -13,6 +13,7 @@
 
 #include "cachegen/container.h"
 #include "cachegen/error.h"
+#include "cachegen/quality_levels.h"
 #include "llama_cli.h"
 
 namespace cachegen::cli {
@@ -131,7 +132,8 @@ void add_demo(CLI::App& llama_cmd) {
 
     std::vector<std::string> levels{a->level.level};
     if (a->level.level == "all" && !uses_bits(a->level) && !a->level.lossless) {
-      levels = {"lossless", "high", "medium", "low"};
+      levels.clear();
+      for (const QualityLevelRow& row : kQualityLevels) levels.emplace_back(row.name);
     }
     std::vector<LevelResult> results;
     for (const std::string& name : levels) {
@@ -145,9 +147,9 @@ void add_demo(CLI::App& llama_cmd) {
                       ("cachegen_demo_" + std::to_string(::getpid()) + "_" + name + ".cgkv"))
                          .string();
       const auto t0 = std::chrono::steady_clock::now();
-      write_file_atomic(
-          r.path, llama::snapshot_to_cgkv(
-                      snap, snap.model, make_level(la, &model, snap.data_stream().layers.size())));
+      write_file_atomic(r.path, llama::snapshot_to_cgkv(
+                                    snap, snap.model,
+                                    make_encoding(la, &model, snap.data_stream().layers.size())));
       r.write_ms = ms_since(t0);
       // Restore: read + decode + restore into a context made beforehand (a prefill needs one
       // too), fastest of --repeat.

@@ -13,6 +13,7 @@
 #include "cachegen/error.h"
 #include "cachegen/llama_context.h"
 #include "cachegen/planner_sim.h"
+#include "cachegen/quality_levels.h"
 #include "cachegen/store.h"
 #include "llama_cli.h"
 
@@ -35,7 +36,7 @@ std::vector<QualityLevel> parse_levels(const std::string& list) {
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(parse_level(item));
+    if (!item.empty()) out.push_back(parse_quality_level(item));
   }
   return out;
 }
@@ -94,7 +95,7 @@ void add_run(CLI::App& llama_cmd) {
       throw Error(ErrorCode::invalid_argument, "give --prompt-file or --prompt");
     }
     const std::vector<QualityLevel> write_levels = parse_levels(a->write_levels);
-    if (!a->level.empty()) parse_level(a->level);  // a bad name fails before any work
+    if (!a->level.empty()) parse_quality_level(a->level);  // a bad name fails before any work
     const std::unique_ptr<PlannerPolicy> policy = make_planner_policy(a->policy);
     const llama::Model model(resolve_model(a->model));
     std::string prompt = a->prompt;
