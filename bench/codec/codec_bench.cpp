@@ -11,6 +11,7 @@
 
 #include "cachegen/codec.h"
 #include "cachegen/container.h"
+#include "cachegen/encode.h"
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
 #include "cachegen/runtime.h"
@@ -27,6 +28,7 @@ struct Input {
   // the lossless tier): the .npy's own array, or the synthetic heads as 1-head layers.
   ModelShape shape;
   std::vector<Half> kv;
+  std::vector<uint8_t> cgkv;  // the input .cgkv's bytes (else empty)
 };
 
 ModelShape kv_shape(size_t n_layers, size_t n_kv_heads, size_t head_dim) {
@@ -40,7 +42,7 @@ ModelShape kv_shape(size_t n_layers, size_t n_kv_heads, size_t head_dim) {
 
 // Per-channel random walks with channel-dependent amplitude plus a little noise: KV-like.
 Input synthetic_input() {
-  Input in{16, 4096, 128, {}, "synthetic correlated 16x4096x128", {}, {}};
+  Input in{16, 4096, 128, {}, "synthetic correlated 16x4096x128", {}, {}, {}};
   in.values.resize(in.n_heads * in.n_rows * in.dim);
   std::mt19937 rng(1);
   std::normal_distribution<float> n01;
@@ -59,14 +61,33 @@ Input synthetic_input() {
 }
 
 // fp16 [n_layers, 2, n_tokens, n_kv_heads, head_dim] -> heads [(layer, kv, head), token, dim].
-Input npy_input(const std::string& path) {
-  const NpyArray a = read_npy(path);
+// A .cgkv input is decoded to that array first (recomputed layers as zeros), and kept.
+Input file_input(const std::string& path) {
+  NpyArray a;
+  std::vector<uint8_t> cgkv;
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".cgkv") == 0) {
+    const CgkvReader reader = CgkvReader::open_file(path);
+    const CgkvInfo& info = reader.info();
+    if (info.n_attention_layers() != info.n_layers) {
+      throw Error(ErrorCode::invalid_argument, path + ": layers without attention are not benched");
+    }
+    a.dtype = NpyDType::f16;
+    a.shape = {static_cast<size_t>(info.n_layers), 2, info.n_tokens,
+               static_cast<size_t>(info.n_kv_heads), static_cast<size_t>(info.head_dim)};
+    const std::vector<Half> kv = reader.read_tokens(0, info.n_tokens);
+    a.data.resize(kv.size() * sizeof(Half));
+    if (!kv.empty()) std::memcpy(a.data.data(), kv.data(), a.data.size());
+    cgkv = read_file_bytes(path);
+  } else {
+    a = read_npy(path);
+  }
   if (a.dtype != NpyDType::f16 || a.shape.size() != 5 || a.shape[1] != 2) {
     throw Error(ErrorCode::invalid_argument,
                 path + ": expected fp16 [n_layers, 2, n_tokens, n_kv_heads, head_dim]");
   }
   const size_t L = a.shape[0], T = a.shape[2], H = a.shape[3], D = a.shape[4];
-  Input in{L * 2 * H, T, D, {}, path, {}, {}};
+  Input in{L * 2 * H, T, D, {}, path, {}, {}, {}};
+  in.cgkv = std::move(cgkv);
   in.values.resize(a.size());
   const auto src = a.as<Half>();
   for (size_t lk = 0; lk < L * 2; ++lk)
@@ -89,7 +110,7 @@ void items(benchmark::State& st, size_t n) {
 }  // namespace
 
 int run_codec_benchmark(const CodecBenchOptions& o) {
-  const Input in = o.input_npy.empty() ? synthetic_input() : npy_input(o.input_npy);
+  const Input in = o.input_npy.empty() ? synthetic_input() : file_input(o.input_npy);
   const size_t n = in.values.size();
   const std::vector<CodeStream> streams =
       quantize_to_codes_batch(in.values, in.n_heads, in.n_rows, in.dim, o.bits, o.group_size);
@@ -170,6 +191,12 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       items(st, n);
     });
   }
+  // The fused decode of encode_values' stream (compact parameters, as files hold them).
+  benchmark::RegisterBenchmark("decode_values_fp16/1t", [&](benchmark::State& st) {
+    set_thread_count(1);
+    for (auto _ : st) benchmark::DoNotOptimize(decode_batch_to_half(coded_values));
+    items(st, n);
+  });
   benchmark::RegisterBenchmark("lossless_encode/1t", [&](benchmark::State& st) {
     set_thread_count(1);
     for (auto _ : st)
@@ -180,6 +207,40 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     set_thread_count(1);
     const CgkvReader reader = CgkvReader::from_bytes(lossless);
     for (auto _ : st) benchmark::DoNotOptimize(reader.read_tokens(0, kv_tokens));
+    items(st, n);
+  });
+  // The file path: the same KV as a quantized .cgkv (`cachegen encode --bits B --group-size G
+  // --layer-groups 1`, or the input .cgkv itself), decoded whole into the caller's buffer
+  // (CgkvReader::read_tokens_into) and encoded from the array (encode_kv_array), next to the
+  // fused batch decode/encode above.
+  KVEncodeOptions file_options;
+  file_options.bits = o.bits;
+  file_options.group_size = o.group_size;
+  file_options.layer_groups = 1;
+  file_options.chunk_tokens = (256 + o.group_size - 1) / o.group_size * o.group_size;
+  KVArrayView view;
+  view.n_tokens = in.n_rows;
+  view.n_kv_heads = static_cast<size_t>(in.shape.n_kv_heads);
+  view.head_dim = in.dim;
+  for (int l = 0; l < in.shape.n_layers; ++l)
+    view.layers.push_back(in.kv.data() +
+                          static_cast<size_t>(l) * 2 * in.n_rows * view.n_kv_heads * in.dim);
+  const std::vector<uint8_t> file =
+      in.cgkv.empty() ? encode_kv_array(view, in.shape, file_options) : in.cgkv;
+  benchmark::RegisterBenchmark("file_decode/1t", [&](benchmark::State& st) {
+    set_thread_count(1);
+    const CgkvReader reader = CgkvReader::from_bytes(file);
+    std::vector<Half> out(reader.info().n_tokens * 2 * static_cast<size_t>(in.shape.n_layers) *
+                          view.n_kv_heads * in.dim);
+    for (auto _ : st) {
+      reader.read_tokens_into(0, reader.info().n_tokens, out);
+      benchmark::ClobberMemory();
+    }
+    items(st, n);
+  });
+  benchmark::RegisterBenchmark("file_encode/1t", [&](benchmark::State& st) {
+    set_thread_count(1);
+    for (auto _ : st) benchmark::DoNotOptimize(encode_kv_array(view, in.shape, file_options));
     items(st, n);
   });
   benchmark::RegisterBenchmark("zstd1_fp16_encode/1t", [&](benchmark::State& st) {
@@ -290,6 +351,15 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       ips("lossless_encode/1t") / std::max(1.0, ips("zstd1_fp16_encode/1t"));
   j["lossless_decode_over_zstd1_fp16"] =
       ips("lossless_decode/1t") / std::max(1.0, ips("zstd1_fp16_decode/1t"));
+  j["file_bytes"] = file.size();
+  j["file_decode_elems_per_s"] = ips("file_decode/1t");
+  j["file_encode_elems_per_s"] = ips("file_encode/1t");
+  // Aim (issue 10): the file path within 1.3x the fused kernel's time, i.e. ratio >= 0.77.
+  j["decode_values_fp16_elems_per_s"] = ips("decode_values_fp16/1t");
+  j["file_decode_over_decode_fp16"] = ips("file_decode/1t") / std::max(1.0, ips("decode_fp16/1t"));
+  j["file_decode_over_decode_values_fp16"] =
+      ips("file_decode/1t") / std::max(1.0, ips("decode_values_fp16/1t"));
+  j["file_encode_over_encode_fp16"] = ips("file_encode/1t") / std::max(1.0, ips("encode_fp16/1t"));
   j["coded_param_bytes"] = batch_report.param_bytes;
   j["coded_model_bytes"] = batch_report.model_bytes;
   if (o.json) {
@@ -317,16 +387,20 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
               j["lossless_over_bytesplit_zstd19"].get<double>());
   const std::string mt = std::to_string(all_threads) + " threads vs 1";
   print_comparisons(
-      r, {{"decode fp16 vs zstd -1 decode", "decode_fp16/1t", "zstd1_decode/1t"},
-          {"decode codes vs zstd -1 decode", "decode_codes/1t", "zstd1_decode/1t"},
-          {"encode codes vs zstd -1 encode", "encode_codes/1t", "zstd1_encode/1t"},
-          {"encode fp16 vs zstd -1 encode", "encode_fp16/1t", "zstd1_encode/1t"},
-          {"decode codes vs memcpy", "decode_codes/1t", "memcpy_codes/1t"},
-          {"decode codes " + mt, "decode_codes/mt", "decode_codes/1t"},
-          {"decode fp16 " + mt, "decode_fp16/mt", "decode_fp16/1t"},
-          {"encode codes " + mt, "encode_codes/mt", "encode_codes/1t"},
-          {"lossless encode vs zstd -1 (fp16)", "lossless_encode/1t", "zstd1_fp16_encode/1t"},
-          {"lossless decode vs zstd -1 (fp16)", "lossless_decode/1t", "zstd1_fp16_decode/1t"}});
+      r,
+      {{"decode fp16 vs zstd -1 decode", "decode_fp16/1t", "zstd1_decode/1t"},
+       {"decode codes vs zstd -1 decode", "decode_codes/1t", "zstd1_decode/1t"},
+       {"encode codes vs zstd -1 encode", "encode_codes/1t", "zstd1_encode/1t"},
+       {"encode fp16 vs zstd -1 encode", "encode_fp16/1t", "zstd1_encode/1t"},
+       {"decode codes vs memcpy", "decode_codes/1t", "memcpy_codes/1t"},
+       {"decode codes " + mt, "decode_codes/mt", "decode_codes/1t"},
+       {"decode fp16 " + mt, "decode_fp16/mt", "decode_fp16/1t"},
+       {"encode codes " + mt, "encode_codes/mt", "encode_codes/1t"},
+       {"file decode (.cgkv) vs fused decode fp16", "file_decode/1t", "decode_fp16/1t"},
+       {"file decode vs fused decode, compact params", "file_decode/1t", "decode_values_fp16/1t"},
+       {"file encode (.cgkv) vs fused encode fp16", "file_encode/1t", "encode_fp16/1t"},
+       {"lossless encode vs zstd -1 (fp16)", "lossless_encode/1t", "zstd1_fp16_encode/1t"},
+       {"lossless decode vs zstd -1 (fp16)", "lossless_decode/1t", "zstd1_fp16_decode/1t"}});
   return 0;
 }
 

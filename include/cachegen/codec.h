@@ -109,6 +109,20 @@ std::vector<CodeStream> decode_batch(std::span<const uint8_t> bytes,
 std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
                                        const DecodeOptions& options = {});
 
+// What a batch must hold for decode_batch_to_rows: n_heads heads of n_rows x dim codes at
+// `bits` bits in groups of group_size rows.
+struct BatchShape {
+  size_t n_heads = 0, n_rows = 0, dim = 0;
+  int bits = 0;
+  size_t group_size = 0;
+};
+// Decodes a batch straight into the caller's fp16 rows, token-major [n_rows, n_heads, dim]
+// (llama.cpp's K/V row layout, a .cgkv chunk's tensor): the values of decode_batch_to_half,
+// transposed, without intermediate codes or head buffers. out.size() must be n_heads * n_rows *
+// dim (invalid_argument otherwise); a batch of another shape is corrupt_input naming the field.
+void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shape,
+                          std::span<Half> out, const DecodeOptions& options = {});
+
 // ---- Size accounting -------------------------------------------------------------------
 
 struct CodedSizeReport {

@@ -324,6 +324,17 @@ std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, siz
   return out;
 }
 
+void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset,
+                                 const BatchShape& shape, std::span<Half> out,
+                                 const DecodeOptions& options) {
+  const SharedBatch b = parse_shared(body, body_offset, shape.n_heads, options);
+  check_head_shape(b.heads[0], 0, shape);  // the heads of a shared batch share one shape
+  const size_t row_stride = shape.n_heads * shape.dim;
+  decode_slices(b, [&](size_t h, const uint8_t* codes) {
+    dequant_real_rows_strided(b.heads[h], codes, out.data() + h * shape.dim, row_stride);
+  });
+}
+
 SharedBatchSizes shared_batch_sizes(std::span<const uint8_t> body, size_t body_offset,
                                     size_t n_heads) {
   const SharedBatch b = parse_shared(body, body_offset, n_heads, DecodeOptions{});

@@ -1,15 +1,28 @@
 #include "codec/bit_io.h"
 
+#include <cstring>
+#include <string>
+
 namespace cachegen::detail {
 
+namespace {
+uint64_t low_bits(int n) {
+  return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+}
+}  // namespace
+
 void BitWriter::put(uint64_t value, int n_bits) {
-  for (int i = n_bits - 1; i >= 0; --i) {
-    acc_ = (acc_ << 1) | ((value >> i) & 1);
-    if (++fill_ == 8) {
-      bytes_.push_back(static_cast<uint8_t>(acc_));
-      acc_ = 0;
-      fill_ = 0;
+  // Up to 56 bits at a time on top of the < 8 pending ones; whole bytes leave as they fill.
+  while (n_bits > 0) {
+    const int take = n_bits < 56 ? n_bits : 56;
+    n_bits -= take;
+    acc_ = (acc_ << take) | ((value >> n_bits) & low_bits(take));
+    fill_ += take;
+    while (fill_ >= 8) {
+      fill_ -= 8;
+      bytes_.push_back(static_cast<uint8_t>(acc_ >> fill_));
     }
+    acc_ &= low_bits(fill_);
   }
 }
 
@@ -26,30 +39,51 @@ std::vector<uint8_t> BitWriter::finish() {
   return std::move(bytes_);
 }
 
+uint64_t BitReader::window() const noexcept {
+  const size_t byte = bit_pos_ >> 3;
+  uint64_t w = 0;
+  if (byte + 8 <= in_.size()) {
+    std::memcpy(&w, in_.data() + byte, 8);
+    w = __builtin_bswap64(w);
+  } else {
+    for (size_t i = 0; i < 8; ++i) w = (w << 8) | (byte + i < in_.size() ? in_[byte + i] : 0u);
+  }
+  return w << (bit_pos_ & 7);
+}
+
 uint64_t BitReader::get(int n_bits, const char* field) {
   if (static_cast<size_t>(n_bits) > bits_left()) {
     fail(ErrorCode::truncated_input, std::string("codec stream: ") + field +
                                          ": bit field runs past its section ending at offset " +
                                          std::to_string(base_ + in_.size()));
   }
-  uint64_t v = 0;
-  for (int i = 0; i < n_bits; ++i, ++bit_pos_) {
-    v = (v << 1) | ((in_[bit_pos_ >> 3] >> (7 - (bit_pos_ & 7))) & 1);
+  if (n_bits == 0) return 0;
+  if (n_bits > 56) {  // the window holds at least 57 bits
+    const uint64_t high = get(n_bits - 32, field);
+    return (high << 32) | get(32, field);
   }
+  const uint64_t v = window() >> (64 - n_bits);
+  bit_pos_ += static_cast<size_t>(n_bits);
   return v;
 }
 
 uint64_t BitReader::exp_golomb(int k, const char* field) {
-  int len = 0;
-  while (get(1, field) == 0) {
-    if (++len > 40) {
-      fail(ErrorCode::corrupt_input, std::string("codec stream: ") + field +
-                                         ": Exp-Golomb prefix longer than 40 bits near offset " +
-                                         std::to_string(base_ + bit_pos_ / 8));
-    }
+  // The prefix's zeros counted at once; the errors are those of reading it bit by bit: more
+  // than 40 zeros is corrupt, running out of bits first is truncated.
+  const uint64_t w = window();
+  const size_t left = bits_left();
+  size_t zeros = w == 0 ? 64 : static_cast<size_t>(__builtin_clzll(w));
+  if (zeros > left) zeros = left;
+  if (zeros > 40) {
+    fail(ErrorCode::corrupt_input, std::string("codec stream: ") + field +
+                                       ": Exp-Golomb prefix longer than 40 bits near offset " +
+                                       std::to_string(base_ + (bit_pos_ + 41) / 8));
   }
-  const uint64_t w = (uint64_t{1} << len) | get(len, field);
-  return ((w - 1) << k) | get(k, field);
+  if (zeros == left) get(static_cast<int>(left) + 1, field);  // throws truncated_input
+  bit_pos_ += zeros + 1;
+  const int len = static_cast<int>(zeros);
+  const uint64_t v = (uint64_t{1} << len) | get(len, field);
+  return ((v - 1) << k) | get(k, field);
 }
 
 void BitReader::finish(const char* section) {

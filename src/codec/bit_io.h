@@ -57,6 +57,10 @@ class BitReader {
   void finish(const char* section);
 
  private:
+  // The next 64 bits from bit_pos_, MSB first, zeros past the end (at least 57 of them are
+  // the input's when that many are left).
+  uint64_t window() const noexcept;
+
   std::span<const uint8_t> in_;
   size_t base_;
   size_t bit_pos_ = 0;

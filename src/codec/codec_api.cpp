@@ -312,4 +312,39 @@ std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
   return out;
 }
 
+void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shape,
+                          std::span<Half> out, const DecodeOptions& options) {
+  const size_t n = detail::checked_mul(detail::checked_mul(shape.n_heads, shape.n_rows, "shape"),
+                                       shape.dim, "shape");
+  if (out.size() != n) {
+    detail::invalid("decode_batch_to_rows: out holds " + std::to_string(out.size()) +
+                    " values, the shape " + std::to_string(n));
+  }
+  const BatchHeader bh = read_batch_header(bytes);
+  if (bh.n_heads != shape.n_heads) {
+    detail::fail(ErrorCode::corrupt_input, "codec batch: " + std::to_string(bh.n_heads) +
+                                               " heads, expected " + std::to_string(shape.n_heads));
+  }
+  if (bh.layout == detail::kBatchShared) {
+    detail::decode_batch_shared_to_rows(bytes.subspan(bh.body_offset), bh.body_offset, shape, out,
+                                        options);
+    return;
+  }
+  const auto records = batch_records(bytes, bh);
+  std::vector<detail::ParsedHead> heads(records.size());
+  detail::parallel_for(records.size(), [&](size_t i) {
+    heads[i] = detail::parse_head(bytes.subspan(records[i].first, records[i].second),
+                                  records[i].first, options);
+  });
+  for (size_t i = 0; i < heads.size(); ++i) detail::check_head_shape(heads[i].stream, i, shape);
+  const size_t per_head = shape.n_rows * shape.dim;
+  detail::parallel_for(heads.size(), [&](size_t i) {
+    uint8_t* codes = detail::scratch_bytes(per_head);
+    detail::decode_head_symbols(heads[i], std::span<uint8_t>(codes, per_head));
+    detail::symbols_to_codes_in_place(codes, heads[i].stream, heads[i].is_delta.data());
+    detail::dequant_real_rows_strided(heads[i].stream, codes, out.data() + i * shape.dim,
+                                      shape.n_heads * shape.dim);
+  });
+}
+
 }  // namespace cachegen

@@ -257,6 +257,45 @@ void dequant_real_rows(const CodeStream& s, const uint8_t* codes, Half* out) {
   }
 }
 
+void dequant_real_rows_strided(const CodeStream& s, const uint8_t* codes, Half* out,
+                               size_t row_stride) {
+  if (row_stride == s.dim) {
+    dequant_real_rows(s, codes, out);
+    return;
+  }
+  if (s.n_rows == 0 || s.dim == 0) return;
+  const size_t n = s.n_rows * s.dim;
+  if (s.dim < 64) {
+    // Narrow heads: the widened contiguous kernel into a per-thread buffer, then rows copied
+    // (per-row kernel calls would cost more than the copy).
+    thread_local std::vector<Half> rows;
+    if (rows.size() < n) rows.resize(n);
+    dequant_real_rows(s, codes, rows.data());
+    for (size_t t = 0; t < s.n_rows; ++t)
+      std::memcpy(out + t * row_stride, rows.data() + t * s.dim, s.dim * sizeof(Half));
+    return;
+  }
+  const QuantKernels& k = quant_kernels();
+  uint16_t* o = reinterpret_cast<uint16_t*>(out);
+  for (size_t t = 0; t < s.n_rows; ++t) {
+    const size_t g = t / s.group_size;
+    k.dequant_rows(codes + t * s.dim, 1, s.dim, s.scale.data() + g * s.dim,
+                   s.zero.data() + g * s.dim, o + t * row_stride);
+  }
+}
+
+void check_head_shape(const CodeStream& h, size_t index, const BatchShape& shape) {
+  if (h.n_rows != shape.n_rows || h.dim != shape.dim || h.bits != shape.bits ||
+      h.group_size != shape.group_size) {
+    fail(ErrorCode::corrupt_input,
+         "codec batch, head " + std::to_string(index) + ": stream shape " +
+             std::to_string(h.n_rows) + "x" + std::to_string(h.dim) + " bits " +
+             std::to_string(h.bits) + " group " + std::to_string(h.group_size) + ", expected " +
+             std::to_string(shape.n_rows) + "x" + std::to_string(shape.dim) + " bits " +
+             std::to_string(shape.bits) + " group " + std::to_string(shape.group_size));
+  }
+}
+
 namespace {
 
 // A random-access iterator over `count` zero halves.

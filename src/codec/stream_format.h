@@ -73,6 +73,11 @@ void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& params, const
 void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes);
 // fp16 [n_rows, dim] of real-row codes with the stream's parameters (as dequant_codes).
 void dequant_real_rows(const CodeStream& params, const uint8_t* codes, Half* out);
+// The same with row t written at out + t * row_stride (row_stride >= dim).
+void dequant_real_rows_strided(const CodeStream& params, const uint8_t* codes, Half* out,
+                               size_t row_stride);
+// Checks that a decoded head has the shape a caller expects (corrupt_input naming the field).
+void check_head_shape(const CodeStream& head, size_t index, const BatchShape& shape);
 
 // Per-head parameter block of a shared batch.
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
@@ -91,6 +96,10 @@ std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_
 // fp16 [G, n_rows, dim].
 std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset,
                                               size_t n_heads, const DecodeOptions& options);
+// fp16 [n_rows, G, dim] into out (decode_batch_to_rows).
+void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset,
+                                 const BatchShape& shape, std::span<Half> out,
+                                 const DecodeOptions& options);
 
 // Adds one decoded head's sizes, channel kinds and code entropy to `report`.
 void add_head_size_report(const DecodedHead& head, CodedSizeReport& report);

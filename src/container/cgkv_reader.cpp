@@ -86,27 +86,17 @@ void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits
   }
   DecodeOptions opt;
   opt.max_elements = (rows + info.group_size) * D;
-  // Decoded before anything here is allocated: the codec bounds its own buffers by the bytes.
-  const std::vector<CodeStream> heads = decode_batch(data, opt);
-  if (heads.size() != H) {
-    throw Error(ErrorCode::corrupt_input, ctx + ": " + std::to_string(heads.size()) +
-                                              " heads, header says " + std::to_string(H));
-  }
-  for (size_t h = 0; h < H; ++h) {
-    const CodeStream& s = heads[h];
-    if (s.n_rows != rows || s.dim != D || s.bits != bits || s.group_size != info.group_size) {
-      throw Error(ErrorCode::corrupt_input,
-                  ctx + ", head " + std::to_string(h) + ": stream shape " +
-                      std::to_string(s.n_rows) + "x" + std::to_string(s.dim) + " bits " +
-                      std::to_string(s.bits) + " group " + std::to_string(s.group_size) +
-                      " does not match the header");
+  const BatchShape shape{H, rows, D, bits, info.group_size};
+  try {
+    if (lo == 0 && hi == rows) {  // the fused decoder writes the caller's rows directly
+      decode_batch_to_rows(data, shape, std::span<Half>(out, rows * H * D), opt);
+      return;
     }
-  }
-  std::vector<Half> head(rows * D);
-  for (size_t h = 0; h < H; ++h) {
-    dequant_codes_into(heads[h], head);
-    for (size_t t = lo; t < hi; ++t)
-      std::memcpy(out + ((t - lo) * H + h) * D, head.data() + t * D, D * 2);
+    std::vector<Half> all(rows * H * D);  // rows <= chunk_tokens: bounded by the reader's limit
+    decode_batch_to_rows(data, shape, all, opt);
+    std::memcpy(out, all.data() + lo * H * D, (hi - lo) * H * D * sizeof(Half));
+  } catch (const Error& e) {
+    throw Error(e.code(), ctx + ": " + e.message());
   }
 }
 

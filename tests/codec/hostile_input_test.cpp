@@ -127,6 +127,13 @@ TEST(CodecHostile, SharedBatchTruncationsAndCorruptions) {
       bad[i] ^= flip;
       expect_error_or_valid([](auto b) { return decode_batch(b); }, bad);
       expect_error_or_valid([](auto b) { return decode_batch_to_half(b); }, bad);
+      expect_error_or_valid(
+          [](auto b) {
+            std::vector<Half> out(5 * 256 * 8);
+            decode_batch_to_rows(b, {5, 256, 8, 3, 32}, out);
+            return out;
+          },
+          bad);
     }
   }
   // Unknown layout, zero heads_per_slice and oversized shapes are named errors.

@@ -169,6 +169,62 @@ TEST(CodecSharedBatch, MixedShapesFallBackToIndependentRecords) {
   EXPECT_THROW(decode_batch_to_half(bytes), Error);
 }
 
+TEST(CodecSharedBatch, DecodeToRowsIsTheTransposedHalfDecode) {
+  // Both layouts, narrow and wide heads (the widened and the per-row kernels), all threads.
+  for (const size_t dim : {size_t{8}, size_t{64}, size_t{72}}) {
+    for (const bool shared : {true, false}) {
+      const size_t heads = 3, rows = shared ? 300 : 40;
+      const auto x = test::random_walk(heads * rows, dim, 0.1f, static_cast<uint32_t>(dim));
+      std::vector<uint8_t> bytes = encode_values_batch(x, heads, rows, dim, 4, 32);
+      if (!shared) {  // layout 0 written by hand: each head's record, as encode() codes it
+        std::vector<uint8_t> b = {'C', 'G', 'C', 'B', 1, static_cast<uint8_t>(heads), 0};
+        std::vector<std::vector<uint8_t>> records;
+        for (size_t h = 0; h < heads; ++h) {
+          const auto one = encode_values(
+              std::span<const float>(x).subspan(h * rows * dim, rows * dim), rows, dim, 4, 32);
+          records.emplace_back(one.begin() + 5, one.end());  // without magic and version
+        }
+        for (const auto& r : records) {
+          for (size_t v = r.size();; v >>= 7) {  // LEB128 length
+            b.push_back(static_cast<uint8_t>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
+            if (v < 0x80) break;
+          }
+        }
+        for (const auto& r : records) b.insert(b.end(), r.begin(), r.end());
+        bytes = b;
+        EXPECT_EQ(batch_layout(bytes), 0);
+      }
+      SCOPED_TRACE("dim " + std::to_string(dim) + (shared ? " shared" : " independent"));
+      const std::vector<Half> ref = decode_batch_to_half(bytes);
+      std::vector<Half> out(heads * rows * dim);
+      decode_batch_to_rows(bytes, {heads, rows, dim, 4, 32}, out);
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t t = 0; t < rows; ++t)
+          for (size_t c = 0; c < dim; ++c)
+            ASSERT_EQ(out[(t * heads + h) * dim + c].bits, ref[(h * rows + t) * dim + c].bits);
+      // Another shape than the caller's is corrupt input; a wrong buffer an invalid argument.
+      for (const BatchShape bad :
+           {BatchShape{heads + 1, rows, dim, 4, 32}, BatchShape{heads, rows, dim, 3, 32},
+            BatchShape{heads, rows, dim, 4, 64}}) {
+        std::vector<Half> o(bad.n_heads * bad.n_rows * bad.dim);
+        try {
+          decode_batch_to_rows(bytes, bad, o);
+          ADD_FAILURE() << "no throw";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << e.what();
+        }
+      }
+      std::vector<Half> small(out.size() - 1);
+      try {
+        decode_batch_to_rows(bytes, {heads, rows, dim, 4, 32}, small);
+        ADD_FAILURE() << "no throw";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+      }
+    }
+  }
+}
+
 TEST(CodecSharedBatch, SizeReportAddsUpForBothLayouts) {
   const size_t heads = 5, rows = 512, dim = 8;
   const auto x = test::random_walk(heads * rows, dim, 0.1f, 3);

@@ -16,7 +16,7 @@ void add_bench_codec(CLI::App& bench) {
       "codec", "codec encode/decode speed and size next to zstd -1/-19 and memcpy");
   cmd->add_flag("--json", opts->json, "print one JSON object");
   cmd->add_option("--input", opts->input_npy,
-                  ".npy of fp16 KV [n_layers, 2, n_tokens, n_kv_heads, head_dim] "
+                  ".npy of fp16 KV [n_layers, 2, n_tokens, n_kv_heads, head_dim], or a .cgkv "
                   "(default: a correlated synthetic set)");
   cmd->add_option("--bits", opts->bits, "quantization bits")->check(CLI::Range(1, 8));
   cmd->add_option("--group-size", opts->group_size, "tokens per group");
