@@ -39,51 +39,31 @@ std::vector<uint8_t> BitWriter::finish() {
   return std::move(bytes_);
 }
 
-uint64_t BitReader::window() const noexcept {
+uint64_t BitReader::window_tail() const noexcept {
   const size_t byte = bit_pos_ >> 3;
   uint64_t w = 0;
-  if (byte + 8 <= in_.size()) {
-    std::memcpy(&w, in_.data() + byte, 8);
-    w = __builtin_bswap64(w);
-  } else {
-    for (size_t i = 0; i < 8; ++i) w = (w << 8) | (byte + i < in_.size() ? in_[byte + i] : 0u);
-  }
+  for (size_t i = 0; i < 8; ++i) w = (w << 8) | (byte + i < in_.size() ? in_[byte + i] : 0u);
   return w << (bit_pos_ & 7);
 }
 
-uint64_t BitReader::get(int n_bits, const char* field) {
-  if (static_cast<size_t>(n_bits) > bits_left()) {
-    fail(ErrorCode::truncated_input, std::string("codec stream: ") + field +
-                                         ": bit field runs past its section ending at offset " +
-                                         std::to_string(base_ + in_.size()));
-  }
-  if (n_bits == 0) return 0;
-  if (n_bits > 56) {  // the window holds at least 57 bits
-    const uint64_t high = get(n_bits - 32, field);
-    return (high << 32) | get(32, field);
-  }
-  const uint64_t v = window() >> (64 - n_bits);
-  bit_pos_ += static_cast<size_t>(n_bits);
-  return v;
+uint64_t BitReader::get_long(int n_bits, const char* field) {
+  const uint64_t high = get(n_bits - 32, field);
+  return (high << 32) | get(32, field);
 }
 
-uint64_t BitReader::exp_golomb(int k, const char* field) {
-  // The prefix's zeros counted at once; the errors are those of reading it bit by bit: more
-  // than 40 zeros is corrupt, running out of bits first is truncated.
-  const uint64_t w = window();
-  const size_t left = bits_left();
-  size_t zeros = w == 0 ? 64 : static_cast<size_t>(__builtin_clzll(w));
-  if (zeros > left) zeros = left;
+void BitReader::past_end(const char* field) const {
+  fail(ErrorCode::truncated_input, std::string("codec stream: ") + field +
+                                       ": bit field runs past its section ending at offset " +
+                                       std::to_string(base_ + in_.size()));
+}
+
+void BitReader::bad_prefix(size_t zeros, const char* field) const {
   if (zeros > 40) {
     fail(ErrorCode::corrupt_input, std::string("codec stream: ") + field +
                                        ": Exp-Golomb prefix longer than 40 bits near offset " +
                                        std::to_string(base_ + (bit_pos_ + 41) / 8));
   }
-  if (zeros == left) get(static_cast<int>(left) + 1, field);  // throws truncated_input
-  bit_pos_ += zeros + 1;
-  const int len = static_cast<int>(zeros);
-  const uint64_t v = (uint64_t{1} << len) | get(len, field);
-  return ((v - 1) << k) | get(k, field);
+  past_end(field);  // the prefix ran out of bits
 }
 
 void BitReader::finish(const char* section) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,12 +43,40 @@ class BitWriter {
 };
 
 // Reads what BitWriter wrote. Reading past the end throws truncated_input; the padding bits of
-// the last byte must be zero (checked by finish()).
+// the last byte must be zero (checked by finish()). The common cases are inline (the side
+// information of a stream is thousands of fields); errors and the stream's tail are not.
 class BitReader {
  public:
   BitReader(std::span<const uint8_t> in, size_t base_offset) : in_(in), base_(base_offset) {}
-  uint64_t get(int n_bits, const char* field);
-  uint64_t exp_golomb(int k, const char* field);
+  uint64_t get(int n_bits, const char* field) {
+    if (static_cast<size_t>(n_bits) > bits_left()) [[unlikely]]
+      past_end(field);
+    if (n_bits == 0) return 0;
+    if (n_bits > 56) [[unlikely]]
+      return get_long(n_bits, field);
+    const uint64_t v = window() >> (64 - n_bits);
+    bit_pos_ += static_cast<size_t>(n_bits);
+    return v;
+  }
+  // The prefix's zeros are counted at once; the errors are those of reading it bit by bit:
+  // more than 40 zeros is corrupt, running out of bits first is truncated.
+  uint64_t exp_golomb(int k, const char* field) {
+    const uint64_t w = window();
+    const size_t left = bits_left();
+    size_t zeros = w == 0 ? 64 : static_cast<size_t>(__builtin_clzll(w));
+    if (zeros > left) zeros = left;
+    if (zeros > 40 || zeros == left) [[unlikely]]
+      bad_prefix(zeros, field);
+    const size_t total = 2 * zeros + 1 + static_cast<size_t>(k);
+    if (total <= 57 && total <= left) {  // the whole code is in the window
+      bit_pos_ += total;
+      return (w >> (64 - total)) - (uint64_t{1} << k);
+    }
+    bit_pos_ += zeros + 1;
+    const int len = static_cast<int>(zeros);
+    const uint64_t v = (uint64_t{1} << len) | get(len, field);
+    return ((v - 1) << k) | get(k, field);
+  }
   int64_t signed_exp_golomb(int k, const char* field) {
     const uint64_t z = exp_golomb(k, field);
     return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
@@ -59,7 +88,18 @@ class BitReader {
  private:
   // The next 64 bits from bit_pos_, MSB first, zeros past the end (at least 57 of them are
   // the input's when that many are left).
-  uint64_t window() const noexcept;
+  uint64_t window() const noexcept {
+    const size_t byte = bit_pos_ >> 3;
+    if (byte + 8 > in_.size()) [[unlikely]]
+      return window_tail();
+    uint64_t w;
+    std::memcpy(&w, in_.data() + byte, 8);
+    return __builtin_bswap64(w) << (bit_pos_ & 7);
+  }
+  uint64_t window_tail() const noexcept;
+  uint64_t get_long(int n_bits, const char* field);
+  [[noreturn]] void past_end(const char* field) const;
+  [[noreturn]] void bad_prefix(size_t zeros, const char* field) const;
 
   std::span<const uint8_t> in_;
   size_t base_;
