@@ -363,7 +363,8 @@ struct EvalOptions {
   bool flash_attn = false;
   int32_t n_threads = 2;
   // "" : the default table. "rate": the rate–quality sweep instead (our ladder of uniform bits
-  // 1..8 with layer 0 recomputed and keys pre-RoPE, the quality levels, KIVI at 2/3/4 bits,
+  // 1..8 with layer 0 recomputed and keys pre-RoPE, the quality levels, KIVI at 2/3/4 bits
+  // (groups of 32, a 32-token fp16 window) and 2/4 bits (groups of 128, no window),
   // TurboQuant-style at 2..4 bits, llama.cpp q8_0/q4_0). Anything else: invalid_argument.
   std::string sweep;
 };
@@ -394,8 +395,9 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& options,
                                          const std::function<void(const std::string&)>& progress);
 
 // The rate–quality plot of eval rows as a standalone SVG document: bits/element on x, KL on a
-// log10 y axis, one series per family except "exact" and "reference" (rows with KL 0 cannot sit
-// on a log axis and are left out), a legend, `title` on top.
+// log10 y axis, one series per family except "exact" and "reference" (our "level-*" rows in a
+// series "ours levels" of their own; rows with KL 0 cannot sit on a log axis and are left out),
+// a legend, `title` on top.
 std::string eval_rows_svg(const std::vector<EvalRow>& rows, const std::string& title);
 
 }  // namespace cachegen::llama

@@ -14,6 +14,7 @@
 // (KIVI, TurboQuant-style: eval_baselines.h) are priced by an exact count of their fixed-width
 // layout; llama.cpp's types by their block size.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -286,8 +287,8 @@ void add_sweep(const std::string& sweep, size_t n_layer, std::vector<Method>& m)
 }
 
 // `--sweep rate`: our ladder (layer 0 recomputed, keys pre-RoPE, groups of 256 as the levels;
-// uniform 1..8 bits, then the levels), KIVI at 2/3/4 bits, TurboQuant-style at 2..4 bits, and
-// llama.cpp's q8_0/q4_0 (appended by default_methods).
+// uniform 1..8 bits, then the levels), KIVI at 2/3/4 bits (and 2/4 without a window),
+// TurboQuant-style at 2..4 bits, and llama.cpp's q8_0/q4_0 (appended by default_methods).
 std::vector<Method> rate_methods(size_t n_layer) {
   std::vector<Method> m;
   m.push_back(
@@ -304,11 +305,17 @@ std::vector<Method> rate_methods(size_t n_layer) {
   for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
     m.push_back(level_method(l, n_layer));
   }
-  for (int b : {2, 3, 4}) {
+  // KIVI as published (groups of 32, an fp16 window of recent tokens; 32 here), then its
+  // cheapest form (groups of 128, no window) to reach lower rates.
+  const std::vector<std::array<size_t, 3>> kivi_rows = {
+      {2, 32, 32}, {3, 32, 32}, {4, 32, 32}, {2, 128, 0}, {4, 128, 0}};
+  for (const std::array<size_t, 3>& k : kivi_rows) {
     Method x = plain_method("", MethodKind::kivi, {}, {}, kTypeF16, false);
     x.family = "kivi";
-    x.kivi.bits = b;
-    x.name = "kivi-" + std::to_string(b) + "b g" + std::to_string(x.kivi.group) + " r" +
+    x.kivi.bits = static_cast<int>(k[0]);
+    x.kivi.group = k[1];
+    x.kivi.residual_tokens = k[2];
+    x.name = "kivi-" + std::to_string(k[0]) + "b g" + std::to_string(x.kivi.group) + " r" +
              std::to_string(x.kivi.residual_tokens);
     m.push_back(x);
   }
@@ -744,10 +751,13 @@ std::string eval_rows_svg(const std::vector<EvalRow>& rows, const std::string& t
   std::vector<PlotSeries> series;
   for (const EvalRow& r : rows) {
     if (r.family == "exact" || r.family == "reference") continue;
+    // Our quality levels are their own series: joined with the uniform ladder by x they zigzag.
+    const std::string name =
+        r.family == "ours" && r.method.rfind("level-", 0) == 0 ? "ours levels" : r.family;
     auto it = std::find_if(series.begin(), series.end(),
-                           [&r](const PlotSeries& s) { return s.name == r.family; });
+                           [&name](const PlotSeries& s) { return s.name == name; });
     if (it == series.end()) {
-      series.push_back(PlotSeries{r.family, {}});
+      series.push_back(PlotSeries{name, {}});
       it = series.end() - 1;
     }
     it->points.emplace_back(r.bits_per_element, r.kl);

@@ -96,7 +96,7 @@ TEST(Eval, RateSweepHasEveryFamily) {
     if (r.method.rfind("KR", 0) == 0) ladder.push_back(&r);
   }
   EXPECT_EQ(families["ours"], 12);  // lossless, 1..8 bits, high, medium, low
-  EXPECT_EQ(families["kivi"], 3);
+  EXPECT_EQ(families["kivi"], 5);
   EXPECT_EQ(families["turboquant"], 5);
   EXPECT_EQ(families["llama.cpp"], 2);
   ASSERT_EQ(ladder.size(), 8u);
