@@ -363,15 +363,28 @@ struct EvalOptions {
   size_t group_size = 32;
   bool flash_attn = false;
   int32_t n_threads = 2;
+  // "" : the default table. "rate": the rate–quality sweep instead (our ladder of uniform bits
+  // 1..8 with layer 0 recomputed and keys pre-RoPE, the quality levels, KIVI at 2/3/4 bits
+  // (groups of 32, a 32-token fp16 window) and 2/4 bits (groups of 128, no window),
+  // TurboQuant-style at 2..4 bits, llama.cpp q8_0/q4_0). Anything else: invalid_argument.
+  std::string sweep;
 };
 
 // One row of the rate–quality table. KL is mean KL(exact || method) in nats over all scored
 // predictions; ppl over the same predictions' targets.
 struct EvalRow {
   std::string method;
+  // "exact", "reference", "ours", "kivi", "turboquant" or "llama.cpp".
+  std::string family;
+  // How bits_per_element was counted: "file" (the whole .cgkv snapshot_to_cgkv writes for the
+  // method: header, chunks, token ids and state blobs), "codes" (the codec's coded bytes only:
+  // settings the container cannot express), "layout" (an exact count of a baseline's
+  // fixed-width layout, scales, zeros, norms and fp16 window included), "ggml" (llama.cpp's
+  // block size), "fp16".
+  std::string priced;
   bool emulated = false;          // llama.cpp KV type emulated on the captured rows
-  double bits_per_element = 0;    // real coded bytes * 8 / K+V elements of the prefix
-  double k_bits = 0, v_bits = 0;  // the same for K and V alone
+  double bits_per_element = 0;    // bits * 8 / K+V elements of the prefix (see priced)
+  double k_bits = 0, v_bits = 0;  // the same for K and V alone (NaN for "file": one file)
   double estimate_bits = 0;       // reference's entropy estimate (reference rows), else 0
   double ratio_vs_fp16 = 0;
   double kl = 0, top1 = 0, ppl = 0, ppl_exact = 0;
@@ -381,5 +394,11 @@ struct EvalRow {
 // Runs the evaluation; `progress` (may be empty) gets one line per finished step.
 std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& options,
                                          const std::function<void(const std::string&)>& progress);
+
+// The rate–quality plot of eval rows as a standalone SVG document: bits/element on x, KL on a
+// log10 y axis, one series per family except "exact" and "reference" (our "level-*" rows in a
+// series "ours levels" of their own; rows with KL 0 cannot sit on a log axis and are left out),
+// a legend, `title` on top.
+std::string eval_rows_svg(const std::vector<EvalRow>& rows, const std::string& title);
 
 }  // namespace cachegen::llama

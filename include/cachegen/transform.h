@@ -22,6 +22,12 @@ namespace cachegen {
 // Orthonormal Walsh–Hadamard transform over head_dim of every head (QuaRot-style rotation that
 // spreads outlier channels); head_dim must be a power of two. It is its own inverse.
 void hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim);
+// A seeded random orthogonal rotation of every head vector (TurboQuant-style): channel c
+// multiplied by a random sign s_c (from `seed`, the same for every head and row), then the
+// orthonormal Walsh–Hadamard transform; inverse applies H then the signs. Orthogonal, so norms
+// are kept; head_dim must be a power of two.
+void random_sign_hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
+                                uint64_t seed, bool inverse);
 
 // Rotary position embedding as llama.cpp applies it to keys (ggml_rope_ext, no YaRN context
 // extension): per head, channel pairs rotated by freq_scale * pos * freq_base^(-2i/n_rot).

@@ -4,9 +4,20 @@
 // for every method rebuild the state with that method's reconstruction of K and V, restore it
 // into the same context, teacher-force the n_continue following tokens and compare their
 // next-token distributions with those of the exact (restored, unmodified) state.
+//
+// Pricing: a method cachegen itself can write (a quality level, uniform or per-layer bits with
+// one group size, keys pre-RoPE, layer 0 recomputed) goes through the real file path: the
+// whole .cgkv that snapshot_to_cgkv writes (header, chunks, token ids, state blobs), read back
+// with unpack_snapshot and restored; its bits are that file's bytes * 8 over the prefix's K+V
+// elements. Exploration specs the container cannot express (Hadamard keys, other parameter
+// grids, fp16 layers, separate K/V groups) keep the codec's coded bytes ("codes"). Baselines
+// (KIVI, TurboQuant-style: eval_baselines.h) are priced by an exact count of their fixed-width
+// layout; llama.cpp's types by their block size.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -17,11 +28,14 @@
 #include <llama.h>
 
 #include "cachegen/codec.h"
+#include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
 #include "cachegen/quant.h"
 #include "cachegen/transform.h"
+#include "llama/eval_baselines.h"
 #include "llama/layer0_kv.h"
+#include "llama/svg_plot.h"
 
 namespace cachegen::llama {
 namespace {
@@ -31,7 +45,7 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-enum class MethodKind { exact, reference, codec, ggml_type };
+enum class MethodKind { exact, reference, codec, ggml_type, kivi, turboquant };
 
 struct Method {
   std::string name;
@@ -43,8 +57,13 @@ struct Method {
   // Codec methods only:
   size_t k_group = 0, v_group = 0;  // 0 = EvalOptions::group_size; SIZE_MAX = whole prefix
   EncodeOptions encode;
-  bool key_pre_rope = false;  // quantize keys with RoPE undone
-  bool key_hadamard = false;  // ... and/or rotated by a per-head Hadamard transform
+  bool key_pre_rope = false;          // quantize keys with RoPE undone
+  bool key_hadamard = false;          // ... and/or rotated by a per-head Hadamard transform
+  std::optional<QualityLevel> level;  // a quality level: written as CgkvLevel::quality
+  std::string family;                 // EvalRow::family
+  // Baselines only:
+  baseline::KiviOptions kivi;
+  double turboquant_bits = 0;
 };
 
 struct Accum {
@@ -52,6 +71,7 @@ struct Accum {
   size_t top1 = 0, n = 0;
   double k_bits_sum = 0, v_bits_sum = 0, est_bits_sum = 0;  // bits over all windows
   double elements = 0;                                      // K+V elements over all windows
+  double file_bits_sum = 0;                                 // whole .cgkv files (file-path rows)
   double encode_ms = 0, decode_ms = 0;
   bool emulated = false;
 };
@@ -82,6 +102,9 @@ Method plain_method(std::string name, MethodKind kind, std::vector<int> k_bits,
   m.v_bits = std::move(v_bits);
   m.ggml_type = ggml_type;
   m.estimate_only = estimate_only;
+  m.family = kind == MethodKind::ggml_type   ? "llama.cpp"
+             : kind == MethodKind::reference ? "reference"
+                                             : "exact";
   return m;
 }
 
@@ -91,6 +114,7 @@ Method codec_method(std::string name, std::vector<int> k_bits, std::vector<int> 
   m.kind = MethodKind::codec;
   m.k_bits = std::move(k_bits);
   m.v_bits = std::move(v_bits);
+  m.family = "ours";
   return m;
 }
 
@@ -99,7 +123,7 @@ Method level_method(QualityLevel level, size_t n_layer) {
   const QualityLevelSpec q = quality_level_spec(level, static_cast<int>(n_layer));
   Method m =
       codec_method(std::string("level-") + quality_level_name(level), q.key_bits, q.value_bits);
-  if (level == QualityLevel::lossless) m.kind = MethodKind::exact;
+  m.level = level;
   m.k_group = q.key_group_size;
   m.v_group = q.value_group_size;
   m.encode = q.encode;
@@ -262,27 +286,76 @@ void add_sweep(const std::string& sweep, size_t n_layer, std::vector<Method>& m)
   }
 }
 
-std::vector<Method> default_methods(size_t n_layer) {
+// `--sweep rate`: our ladder (layer 0 recomputed, keys pre-RoPE, groups of 256 as the levels;
+// uniform 1..8 bits, then the levels), KIVI at 2/3/4 bits (and 2/4 without a window),
+// TurboQuant-style at 2..4 bits, and llama.cpp's q8_0/q4_0 (appended by default_methods).
+std::vector<Method> rate_methods(size_t n_layer) {
   std::vector<Method> m;
   m.push_back(
       plain_method("fp16 (restored, lossless)", MethodKind::exact, {}, {}, kTypeF16, false));
-  for (int b : {6, 4}) {
-    m.push_back(plain_method("ref-" + std::to_string(b) + "b", MethodKind::reference,
-                             uniform(n_layer, b), uniform(n_layer, b), kTypeF16, false));
+  m.push_back(level_method(QualityLevel::lossless, n_layer));
+  for (int b = 1; b <= 8; ++b) {
+    std::vector<int> bits = uniform(n_layer, b);
+    bits[0] = 0;
+    Method x = codec_method(kv_name(bits, bits) + ":g256:pre", bits, bits);
+    x.k_group = x.v_group = 256;
+    x.key_pre_rope = true;
+    m.push_back(x);
   }
-  m.push_back(plain_method("ref-4b (reference estimate)", MethodKind::reference,
-                           uniform(n_layer, 4), uniform(n_layer, 4), kTypeF16, true));
-  for (int b : {8, 4, 3}) {
-    m.push_back(
-        codec_method("codec-" + std::to_string(b) + "b", uniform(n_layer, b), uniform(n_layer, b)));
-  }
-  m.push_back(codec_method("codec-K3V2", uniform(n_layer, 3), uniform(n_layer, 2)));
-  for (QualityLevel l :
-       {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
+  for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
     m.push_back(level_method(l, n_layer));
   }
-  if (const char* sweep = std::getenv("CACHEGEN_EVAL_SWEEP"); sweep != nullptr && *sweep != 0) {
-    add_sweep(sweep, n_layer, m);
+  // KIVI as published (groups of 32, an fp16 window of recent tokens; 32 here), then its
+  // cheapest form (groups of 128, no window) to reach lower rates.
+  const std::vector<std::array<size_t, 3>> kivi_rows = {
+      {2, 32, 32}, {3, 32, 32}, {4, 32, 32}, {2, 128, 0}, {4, 128, 0}};
+  for (const std::array<size_t, 3>& k : kivi_rows) {
+    Method x = plain_method("", MethodKind::kivi, {}, {}, kTypeF16, false);
+    x.family = "kivi";
+    x.kivi.bits = static_cast<int>(k[0]);
+    x.kivi.group = k[1];
+    x.kivi.residual_tokens = k[2];
+    x.name = "kivi-" + std::to_string(k[0]) + "b g" + std::to_string(x.kivi.group) + " r" +
+             std::to_string(x.kivi.residual_tokens);
+    m.push_back(x);
+  }
+  for (double b : {2.0, 2.5, 3.0, 3.5, 4.0}) {
+    Method x = plain_method("", MethodKind::turboquant, {}, {}, kTypeF16, false);
+    x.family = "turboquant";
+    x.turboquant_bits = b;
+    char name[32];
+    std::snprintf(name, sizeof name, "turboquant-%gb", b);
+    x.name = name;
+    m.push_back(x);
+  }
+  return m;
+}
+
+std::vector<Method> default_methods(size_t n_layer, const std::string& sweep) {
+  std::vector<Method> m;
+  if (sweep == "rate") {
+    m = rate_methods(n_layer);
+  } else {
+    m.push_back(
+        plain_method("fp16 (restored, lossless)", MethodKind::exact, {}, {}, kTypeF16, false));
+    for (int b : {6, 4}) {
+      m.push_back(plain_method("ref-" + std::to_string(b) + "b", MethodKind::reference,
+                               uniform(n_layer, b), uniform(n_layer, b), kTypeF16, false));
+    }
+    m.push_back(plain_method("ref-4b (reference estimate)", MethodKind::reference,
+                             uniform(n_layer, 4), uniform(n_layer, 4), kTypeF16, true));
+    for (int b : {8, 4, 3}) {
+      m.push_back(codec_method("codec-" + std::to_string(b) + "b", uniform(n_layer, b),
+                               uniform(n_layer, b)));
+    }
+    m.push_back(codec_method("codec-K3V2", uniform(n_layer, 3), uniform(n_layer, 2)));
+    for (QualityLevel l :
+         {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
+      m.push_back(level_method(l, n_layer));
+    }
+  }
+  if (const char* env = std::getenv("CACHEGEN_EVAL_SWEEP"); env != nullptr && *env != 0) {
+    add_sweep(env, n_layer, m);
   }
   m.push_back(plain_method("llama.cpp q8_0", MethodKind::ggml_type, {}, {}, kTypeQ8_0, false));
   m.push_back(plain_method("llama.cpp q4_0", MethodKind::ggml_type, {}, {}, kTypeQ4_0, false));
@@ -292,6 +365,37 @@ std::vector<Method> default_methods(size_t n_layer) {
 // Bits per element of llama.cpp's block types (bytes per block of 32 elements * 8 / 32).
 double ggml_type_bits(int32_t type) {
   return type == kTypeQ8_0 ? 8.5 : type == kTypeQ4_0 ? 4.5 : 16;
+}
+
+// The .cgkv level that writes a method's settings, or nullopt where the container cannot express
+// them (then the row keeps codes-only pricing). `group` is the method's group, resolved.
+std::optional<CgkvLevel> file_level(const Method& m, const Model& model, size_t group,
+                                    size_t n_rows) {
+  if (m.level) return CgkvLevel::quality(*m.level, model);
+  if (m.kind != MethodKind::codec || m.key_hadamard) return std::nullopt;
+  const EncodeOptions defaults;
+  if (m.encode.scale_mantissa_bits != defaults.scale_mantissa_bits ||
+      m.encode.zero_step_log2 != defaults.zero_step_log2) {
+    return std::nullopt;
+  }
+  const size_t kg = m.k_group == 0 ? group : m.k_group, vg = m.v_group == 0 ? group : m.v_group;
+  if (kg != vg) return std::nullopt;
+  for (size_t i = 0; i < m.k_bits.size(); ++i) {
+    // Only layer 0 may be recomputed, K and V together; no fp16 layers in a quantized file.
+    if ((m.k_bits[i] == 0) != (m.v_bits[i] == 0) || (m.k_bits[i] == 0 && i != 0)) {
+      return std::nullopt;
+    }
+    if (m.k_bits[i] > 8 || m.v_bits[i] > 8) return std::nullopt;
+  }
+  CgkvLevel level;
+  KVCacheConfig& c = level.quantized;
+  c.layer_bits = m.k_bits;
+  c.value_layer_bits = m.v_bits;
+  c.group_size = kg == SIZE_MAX ? std::max<size_t>(n_rows, 1) : kg;  // SIZE_MAX: whole prefix
+  c.block_tokens = (256 + c.group_size - 1) / c.group_size * c.group_size;  // as CgkvLevel::bits
+  c.key_pre_rope = m.key_pre_rope;
+  if (m.key_pre_rope) c.rope = model_rope_params(model);
+  return level;
 }
 
 // What a window's KV needs besides the values: positions (for RoPE) and, for recomputed
@@ -352,7 +456,7 @@ double compress_keys(const Method& m, int bits, size_t group, std::vector<float>
 
 // The method's reconstruction of every layer's K and V in place.
 void apply_method(const Method& m, size_t group, size_t head_dim, const WindowInfo& info,
-                  KvSnapshot& s, Accum& acc) {
+                  const baseline::TurboQuant* tq, KvSnapshot& s, Accum& acc) {
   KvStream& stream = s.data_stream();
   const size_t n_rows = stream.cells.size();
   const auto group_of = [&](size_t g) { return g == 0 ? group : g; };
@@ -387,6 +491,20 @@ void apply_method(const Method& m, size_t group, size_t head_dim, const WindowIn
       acc.k_bits_sum += 16.0 * static_cast<double>(k.size());
       acc.v_bits_sum += 16.0 * static_cast<double>(v.size());
       continue;
+    } else if (m.kind == MethodKind::kivi) {
+      const auto t0 = Clock::now();
+      acc.k_bits_sum += baseline::kivi_roundtrip(k, n_rows, k_embd, true, m.kivi);
+      acc.v_bits_sum += baseline::kivi_roundtrip(v, n_rows, v_embd, false, m.kivi);
+      acc.encode_ms += ms_since(t0);
+    } else if (m.kind == MethodKind::turboquant) {
+      if (!tq || k_embd % head_dim != 0 || v_embd % head_dim != 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    "eval: TurboQuant rows need rows cut in heads of head_dim");
+      }
+      const auto t0 = Clock::now();
+      acc.k_bits_sum += tq->roundtrip(k, n_rows, k_embd / head_dim);
+      acc.v_bits_sum += tq->roundtrip(v, n_rows, v_embd / head_dim);
+      acc.encode_ms += ms_since(t0);
     } else {
       // Recomputed layers cost no bits: K and V come from the token ids (recompute_layer0).
       if (m.k_bits[il] == 0) k = layer_k_float(*info.recomputed_layer0);
@@ -462,6 +580,10 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
   if (o.n_contexts < 1 || o.prefix < 1 || o.n_continue < 1) {
     throw Error(ErrorCode::invalid_argument, "eval: --contexts, --prefix, --continue must be >= 1");
   }
+  if (!o.sweep.empty() && o.sweep != "rate") {
+    throw Error(ErrorCode::invalid_argument,
+                "eval: --sweep '" + o.sweep + "' is not known (only 'rate')");
+  }
   const Model model(o.model_path);
   const std::vector<int32_t> text = model.tokenize(read_text(o.text_path), false);
   const size_t window = static_cast<size_t>(o.prefix + o.n_continue + 1);
@@ -478,8 +600,17 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
   Context ctx(model, cs);
 
   const size_t n_layer = model.identity().n_layer;
-  const std::vector<Method> methods = default_methods(n_layer);
+  const std::vector<Method> methods = default_methods(n_layer, o.sweep);
   std::vector<Accum> acc(methods.size());
+  const size_t n_rows = static_cast<size_t>(o.prefix);
+  std::vector<std::optional<CgkvLevel>> levels(methods.size());
+  std::vector<std::optional<baseline::TurboQuant>> tq(methods.size());
+  for (size_t mi = 0; mi < methods.size(); ++mi) {
+    levels[mi] = file_level(methods[mi], model, o.group_size, n_rows);
+    if (methods[mi].kind == MethodKind::turboquant) {
+      tq[mi].emplace(methods[mi].turboquant_bits, model.identity().head_dim);
+    }
+  }
   // llama.cpp's quantized KV types need flash attention and blocks that divide head_dim;
   // where it refuses, the row is emulated on the captured KV.
   std::vector<std::unique_ptr<Context>> native(methods.size());
@@ -547,9 +678,26 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
         acc[mi].elements += el;
         acc[mi].k_bits_sum += ggml_type_bits(methods[mi].ggml_type) * el / 2;
         acc[mi].v_bits_sum += ggml_type_bits(methods[mi].ggml_type) * el / 2;
+      } else if (levels[mi]) {
+        // The real file path: the whole .cgkv written, read back, restored.
+        auto t0 = Clock::now();
+        std::vector<uint8_t> file = snapshot_to_cgkv(captured, model.identity(), *levels[mi]);
+        acc[mi].encode_ms += ms_since(t0);
+        acc[mi].file_bits_sum += 8.0 * static_cast<double>(file.size());
+        for (const KvLayer& l : captured.data_stream().layers) {
+          acc[mi].elements += static_cast<double>(n_rows * (k_row_elements(l) + v_row_elements(l)));
+        }
+        t0 = Clock::now();
+        const CgkvReader reader = CgkvReader::from_bytes(std::move(file));
+        const KvSnapshot s = unpack_snapshot(reader, &model);
+        acc[mi].decode_ms += ms_since(t0);
+        ctx.clear();
+        restore_seq_state(ctx, s);
+        got = ctx.decode(cont, o.prefix, true);
       } else {
         KvSnapshot s = captured;
-        apply_method(methods[mi], o.group_size, head_dim, info, s, acc[mi]);
+        apply_method(methods[mi], o.group_size, head_dim, info, tq[mi] ? &*tq[mi] : nullptr, s,
+                     acc[mi]);
         ctx.clear();
         restore_seq_state(ctx, s);
         got = ctx.decode(cont, o.prefix, true);
@@ -566,14 +714,26 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
   for (size_t mi = 0; mi < methods.size(); ++mi) {
     const Accum& a = acc[mi];
     EvalRow r;
-    r.method = methods[mi].name + (a.emulated ? " (emulated)" : "");
+    const Method& m = methods[mi];
+    r.method = m.name + (a.emulated ? " (emulated)" : "");
+    r.family = m.family;
     r.emulated = a.emulated;
     const double half = a.elements / 2;  // K and V hold the same number of elements here
-    r.k_bits = a.k_bits_sum / half;
-    r.v_bits = a.v_bits_sum / half;
     r.estimate_bits = a.est_bits_sum / a.elements;
-    r.bits_per_element =
-        methods[mi].estimate_only ? r.estimate_bits : (a.k_bits_sum + a.v_bits_sum) / a.elements;
+    if (levels[mi]) {
+      r.priced = "file";
+      r.k_bits = r.v_bits = std::nan("");  // one file for both: no K/V split
+      r.bits_per_element = a.file_bits_sum / a.elements;
+    } else {
+      r.priced = m.kind == MethodKind::codec       ? "codes"
+                 : m.kind == MethodKind::ggml_type ? "ggml"
+                 : m.kind == MethodKind::exact     ? "fp16"
+                                                   : "layout";
+      r.k_bits = a.k_bits_sum / half;
+      r.v_bits = a.v_bits_sum / half;
+      r.bits_per_element =
+          m.estimate_only ? r.estimate_bits : (a.k_bits_sum + a.v_bits_sum) / a.elements;
+    }
     r.ratio_vs_fp16 = 16.0 / r.bits_per_element;
     const double n = static_cast<double>(a.n);
     r.kl = a.kl / n;
@@ -585,6 +745,28 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
     rows.push_back(r);
   }
   return rows;
+}
+
+std::string eval_rows_svg(const std::vector<EvalRow>& rows, const std::string& title) {
+  std::vector<PlotSeries> series;
+  for (const EvalRow& r : rows) {
+    if (r.family == "exact" || r.family == "reference") continue;
+    // Our quality levels are their own series: joined with the uniform ladder by x they zigzag.
+    const std::string name =
+        r.family == "ours" && r.method.rfind("level-", 0) == 0 ? "ours levels" : r.family;
+    auto it = std::find_if(series.begin(), series.end(),
+                           [&name](const PlotSeries& s) { return s.name == name; });
+    if (it == series.end()) {
+      series.push_back(PlotSeries{name, {}});
+      it = series.end() - 1;
+    }
+    it->points.emplace_back(r.bits_per_element, r.kl);
+  }
+  PlotOptions o;
+  o.title = title;
+  o.x_label = "bits per K/V element (whole file for ours)";
+  o.y_label = "mean KL(exact || restored), nats (log scale)";
+  return svg_line_plot(series, o);
 }
 
 }  // namespace cachegen::llama

@@ -1,6 +1,7 @@
 // Reversible K/V transforms: per-head Hadamard rotation and RoPE (undo/redo).
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "cachegen/error.h"
 #include "cachegen/transform.h"
@@ -61,6 +62,34 @@ void hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t he
     }
     for (size_t c = 0; c < head_dim; ++c) v[c] *= norm;
   }
+}
+
+void random_sign_hadamard_heads(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
+                                uint64_t seed, bool inverse) {
+  check_shape("random_sign_hadamard_heads", x, n_rows, n_heads, head_dim);
+  if ((head_dim & (head_dim - 1)) != 0) {  // checked before x is touched
+    throw Error(ErrorCode::invalid_argument, "random_sign_hadamard_heads: head_dim " +
+                                                 std::to_string(head_dim) +
+                                                 " is not a power of two");
+  }
+  // splitmix64: a fixed, portable sequence (std distributions differ between libraries).
+  std::vector<float> sign(head_dim);
+  uint64_t state = seed;
+  for (float& s : sign) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    s = ((z ^ (z >> 31)) & 1) != 0 ? -1.0f : 1.0f;
+  }
+  const auto apply_signs = [&] {
+    for (size_t h = 0; h < n_rows * n_heads; ++h) {
+      float* v = x.data() + h * head_dim;
+      for (size_t c = 0; c < head_dim; ++c) v[c] *= sign[c];
+    }
+  };
+  if (!inverse) apply_signs();
+  hadamard_heads(x, n_rows, n_heads, head_dim);
+  if (inverse) apply_signs();
 }
 
 void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,

@@ -106,5 +106,28 @@ check_rc "demo --prefix 0" 2 "$cg" llama demo --model "$m" --text "$text" --pref
 check_rc "demo --prefix 100000" 2 "$cg" llama demo --model "$m" --text "$text" --prefix 100000
 check_rc "demo --generate -1" 2 "$cg" llama demo --model "$m" --text "$text" --generate -1
 check_rc "demo --level bogus" 2 "$cg" llama demo --model "$m" --text "$text" --level bogus
+# eval --sweep rate: every family in the JSON, our ladder growing in bits, the SVG written.
+sweep=$("$cg" eval --model "$m" --text "$text" --contexts 1 --prefix 64 --continue 8 --threads 1 \
+  --sweep rate --json --svg "$work/rate.svg") || fail "eval --sweep rate"
+if python3 - "$sweep" "$work/rate.svg" <<'PY'; then passed=$((passed + 1)); else fail "eval --sweep rate --json"; fi
+import json, sys
+import xml.etree.ElementTree as ET
+rows = json.loads(sys.argv[1])
+families = {r["family"] for r in rows}
+assert {"ours", "kivi", "turboquant", "llama.cpp"} <= families, families
+for r in rows:
+    for key in ("method", "family", "priced", "bits_per_element", "kl", "top1", "ppl"):
+        assert key in r, key
+    assert r["bits_per_element"] > 0 and r["kl"] >= 0, r
+    if r["family"] == "ours":
+        assert r["priced"] == "file", r
+ladder = [r["bits_per_element"] for r in rows if r["method"].startswith("KR")]
+assert len(ladder) == 8 and ladder == sorted(ladder), ladder
+assert min(ladder) < 2.5 and max(ladder) > 5, ladder
+root = ET.parse(sys.argv[2]).getroot()  # well-formed XML
+names = {g.get("data-name") for g in root.iter("{http://www.w3.org/2000/svg}g")}
+assert {"ours", "kivi", "turboquant", "llama.cpp"} <= names, names
+PY
+check_rc "eval --sweep bogus" 2 "$cg" eval --model "$m" --text "$text" --sweep bogus
 echo "$passed passed, $failed failed"
 [[ $failed == 0 ]]

@@ -62,6 +62,37 @@ TEST(Hadamard, RejectsBadShapes) {
   EXPECT_THROW(hadamard_heads(x, 2, 2, 4), Error);  // size mismatch
 }
 
+// The TurboQuant-style rotation: orthogonal (norms kept, per head vector), its inverse exact
+// within fp rounding, seeded (same seed same result, another seed another rotation).
+TEST(RandomSignHadamard, IsOrthogonalWithAnExactInverse) {
+  for (size_t dim : {2u, 8u, 64u, 128u}) {
+    const size_t rows = 17, heads = 2;
+    const std::vector<float> x = random_rows(rows * heads * dim, 7 + static_cast<uint32_t>(dim));
+    std::vector<float> y = x;
+    random_sign_hadamard_heads(y, rows, heads, dim, 42, false);
+    for (size_t h = 0; h < rows * heads; ++h) {
+      double nx = 0, ny = 0;
+      for (size_t c = 0; c < dim; ++c) {
+        nx += double{x[h * dim + c]} * x[h * dim + c];
+        ny += double{y[h * dim + c]} * y[h * dim + c];
+      }
+      EXPECT_NEAR(ny / nx, 1.0, 1e-5) << dim;  // each head vector's norm preserved
+    }
+    std::vector<float> z = x;
+    random_sign_hadamard_heads(z, rows, heads, dim, 42, false);
+    EXPECT_EQ(y, z) << dim;  // deterministic for a seed
+    random_sign_hadamard_heads(z, rows, heads, dim, 43, false);
+    if (dim >= 8) {
+      EXPECT_NE(y, z) << dim;  // another seed, other signs
+    }
+    random_sign_hadamard_heads(y, rows, heads, dim, 42, true);
+    EXPECT_LT(worst_in_half_ulps(x, y), 0.1) << dim;
+  }
+  std::vector<float> bad(12, 1.0f);
+  EXPECT_THROW(random_sign_hadamard_heads(bad, 1, 2, 6, 1, false), Error);
+  EXPECT_EQ(bad, std::vector<float>(12, 1.0f));  // untouched on error
+}
+
 TEST(Rope, InverseUndoesForwardWithinFp16Rounding) {
   for (bool neox : {false, true}) {
     const size_t rows = 300, heads = 4, dim = 16;

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 #include "cachegen/container.h"
@@ -25,19 +27,38 @@
 
 namespace cachegen::cli {
 namespace {
+// K or V bits, "-" where the row is priced as one file (no split).
+std::string kv_bits(double b) {
+  char s[16];
+  std::snprintf(s, sizeof s, "%6.2f", b);
+  return std::isnan(b) ? "     -" : s;
+}
+
 void print_table(const std::vector<llama::EvalRow>& rows) {
   std::printf("%-30s %7s %6s %6s %8s %10s %7s %8s %9s %9s %9s\n", "method", "bits/el", "K", "V",
               "x fp16", "KL", "top1", "ppl", "ppl_exact", "enc ms", "dec ms");
   for (const llama::EvalRow& r : rows) {
-    std::printf("%-30s %7.3f %6.2f %6.2f %8.2f %10.3g %6.1f%% %8.4f %9.4f %9.1f %9.1f\n",
-                r.method.c_str(), r.bits_per_element, r.k_bits, r.v_bits, r.ratio_vs_fp16, r.kl,
-                100 * r.top1, r.ppl, r.ppl_exact, r.encode_ms, r.decode_ms);
+    std::printf("%-30s %7.3f %s %s %8.2f %10.3g %6.1f%% %8.4f %9.4f %9.1f %9.1f\n",
+                r.method.c_str(), r.bits_per_element, kv_bits(r.k_bits).c_str(),
+                kv_bits(r.v_bits).c_str(), r.ratio_vs_fp16, r.kl, 100 * r.top1, r.ppl, r.ppl_exact,
+                r.encode_ms, r.decode_ms);
+  }
+}
+
+// `--sweep rate`: one line per row, grouped by family, in the order measured.
+void print_rate_table(const std::vector<llama::EvalRow>& rows) {
+  std::printf("%-11s %-30s %-7s %7s %10s %7s %8s\n", "family", "method", "priced", "bits/el", "KL",
+              "top1", "ppl");
+  for (const llama::EvalRow& r : rows) {
+    std::printf("%-11s %-30s %-7s %7.3f %10.3g %6.1f%% %8.4f\n", r.family.c_str(), r.method.c_str(),
+                r.priced.c_str(), r.bits_per_element, r.kl, 100 * r.top1, r.ppl);
   }
 }
 
 void add_eval(CLI::App& app) {
   auto o = std::make_shared<llama::EvalOptions>();  // kept by the callback
   auto json = std::make_shared<bool>(false);
+  auto svg = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
       "eval", "KV-cache compression quality on a real model: bits, KL, top-1, perplexity");
   cmd->add_option("--model", o->model_path, "GGUF model (default: $CACHEGEN_MODEL)");
@@ -51,22 +72,42 @@ void add_eval(CLI::App& app) {
   cmd->add_flag("--flash-attn", o->flash_attn, "flash attention on (V row-major)");
   cmd->add_option("--threads", o->n_threads, "llama.cpp threads")->capture_default_str();
   cmd->add_flag("--json", *json, "JSON rows instead of a table");
-  cmd->callback([o, json] {
+  cmd->add_option("--sweep", o->sweep,
+                  "rate: bits/element vs KL/top-1/ppl of our ladder and the baselines "
+                  "(KIVI, TurboQuant-style, llama.cpp q8_0/q4_0) instead of the default table")
+      ->check(CLI::IsMember({"rate"}));
+  cmd->add_option("--svg", *svg, "also write the KL vs bits/element plot (SVG) to this file");
+  cmd->callback([o, json, svg] {
     o->model_path = resolve_model(o->model_path);
     const auto progress = [json](const std::string& line) {
       if (!*json) std::fprintf(stderr, "eval: %s\n", line.c_str());
     };
     const std::vector<llama::EvalRow> rows = llama::evaluate_kv_quality(*o, progress);
+    if (!svg->empty()) {
+      const std::string title = std::filesystem::path(o->model_path).filename().string() + ", " +
+                                std::to_string(o->n_contexts) + " windows of " +
+                                std::to_string(o->prefix) + " + " + std::to_string(o->n_continue) +
+                                " tokens";
+      const std::string doc = llama::eval_rows_svg(rows, title);
+      write_file_atomic(
+          *svg, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(doc.data()), doc.size()));
+    }
     if (!*json) {
       std::printf("model %s, %d windows: prefix %d tokens, %d scored, group %zu, flash-attn %s\n",
                   o->model_path.c_str(), o->n_contexts, o->prefix, o->n_continue, o->group_size,
                   o->flash_attn ? "on" : "off");
-      print_table(rows);
+      if (o->sweep == "rate") {
+        print_rate_table(rows);
+      } else {
+        print_table(rows);
+      }
       return;
     }
     nlohmann::json out = nlohmann::json::array();
     for (const llama::EvalRow& r : rows) {
       out.push_back({{"method", r.method},
+                     {"family", r.family},
+                     {"priced", r.priced},
                      {"emulated", r.emulated},
                      {"bits_per_element", r.bits_per_element},
                      {"k_bits", r.k_bits},
