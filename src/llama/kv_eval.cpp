@@ -31,6 +31,7 @@
 #include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
+#include "cachegen/quality_levels.h"
 #include "cachegen/quant.h"
 #include "cachegen/transform.h"
 #include "llama/eval_baselines.h"
@@ -59,7 +60,7 @@ struct Method {
   EncodeOptions encode;
   bool key_pre_rope = false;          // quantize keys with RoPE undone
   bool key_hadamard = false;          // ... and/or rotated by a per-head Hadamard transform
-  std::optional<QualityLevel> level;  // a quality level: written as CgkvLevel::quality
+  std::optional<QualityLevel> level;  // a quality level: written as SnapshotEncoding::quality
   std::string family;                 // EvalRow::family
   // Baselines only:
   baseline::KiviOptions kivi;
@@ -302,8 +303,8 @@ std::vector<Method> rate_methods(size_t n_layer) {
     x.key_pre_rope = true;
     m.push_back(x);
   }
-  for (QualityLevel l : {QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-    m.push_back(level_method(l, n_layer));
+  for (const QualityLevelRow& row : kQualityLevels) {
+    if (row.level != QualityLevel::lossless) m.push_back(level_method(row.level, n_layer));
   }
   // KIVI as published (groups of 32, an fp16 window of recent tokens; 32 here), then its
   // cheapest form (groups of 128, no window) to reach lower rates.
@@ -349,10 +350,7 @@ std::vector<Method> default_methods(size_t n_layer, const std::string& sweep) {
                                uniform(n_layer, b)));
     }
     m.push_back(codec_method("codec-K3V2", uniform(n_layer, 3), uniform(n_layer, 2)));
-    for (QualityLevel l :
-         {QualityLevel::lossless, QualityLevel::high, QualityLevel::medium, QualityLevel::low}) {
-      m.push_back(level_method(l, n_layer));
-    }
+    for (const QualityLevelRow& row : kQualityLevels) m.push_back(level_method(row.level, n_layer));
   }
   if (const char* env = std::getenv("CACHEGEN_EVAL_SWEEP"); env != nullptr && *env != 0) {
     add_sweep(env, n_layer, m);
@@ -367,11 +365,11 @@ double ggml_type_bits(int32_t type) {
   return type == kTypeQ8_0 ? 8.5 : type == kTypeQ4_0 ? 4.5 : 16;
 }
 
-// The .cgkv level that writes a method's settings, or nullopt where the container cannot express
-// them (then the row keeps codes-only pricing). `group` is the method's group, resolved.
-std::optional<CgkvLevel> file_level(const Method& m, const Model& model, size_t group,
-                                    size_t n_rows) {
-  if (m.level) return CgkvLevel::quality(*m.level, model);
+// The snapshot encoding that writes a method's settings, or nullopt where the container cannot
+// express them (then the row keeps codes-only pricing). `group` is the method's group, resolved.
+std::optional<SnapshotEncoding> file_encoding(const Method& m, const Model& model, size_t group,
+                                              size_t n_rows) {
+  if (m.level) return SnapshotEncoding::quality(*m.level, model);
   if (m.kind != MethodKind::codec || m.key_hadamard) return std::nullopt;
   const EncodeOptions defaults;
   if (m.encode.scale_mantissa_bits != defaults.scale_mantissa_bits ||
@@ -387,15 +385,16 @@ std::optional<CgkvLevel> file_level(const Method& m, const Model& model, size_t 
     }
     if (m.k_bits[i] > 8 || m.v_bits[i] > 8) return std::nullopt;
   }
-  CgkvLevel level;
-  KVCacheConfig& c = level.quantized;
+  SnapshotEncoding encoding;
+  KVCacheConfig& c = encoding.quantized;
   c.layer_bits = m.k_bits;
   c.value_layer_bits = m.v_bits;
   c.group_size = kg == SIZE_MAX ? std::max<size_t>(n_rows, 1) : kg;  // SIZE_MAX: whole prefix
-  c.block_tokens = (256 + c.group_size - 1) / c.group_size * c.group_size;  // as CgkvLevel::bits
+  const size_t chunk = default_chunk_tokens(false);                  // as SnapshotEncoding::bits
+  c.block_tokens = (chunk + c.group_size - 1) / c.group_size * c.group_size;
   c.key_pre_rope = m.key_pre_rope;
   if (m.key_pre_rope) c.rope = model_rope_params(model);
-  return level;
+  return encoding;
 }
 
 // What a window's KV needs besides the values: positions (for RoPE) and, for recomputed
@@ -603,10 +602,10 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
   const std::vector<Method> methods = default_methods(n_layer, o.sweep);
   std::vector<Accum> acc(methods.size());
   const size_t n_rows = static_cast<size_t>(o.prefix);
-  std::vector<std::optional<CgkvLevel>> levels(methods.size());
+  std::vector<std::optional<SnapshotEncoding>> encodings(methods.size());
   std::vector<std::optional<baseline::TurboQuant>> tq(methods.size());
   for (size_t mi = 0; mi < methods.size(); ++mi) {
-    levels[mi] = file_level(methods[mi], model, o.group_size, n_rows);
+    encodings[mi] = file_encoding(methods[mi], model, o.group_size, n_rows);
     if (methods[mi].kind == MethodKind::turboquant) {
       tq[mi].emplace(methods[mi].turboquant_bits, model.identity().head_dim);
     }
@@ -678,10 +677,10 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
         acc[mi].elements += el;
         acc[mi].k_bits_sum += ggml_type_bits(methods[mi].ggml_type) * el / 2;
         acc[mi].v_bits_sum += ggml_type_bits(methods[mi].ggml_type) * el / 2;
-      } else if (levels[mi]) {
+      } else if (encodings[mi]) {
         // The real file path: the whole .cgkv written, read back, restored.
         auto t0 = Clock::now();
-        std::vector<uint8_t> file = snapshot_to_cgkv(captured, model.identity(), *levels[mi]);
+        std::vector<uint8_t> file = snapshot_to_cgkv(captured, model.identity(), *encodings[mi]);
         acc[mi].encode_ms += ms_since(t0);
         acc[mi].file_bits_sum += 8.0 * static_cast<double>(file.size());
         for (const KvLayer& l : captured.data_stream().layers) {
@@ -720,7 +719,7 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
     r.emulated = a.emulated;
     const double half = a.elements / 2;  // K and V hold the same number of elements here
     r.estimate_bits = a.est_bits_sum / a.elements;
-    if (levels[mi]) {
+    if (encodings[mi]) {
       r.priced = "file";
       r.k_bits = r.v_bits = std::nan("");  // one file for both: no K/V split
       r.bits_per_element = a.file_bits_sum / a.elements;
