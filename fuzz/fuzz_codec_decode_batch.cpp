@@ -1,6 +1,7 @@
-// Any bytes given to decode_batch / decode_batch_to_half, on every SIMD path the CPU has: each
-// path must return the same codes and halves, or fail with the same error code (the AVX-512
-// decoder pairs slices and finishes payloads through padded copies; the others do not).
+// Any bytes given to decode_batch / decode_batch_to_half / decode_batch_to_rows, on every SIMD
+// path the CPU has: each path must return the same codes and halves, or fail with the same
+// error code (the AVX-512 decoder pairs slices and finishes payloads through padded copies; the
+// others do not); rows must be the halves transposed.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -21,9 +22,10 @@ struct Outcome {
 
 Outcome run(std::span<const uint8_t> bytes, const cachegen::DecodeOptions& options) {
   Outcome o;
+  std::vector<cachegen::CodeStream> heads;
   try {
-    for (const auto& s : cachegen::decode_batch(bytes, options))
-      o.codes.insert(o.codes.end(), s.codes.begin(), s.codes.end());
+    heads = cachegen::decode_batch(bytes, options);
+    for (const auto& s : heads) o.codes.insert(o.codes.end(), s.codes.begin(), s.codes.end());
   } catch (const cachegen::Error& e) {
     o.error = static_cast<int>(e.code());
     return o;
@@ -33,6 +35,37 @@ Outcome run(std::span<const uint8_t> bytes, const cachegen::DecodeOptions& optio
       o.halves.push_back(h.bits);
   } catch (const cachegen::Error& e) {
     o.error = 1000 + static_cast<int>(e.code());  // fp16 needs one shape: may fail alone
+    return o;
+  }
+  if (heads.empty()) return o;
+  // The same batch into token-major rows: the halves transposed; another shape is refused.
+  const cachegen::CodeStream& h0 = heads[0];
+  const cachegen::BatchShape shape{heads.size(), h0.n_rows, h0.dim, h0.bits, h0.group_size};
+  std::vector<cachegen::Half> rows(o.halves.size());
+  bool one_shape = true;
+  for (const auto& s : heads)
+    one_shape = one_shape && s.bits == h0.bits && s.group_size == h0.group_size;
+  try {
+    cachegen::decode_batch_to_rows(bytes, shape, rows, options);
+    if (!one_shape) std::abort();
+  } catch (const cachegen::Error& e) {
+    if (one_shape || e.code() != cachegen::ErrorCode::corrupt_input) std::abort();
+    return o;
+  }
+  for (size_t h = 0; h < shape.n_heads; ++h)
+    for (size_t t = 0; t < shape.n_rows; ++t)
+      for (size_t c = 0; c < shape.dim; ++c) {
+        if (rows[(t * shape.n_heads + h) * shape.dim + c].bits !=
+            o.halves[(h * shape.n_rows + t) * shape.dim + c])
+          std::abort();
+      }
+  cachegen::BatchShape other = shape;
+  other.bits = shape.bits % 8 + 1;
+  try {
+    cachegen::decode_batch_to_rows(bytes, other, rows, options);
+    std::abort();
+  } catch (const cachegen::Error& e) {
+    if (e.code() != cachegen::ErrorCode::corrupt_input) std::abort();
   }
   return o;
 }
