@@ -21,12 +21,12 @@
 #include "cachegen/kv_cache.h"
 #include "cachegen/npy.h"
 #include "cachegen/planner_sim.h"
+#include "cachegen/quality_levels.h"
 #include "cachegen/store.h"
 #include "commands.h"
 
 #ifdef CACHEGEN_WITH_LLAMA
 #include "cachegen/llama.h"
-#include "cachegen/quality_levels.h"
 #endif
 
 namespace cachegen::cli {
