@@ -385,13 +385,12 @@ std::optional<SnapshotEncoding> file_encoding(const Method& m, const Model& mode
     }
     if (m.k_bits[i] > 8 || m.v_bits[i] > 8) return std::nullopt;
   }
-  SnapshotEncoding encoding;
+  // Explicit bits' chunking (SnapshotEncoding::bits), then the method's per-layer bits.
+  SnapshotEncoding encoding =
+      SnapshotEncoding::bits(8, kg == SIZE_MAX ? std::max<size_t>(n_rows, 1) : kg);
   KVCacheConfig& c = encoding.quantized;
   c.layer_bits = m.k_bits;
   c.value_layer_bits = m.v_bits;
-  c.group_size = kg == SIZE_MAX ? std::max<size_t>(n_rows, 1) : kg;  // SIZE_MAX: whole prefix
-  const size_t chunk = default_chunk_tokens(false);                  // as SnapshotEncoding::bits
-  c.block_tokens = (chunk + c.group_size - 1) / c.group_size * c.group_size;
   c.key_pre_rope = m.key_pre_rope;
   if (m.key_pre_rope) c.rope = model_rope_params(model);
   return encoding;
