@@ -24,7 +24,10 @@ namespace cachegen {
 enum class ContainerCodec : uint8_t {
   quantized = 0,      // rANS code streams of the quantized codes (lossy)
   lossless_fp16 = 1,  // the exact fp16 values (FORMAT.md, "Chunk payload", codec 1)
+  transform = 2,      // coefficients of a calibration profile's transform (lossy; codec 2)
 };
+
+struct KvProfile;  // cachegen/profile.h
 
 // Blob kinds (frozen); readers ignore kinds they do not know.
 enum class BlobKind : uint32_t { token_ids = 1, metadata_json = 2, app_state = 3 };
@@ -52,6 +55,9 @@ struct CgkvLayerInfo {
   // consumer must rebuild its K/V from the token ids with the model (llama::cgkv_to_snapshot).
   bool recomputed = false;
   KeyTransform key_transform = KeyTransform::none;
+  // Transform files (codec 2): the quantization step of the layer's K and V coefficients
+  // (> 0 for stored attention layers, 0 otherwise).
+  float key_step = 0, value_step = 0;
 };
 
 struct CgkvRange {
@@ -82,6 +88,11 @@ struct CgkvInfo {
   bool has_rope = false;
   RopeParams rope;
   int32_t rope_position_offset = 0;
+  // Transform files (codec 2): the profile they were written with (KvProfile::id), and the
+  // first sink_tokens tokens coded at sink_scale times each step.
+  uint64_t profile_id = 0;
+  uint32_t sink_tokens = 0;
+  float sink_scale = 1;
 
   int n_attention_layers() const;
   // Model layers (indices into `layers`) that must be recomputed from the token ids.
@@ -105,6 +116,32 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
                                          size_t n_tokens, size_t chunk_tokens,
                                          std::span<const CgkvBlob> blobs = {}, int zstd_level = 0);
 
+// A transform-coded file (codec 2, docs/FORMAT.md): each stored tensor's rows projected on the
+// profile's basis, quantized with one step per tensor and entropy-coded per component.
+struct TransformEncoding {
+  std::shared_ptr<const KvProfile> profile;  // required; its shape must match the model's
+  // The rate: exactly one of a step scale (KvProfile::steps), a size target in bits per K/V
+  // element of the whole file (the smallest scale that fits, by bisection), or a target
+  // mean KL estimated from the profile's sensitivities (sum over tensors of sensitivity times
+  // mean squared error; the largest scale that meets it).
+  double scale = 0, bits_per_element = 0, max_kl = 0;
+  size_t chunk_tokens = 256;
+  // Per model layer: store nothing, recompute from the token ids (FORMAT.md layer rules).
+  std::vector<uint8_t> recompute;
+  int32_t rope_position_offset = 0;  // position of token 0 (keys pre-RoPE per the profile)
+  // -1: the profile's sink_tokens / sink_scale; else these.
+  int64_t sink_tokens = -1;
+  float sink_scale = 1;
+};
+// kv: fp32 [n_attention_layers, 2, n_tokens, n_kv_heads, head_dim], keys as the model holds
+// them (RoPE applied); recomputed layers' values are ignored. invalid_argument when the profile
+// does not fit the shape or the target cannot be met (e.g. bits_per_element below what the
+// coarsest step reaches). `scale_used`, when set, receives the scale chosen.
+std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<const float> kv,
+                                          size_t n_tokens, const TransformEncoding& encoding,
+                                          std::span<const CgkvBlob> blobs = {},
+                                          double* scale_used = nullptr);
+
 class CgkvReader {
  public:
   // Parses and checks the header of an in-memory file (the bytes are kept).
@@ -118,6 +155,11 @@ class CgkvReader {
   // count and shape are checked against it before anything is allocated, so a tiny forged file
   // cannot ask for a huge buffer. A read over the limit throws Error(invalid_argument).
   void set_max_elements(size_t n) noexcept { max_elements_ = n; }
+  // The profile a transform file (codec 2) decodes with: invalid_argument unless its id and
+  // shape are the file's. Reading such a file without one throws invalid_argument naming the
+  // profile id it needs. Other files ignore it.
+  void set_profile(std::shared_ptr<const KvProfile> profile);
+  const std::shared_ptr<const KvProfile>& profile() const noexcept { return profile_; }
 
   // fp16 [n_attention_layers, 2, end - begin, n_kv_heads, head_dim] for tokens [begin, end)
   // (token-major, K then V). Reads and verifies only the chunks that overlap the range.
@@ -151,6 +193,8 @@ class CgkvReader {
   std::shared_ptr<const Source> src_;
   CgkvInfo info_;
   size_t max_elements_ = size_t{1} << 30;
+  std::shared_ptr<const KvProfile> profile_;
+  void need_profile() const;
 };
 
 // What `cachegen inspect --json` prints for a file, as JSON text: sizes, shape, codec, RoPE,

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/profile.h"
 
 namespace cachegen {
 
@@ -39,6 +41,12 @@ struct KVEncodeOptions {
   int rope_dims = 0;  // rotated dims per head; 0 = head_dim
   float rope_scale = 1;
   bool rope_neox = false;
+
+  // A calibration profile (cachegen/profile.h): a transform file (codec 2) at `level`'s
+  // calibrated scale, or at bits_per_element / max_kl when one is > 0 (exactly one rate);
+  // keys pre-RoPE and sinks as the profile says. Replaces bits, groups and the RoPE options.
+  std::shared_ptr<const KvProfile> profile;
+  double bits_per_element = 0, max_kl = 0;
 
   bool is_lossless() const { return lossless || level == "lossless"; }
 };

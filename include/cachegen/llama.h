@@ -44,6 +44,7 @@
 #include "cachegen/half.h"
 #include "cachegen/kv_cache.h"
 #include "cachegen/quality_levels.h"
+#include "cachegen/profile.h"
 #include "cachegen/transform.h"
 
 struct llama_model;
@@ -277,6 +278,19 @@ struct SnapshotEncoding {
   // The same for `model` (shape and RoPE from it); where Model::layer0 cannot compute the
   // model's layer 0 from its weights, layer 0 is stored instead (with the bits of layer 1).
   static SnapshotEncoding quality(QualityLevel level, const Model& model);
+
+  // Set: a transform file (container codec 2) coded with a calibration profile at the rate its
+  // fields give (TransformEncoding), instead of `quantized`. Keys go pre-RoPE as the profile
+  // says (from the first cell's position: cells must be one run of positions).
+  std::optional<TransformEncoding> transform;
+  // `profile` (whose fingerprint must be the model's) with layer 0 recomputed where `quality`
+  // would recompute it, 256-token chunks; the caller sets the rate (scale, bits_per_element
+  // or max_kl of `transform`).
+  static SnapshotEncoding profiled(std::shared_ptr<const KvProfile> profile, const Model& model);
+  // profiled() at the scale the profile calibrated for a lossy level (invalid_argument when the
+  // profile has none for it).
+  static SnapshotEncoding profiled(std::shared_ptr<const KvProfile> profile, const Model& model,
+                                   QualityLevel level);
 };
 
 // The model's RoPE as llama.cpp applies it to keys: {arch}.rope.freq_base,
@@ -328,6 +342,10 @@ struct PackOptions {
   std::optional<int> bits;     // uniform bits for K and V (1..8) instead of a level
   size_t group_size = 32;      // tokens per quantization group (with bits)
   size_t chunk_tokens = 0;     // tokens per container chunk; 0: the level's default
+  // A calibration profile of the model (needs the model): a transform file (codec 2) at the
+  // level's calibrated scale, or at bits_per_element / max_kl when one is > 0.
+  std::shared_ptr<const KvProfile> profile;
+  double bits_per_element = 0, max_kl = 0;
 };
 
 // The level chosen by options. `model` (may be null) gives the shape and RoPE of the quality
@@ -352,6 +370,36 @@ KvSnapshot unpack_snapshot(const CgkvReader& reader, const Model* model);
 // The model identity recorded in a file's metadata blob (std::nullopt when there is none).
 std::optional<ModelIdentity> cgkv_model_identity(const CgkvReader& reader);
 
+// ---- Calibration (`cachegen calibrate`) ------------------------------------------------
+
+struct CalibrateOptions {
+  std::string model_path;
+  std::string text_path;
+  // Windows of prefix + n_continue + 1 tokens taken from the END of the text (eval scores the
+  // first windows, so the two do not overlap on a long enough text).
+  int n_windows = 8;
+  int prefix = 448;
+  int n_continue = 64;
+  std::string block = "layer";  // "layer": PCA over a layer's whole K (or V) row; "head": per head
+  // Relative mean squared error (of the tensor's variance) of the noise that probes each
+  // tensor's sensitivity: small enough for KL to be linear in it, large enough to measure.
+  double probe_noise = 0.01;
+  bool levels = true;  // also choose the lossy quality levels' scales (KL matched to the levels')
+  uint32_t sink_tokens = 0;  // recorded as the profile's default sinks
+  float sink_scale = 1;
+  bool flash_attn = false;
+  int32_t n_threads = 2;
+};
+
+// Measures a profile on real KV captured through llama.cpp (docs/QUALITY_LEVELS.md,
+// "Calibrated transform"): per layer and K/V the mean and PCA basis of the rows (keys with RoPE
+// undone), the KL per unit of mean squared error of noise injected into that tensor alone, and,
+// with options.levels, each lossy level's scale: the largest scale whose transform files reach
+// at most the KL the level's own files reach on the same windows. `progress` gets a line per
+// step.
+KvProfile calibrate_profile(const CalibrateOptions& options,
+                            const std::function<void(const std::string&)>& progress);
+
 // ---- Quality evaluation (`cachegen eval`) -----------------------------------------------
 
 struct EvalOptions {
@@ -368,6 +416,10 @@ struct EvalOptions {
   // (groups of 32, a 32-token fp16 window) and 2/4 bits (groups of 128, no window),
   // TurboQuant-style at 2..4 bits, llama.cpp q8_0/q4_0). Anything else: invalid_argument.
   std::string sweep;
+  // A calibration profile of the model: adds our transform rows (the levels it calibrated,
+  // "profile-<level>", and with sweep "rate" a ladder of bits-per-element targets,
+  // "profile-<bits>b"), priced through the real file path.
+  std::string profile_path;
 };
 
 // One row of the rate–quality table. KL is mean KL(exact || method) in nats over all scored

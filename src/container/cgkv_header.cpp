@@ -37,6 +37,9 @@ namespace {
 
 constexpr size_t kBodyFixedBytes = 4 * 4 + 8 + 4 + 4 + 4;  // through the reserved u16
 constexpr size_t kLayerBytes = 4, kChunkBytes = 24, kBlobBytes = 32, kRopeBytes = 16;
+// The transform block: u64 profile_id, u32 sink_tokens, f32 sink_scale; per layer 2 x f32.
+constexpr size_t kTransformFixedBytes = 16, kTransformLayerBytes = 8;
+constexpr float kMaxStep = 1e30f;
 constexpr uint8_t kFlagAttention = 1, kFlagRecomputed = 2;
 
 void check(bool ok, const std::string& what) {
@@ -53,8 +56,10 @@ void check_range(const CgkvRange& r, uint64_t header_bytes, uint64_t file_bytes,
 
 }  // namespace
 
-uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs, bool has_rope) {
+uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs, bool has_rope,
+                     bool transform) {
   return kPreambleBytes + kBodyFixedBytes + kLayerBytes * n_layers + (has_rope ? kRopeBytes : 0) +
+         (transform ? kTransformFixedBytes + kTransformLayerBytes * n_layers : 0) +
          kChunkBytes * n_chunks + 4 + kBlobBytes * n_blobs + 8;
 }
 
@@ -115,6 +120,9 @@ void check_content_bounds(const CgkvInfo& info) {
       // Every head record spends >= 2 bits on each group's parameters of each channel.
       const uint64_t groups = (ci.n_tokens + info.group_size - 1) / info.group_size;
       ok = ok && stored_tensors * H * groups * D <= 4 * bytes;
+    } else if (info.codec == ContainerCodec::transform) {
+      // A coefficient plane stream spends >= 2 bits per group (<= 65536 rows) and channel.
+      ok = ok && stored_tensors * H * ci.n_tokens * D <= (bytes << 18);
     } else {
       // A zstd block expands at most 32768x (an RLE block: 4 bytes -> 128 KiB); a plane code
       // stream spends >= 2 bits per group (<= 65536 rows) and channel.
@@ -165,6 +173,15 @@ std::vector<uint8_t> serialize_header(const CgkvInfo& info) {
     w.u8(info.rope.neox ? 1 : 0);
     w.zeros(1);
     w.i32(info.rope_position_offset);
+  }
+  if (info.codec == ContainerCodec::transform) {
+    w.u64(info.profile_id);
+    w.u32(info.sink_tokens);
+    w.f32(info.sink_scale);
+    for (const CgkvLayerInfo& l : info.layers) {
+      w.f32(l.key_step);
+      w.f32(l.value_step);
+    }
   }
   for (const CgkvChunkInfo& c : info.chunks) {
     w.u64(c.range.offset);
@@ -244,7 +261,10 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
   check(n_chunks == (n_tokens + chunk_tokens - 1) / chunk_tokens,
         "n_chunks " + std::to_string(n_chunks) + " does not cover n_tokens " +
             std::to_string(n_tokens));
-  check(codec <= 1, "unknown codec " + std::to_string(codec));
+  check(codec <= 2, "unknown codec " + std::to_string(codec));
+  check(codec != 2 || info.version >= kCgkvTransformVersion,
+        "codec 2 (transform) in a version " + std::to_string(info.version) + " file");
+  check(codec != 2 || gs == 1, "a transform file's group_size must be 1");
   check(param_mode <= 1, "unknown param_mode " + std::to_string(param_mode));
   // The body's size is fixed by these counts: check it before reading the tables.
   if (r.remaining() < kLayerBytes * n_layers + kChunkBytes * uint64_t{n_chunks} + 4) {
@@ -272,7 +292,7 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
     li.recomputed = (flags & kFlagRecomputed) != 0;
     check(transform <= 1, layer + ": unknown key transform " + std::to_string(transform));
     li.key_transform = static_cast<KeyTransform>(transform);
-    const bool lossy = li.attention && info.codec == ContainerCodec::quantized;
+    const bool lossy = li.attention && info.codec != ContainerCodec::lossless_fp16;
     check(!li.recomputed || lossy,
           layer + ": recompute flag on a " +
               (li.attention ? "lossless file's layer" : "layer without attention"));
@@ -280,7 +300,7 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
           layer + ": key transform " + std::to_string(transform) +
               " on a layer that stores no quantized keys");
     info.has_rope = info.has_rope || transform == 1;
-    const bool quantized = lossy && !li.recomputed;
+    const bool quantized = lossy && !li.recomputed && info.codec == ContainerCodec::quantized;
     const auto bits_ok = [&](int b) { return quantized ? (b >= 1 && b <= 8) : b == 0; };
     check(bits_ok(li.key_bits) && bits_ok(li.value_bits),
           "layer " + std::to_string(l) + ": bits " + std::to_string(li.key_bits) + "/" +
@@ -293,6 +313,29 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
       throw Error(ErrorCode::truncated_input, "cgkv: header too short for its RoPE block");
     }
     read_rope(r, info);
+  }
+  if (info.codec == ContainerCodec::transform) {
+    if (r.remaining() < kTransformFixedBytes + kTransformLayerBytes * uint64_t{n_layers} +
+                            kChunkBytes * uint64_t{n_chunks} + 4) {
+      throw Error(ErrorCode::truncated_input, "cgkv: header too short for its transform block");
+    }
+    info.profile_id = r.u64("profile_id");
+    info.sink_tokens = r.u32("sink_tokens");
+    info.sink_scale = r.f32("sink_scale");
+    check(std::isfinite(info.sink_scale) && info.sink_scale > 0 && info.sink_scale <= 1,
+          "sink_scale is not in (0, 1]");
+    for (uint32_t l = 0; l < n_layers; ++l) {
+      CgkvLayerInfo& li = info.layers[l];
+      li.key_step = r.f32("key_step");
+      li.value_step = r.f32("value_step");
+      const bool stored = li.attention && !li.recomputed;
+      const auto step_ok = [&](float s) {
+        return stored ? std::isfinite(s) && s > 0 && s <= kMaxStep : s == 0;
+      };
+      check(step_ok(li.key_step) && step_ok(li.value_step),
+            "layer " + std::to_string(l) + ": steps " + std::to_string(li.key_step) + "/" +
+                std::to_string(li.value_step) + " invalid for its kind");
+    }
   }
   for (uint32_t c = 0; c < n_chunks; ++c) {
     CgkvChunkInfo ci;

@@ -2,6 +2,8 @@
 // returns), built in one place.
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+
 #include "cachegen/container.h"
 
 namespace cachegen {
@@ -22,7 +24,16 @@ std::string cgkv_inspect_json(const CgkvReader& r, int indent) {
   nlohmann::json j;
   j["file_bytes"] = info.file_bytes;
   j["header_bytes"] = info.header_bytes;
-  j["codec"] = info.codec == ContainerCodec::quantized ? "quantized" : "lossless_fp16";
+  j["codec"] = info.codec == ContainerCodec::quantized       ? "quantized"
+               : info.codec == ContainerCodec::lossless_fp16 ? "lossless_fp16"
+                                                             : "transform";
+  if (info.codec == ContainerCodec::transform) {
+    char id[17];
+    std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(info.profile_id));
+    j["profile_id"] = id;
+    j["sink_tokens"] = info.sink_tokens;
+    j["sink_scale"] = info.sink_scale;
+  }
   j["n_layers"] = info.n_layers;
   j["n_kv_heads"] = info.n_kv_heads;
   j["head_dim"] = info.head_dim;
@@ -56,6 +67,10 @@ std::string cgkv_inspect_json(const CgkvReader& r, int indent) {
       lj["value_bits"] = li.value_bits;
       lj["recomputed"] = li.recomputed;
       lj["key_pre_rope"] = li.key_transform == KeyTransform::pre_rope;
+      if (info.codec == ContainerCodec::transform) {
+        lj["key_step"] = li.key_step;
+        lj["value_step"] = li.value_step;
+      }
       lj["key_bytes"] = kb;
       lj["value_bytes"] = vb;
       lj["key_bits_per_element"] =

@@ -20,11 +20,12 @@ struct CgkvReader::Source {
 namespace detail {
 
 inline constexpr uint8_t kCgkvMagic[4] = {'C', 'G', 'K', 'V'};
-// Newest version read (written for lossless files: their tensors may use lossless method 2);
-// quantized files are written as version 2, which they do not need to exceed.
-inline constexpr uint16_t kCgkvVersion = 3;
+// Newest version read (written for transform files, codec 2); lossless files are written as
+// version 3 (lossless method 2), quantized files as version 2: none exceeds what it needs.
+inline constexpr uint16_t kCgkvVersion = 4;
 inline constexpr uint16_t kCgkvQuantizedVersion = 2;
 inline constexpr uint16_t kCgkvRowsDedupVersion = 3;  // the first version with lossless method 2
+inline constexpr uint16_t kCgkvTransformVersion = 4;  // the first version with codec 2
 inline constexpr uint16_t kCgkvOldestVersion = 1;
 inline constexpr size_t kPreambleBytes = 32;
 inline constexpr uint64_t kMaxHeaderBytes = 64ull << 20;
@@ -34,11 +35,17 @@ inline constexpr uint32_t kMaxBlobs = 64;
 std::shared_ptr<const CgkvReader::Source> memory_source(std::vector<uint8_t> bytes);
 std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path);
 
+// Lays out header + chunks + blobs: fills every range (checksums at info.version) and returns
+// the file.
+std::vector<uint8_t> assemble_cgkv(CgkvInfo& info, const std::vector<std::vector<uint8_t>>& chunks,
+                                   std::span<const CgkvBlob> blobs);
 // Serialises a complete header (preamble, body, checksum) for `info`, whose chunk and blob
 // ranges must already be final.
 std::vector<uint8_t> serialize_header(const CgkvInfo& info);
-// Header size for a given layer/chunk/blob count and RoPE block (ranges do not change it).
-uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs, bool has_rope);
+// Header size for a given layer/chunk/blob count, RoPE block and transform block (ranges do
+// not change it).
+uint64_t header_size(size_t n_layers, size_t n_chunks, size_t n_blobs, bool has_rope,
+                     bool transform);
 // Parses and validates the header from a source.
 CgkvInfo parse_header(const CgkvReader::Source& src);
 

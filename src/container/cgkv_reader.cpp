@@ -1,13 +1,16 @@
 // Reading .cgkv files: header on open, chunks on demand, each verified before it is decoded.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
+#include "cachegen/profile.h"
 #include "container/cgkv_internal.h"
 #include "core/checks.h"
 #include "core/wire.h"
+#include "profile/transform_codec.h"
 
 namespace cachegen {
 
@@ -26,6 +29,32 @@ CgkvReader CgkvReader::open_file(const std::string& path) {
     if (std::string(e.what()).find(path) != std::string::npos) throw;
     throw Error(e.code(), e.message() + " (in '" + path + "')");
   }
+}
+
+void CgkvReader::set_profile(std::shared_ptr<const KvProfile> profile) {
+  if (profile && info_.codec == ContainerCodec::transform) {
+    if (profile->id() != info_.profile_id) {
+      char want[17], got[17];
+      std::snprintf(want, sizeof want, "%016llx", static_cast<unsigned long long>(info_.profile_id));
+      std::snprintf(got, sizeof got, "%016llx", static_cast<unsigned long long>(profile->id()));
+      detail::invalid(std::string("cgkv: this file was written with profile ") + want +
+                      ", not with the profile given (" + got + ")");
+    }
+    if (profile->n_layers != info_.n_layers || profile->n_kv_heads != info_.n_kv_heads ||
+        profile->head_dim != info_.head_dim) {
+      detail::invalid("cgkv: the profile's shape is not the file's");
+    }
+  }
+  profile_ = std::move(profile);
+}
+
+void CgkvReader::need_profile() const {
+  if (info_.codec != ContainerCodec::transform || profile_) return;
+  char id[17];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(info_.profile_id));
+  detail::invalid(std::string("cgkv: this file is transform-coded: decoding it needs its "
+                              "calibration profile ") +
+                  id + " (set_profile; --profile on the command line)");
 }
 
 std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
@@ -68,11 +97,45 @@ std::optional<std::vector<uint8_t>> CgkvReader::read_blob(uint32_t kind) const {
 
 namespace {
 
-// Decodes one tensor of one chunk into out (token-major [rows, heads, dim] rows of the
-// requested window [lo, hi) relative to the chunk).
-void decode_tensor(const CgkvInfo& info, std::span<const uint8_t> data, int bits, size_t rows,
-                   size_t lo, size_t hi, Half* out, const std::string& ctx) {
+// One stored tensor of a chunk, as walk_chunk finds it.
+struct TensorRef {
+  size_t t = 0;      // index among all attention layers' K and V
+  size_t layer = 0;  // model layer
+  int kind = 0;      // 0 = K, 1 = V
+  int bits = 0;      // quantized files
+  float step = 0;    // transform files
+};
+
+// Decodes one tensor of chunk c into out (token-major [rows, heads, dim] rows of the requested
+// window [lo, hi) relative to the chunk).
+void decode_tensor(const CgkvInfo& info, const KvProfile* profile, size_t c, const TensorRef& ref,
+                   std::span<const uint8_t> data, size_t lo, size_t hi, Half* out,
+                   const std::string& ctx) {
+  const size_t rows = info.chunks[c].n_tokens;
+  const int bits = ref.bits;
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
+  if (info.codec == ContainerCodec::transform) {
+    const size_t begin = info.chunks[c].token_begin;
+    detail::TransformSteps steps;
+    steps.step = ref.step;
+    steps.sink_rows = info.sink_tokens > begin ? std::min<size_t>(info.sink_tokens - begin, rows) : 0;
+    steps.sink_scale = info.sink_scale;
+    const ProfileTensor& pt = profile->tensor(static_cast<int>(ref.layer), ref.kind);
+    try {
+      if (lo == 0 && hi == rows) {
+        detail::unpack_transform(data, pt, H * D, profile->block, steps,
+                                 std::span<Half>(out, rows * H * D), ctx);
+        return;
+      }
+      std::vector<Half> all(rows * H * D);
+      detail::unpack_transform(data, pt, H * D, profile->block, steps, all, ctx);
+      std::memcpy(out, all.data() + lo * H * D, (hi - lo) * H * D * sizeof(Half));
+    } catch (const Error& e) {
+      if (e.message().rfind(ctx, 0) == 0) throw;
+      throw Error(e.code(), ctx + ": " + e.message());
+    }
+    return;
+  }
   if (info.codec == ContainerCodec::lossless_fp16) {
     const bool dedup = info.version >= detail::kCgkvRowsDedupVersion;
     if (lo == 0 && hi == rows) {  // stored token-major already
@@ -128,9 +191,9 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::spa
 namespace {
 
 // The one walk over a chunk's payload (FORMAT.md, "Chunk payload"), shared by read_tokens,
-// verify and chunk_tensor_bytes: calls fn(t, bits, data, context) for every stored tensor in
-// order, t = its index among all attention layers' K and V (recomputed layers store nothing
-// and are skipped). The lengths must add up to exactly the chunk's bytes.
+// verify and chunk_tensor_bytes: calls fn(TensorRef, data, context) for every stored tensor in
+// order (recomputed layers store nothing and are skipped). The lengths must add up to exactly
+// the chunk's bytes.
 template <typename Fn>
 void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, Fn&& fn) {
   wire::Reader r(bytes, "cgkv chunk " + std::to_string(c),
@@ -152,7 +215,9 @@ void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, 
                                                   " runs past the chunk");
       }
       const auto data = r.take(len, "tensor data");
-      fn(t, kind ? info.layers[l].value_bits : info.layers[l].key_bits, data, ctx);
+      const CgkvLayerInfo& li = info.layers[l];
+      fn(TensorRef{t, l, kind, kind ? li.value_bits : li.key_bits, kind ? li.value_step : li.key_step},
+         data, ctx);
     }
   }
   r.expect_end("its tensors");
@@ -161,12 +226,11 @@ void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, 
 // Decodes rows [lo, hi) (relative to the chunk) of every stored tensor of chunk c (bytes
 // already verified) into dst(t).
 template <typename Dst>
-void decode_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, size_t lo,
-                  size_t hi, Dst&& dst) {
-  const size_t rows = info.chunks[c].n_tokens;
+void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
+                  std::span<const uint8_t> bytes, size_t lo, size_t hi, Dst&& dst) {
   walk_chunk(info, c, bytes,
-             [&](size_t t, int bits, std::span<const uint8_t> data, const std::string& ctx) {
-               decode_tensor(info, data, bits, rows, lo, hi, dst(t), ctx);
+             [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string& ctx) {
+               decode_tensor(info, profile, c, ref, data, lo, hi, dst(ref.t), ctx);
              });
 }
 
@@ -209,6 +273,7 @@ void CgkvReader::read_tokens_into(size_t begin, size_t end, std::span<Half> out)
                     " are " + std::to_string(n_out));
   }
   if (T == 0) return;  // an empty range reads no chunk
+  need_profile();
   // Recomputed layers store nothing and come back as zeros.
   if (!info_.recomputed_layers().empty()) std::fill(out.begin(), out.end(), Half{});
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
@@ -216,7 +281,7 @@ void CgkvReader::read_tokens_into(size_t begin, size_t end, std::span<Half> out)
     if (ci.token_begin >= end || ci.token_begin + ci.n_tokens <= begin) continue;
     const size_t lo = std::max(begin, ci.token_begin) - ci.token_begin;
     const size_t hi = std::min(end, ci.token_begin + ci.n_tokens) - ci.token_begin;
-    decode_chunk(info_, c, read_chunk(c), lo, hi, [&](size_t t) {
+    decode_chunk(info_, profile_.get(), c, read_chunk(c), lo, hi, [&](size_t t) {
       return out.data() + (t * T + (ci.token_begin + lo - begin)) * row;
     });
   }
@@ -229,9 +294,10 @@ void CgkvReader::verify() const {
   // O(chunks)).
   const size_t row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
   std::vector<Half> scratch;
+  need_profile();
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
-    decode_chunk(info_, c, read_chunk(c), 0, ci.n_tokens, [&](size_t) {
+    decode_chunk(info_, profile_.get(), c, read_chunk(c), 0, ci.n_tokens, [&](size_t) {
       const size_t n = detail::checked_mul(ci.n_tokens, row, "cgkv chunk");
       if (n > max_elements_) {
         detail::invalid("cgkv: chunk " + std::to_string(c) + " holds " + std::to_string(n) +
@@ -248,8 +314,8 @@ void CgkvReader::verify() const {
 std::vector<uint64_t> CgkvReader::chunk_tensor_bytes(size_t index) const {
   std::vector<uint64_t> sizes(static_cast<size_t>(info_.n_attention_layers()) * 2, 0);
   walk_chunk(info_, index, read_chunk(index),
-             [&](size_t t, int, std::span<const uint8_t> data, const std::string&) {
-               sizes[t] = data.size();
+             [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string&) {
+               sizes[ref.t] = data.size();
              });
   return sizes;
 }

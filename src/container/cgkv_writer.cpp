@@ -8,21 +8,21 @@
 #include "core/wire.h"
 
 namespace cachegen {
-namespace {
 
-// Lays out header + chunks + blobs: fills every range and returns the file.
-std::vector<uint8_t> assemble(CgkvInfo& info, const std::vector<std::vector<uint8_t>>& chunks,
-                              std::span<const CgkvBlob> blobs) {
+std::vector<uint8_t> detail::assemble_cgkv(CgkvInfo& info,
+                                           const std::vector<std::vector<uint8_t>>& chunks,
+                                           std::span<const CgkvBlob> blobs) {
   if (blobs.size() > detail::kMaxBlobs) detail::invalid("at most 64 blobs per file");
   info.header_bytes =
-      detail::header_size(info.layers.size(), chunks.size(), blobs.size(), info.has_rope);
+      detail::header_size(info.layers.size(), chunks.size(), blobs.size(), info.has_rope,
+                          info.codec == ContainerCodec::transform);
   if (info.header_bytes > detail::kMaxHeaderBytes)
     detail::invalid("too many chunks for one header");
   uint64_t offset = info.header_bytes;
   for (size_t c = 0; c < chunks.size(); ++c) {
     info.chunks[c].range = {
         offset, chunks[c].size(),
-        detail::chunk_checksum(detail::kCgkvVersion, c, info.chunks[c], chunks[c])};
+        detail::chunk_checksum(info.version, c, info.chunks[c], chunks[c])};
     offset += chunks[c].size();
   }
   info.blobs.clear();
@@ -37,6 +37,8 @@ std::vector<uint8_t> assemble(CgkvInfo& info, const std::vector<std::vector<uint
   for (const CgkvBlob& b : blobs) out.insert(out.end(), b.bytes.begin(), b.bytes.end());
   return out;
 }
+
+namespace {
 
 CgkvInfo base_info(const ModelShape& shape, size_t n_tokens, size_t chunk_tokens,
                    size_t group_size) {
@@ -115,7 +117,7 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
       }
     }
   }
-  return assemble(info, chunks, blobs);
+  return detail::assemble_cgkv(info, chunks, blobs);
 }
 
 std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
@@ -153,7 +155,7 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
       w.bytes(packed);
     }
   }
-  return assemble(info, chunks, blobs);
+  return detail::assemble_cgkv(info, chunks, blobs);
 }
 
 CgkvBlob token_ids_blob(std::span<const int32_t> tokens) {

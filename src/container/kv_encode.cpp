@@ -77,6 +77,49 @@ std::vector<uint8_t> encode_lossless(const KVArrayView& kv, const ModelShape& sh
   return write_cgkv_lossless(shape, all, kv.n_tokens, lossless_chunk_tokens(o), blobs);
 }
 
+// A transform file (codec 2) with the options' profile: the array as fp32, every layer stored
+// (an array carries no token ids to recompute from).
+std::vector<uint8_t> encode_transform(const KVArrayView& kv, const ModelShape& shape,
+                                      const KVEncodeOptions& o, std::span<const CgkvBlob> blobs) {
+  if (o.is_lossless() || o.rope_base != 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "options.profile codes lossy transform files with the profile's RoPE: not with "
+                "lossless or rope options");
+  }
+  TransformEncoding enc;
+  enc.profile = o.profile;
+  enc.chunk_tokens = o.chunk_tokens ? o.chunk_tokens : default_chunk_tokens(false);
+  enc.bits_per_element = o.bits_per_element;
+  enc.max_kl = o.max_kl;
+  if (o.bits_per_element <= 0 && o.max_kl <= 0) {
+    const std::optional<QualityLevel> level = find_quality_level(o.level);
+    enc.scale = level ? o.profile->scale_of(*level) : 0.0f;
+    if (enc.scale <= 0) {
+      throw Error(ErrorCode::invalid_argument,
+                  "options.profile needs options.level (a level the profile calibrated: high, "
+                  "medium or low), options.bits_per_element or options.max_kl");
+    }
+  }
+  const size_t n = kv.n_tokens * kv.n_kv_heads * kv.head_dim;  // one K or V plane
+  std::vector<float> x(kv.layers.size() * 2 * n);
+  for (size_t l = 0; l < kv.layers.size(); ++l) {
+    float* dst = x.data() + l * 2 * n;
+    for (size_t i = 0; i < 2 * n; ++i) {
+      switch (kv.dtype) {
+        case KVDType::f32:
+          dst[i] = static_cast<const float*>(kv.layers[l])[i];
+          break;
+        case KVDType::f16:
+          dst[i] = half_to_float(static_cast<const Half*>(kv.layers[l])[i]);
+          break;
+        default:
+          dst[i] = bf16_to_float(static_cast<const BFloat16*>(kv.layers[l])[i]);
+      }
+    }
+  }
+  return write_cgkv_transform(shape, x, kv.n_tokens, enc, blobs);
+}
+
 }  // namespace
 
 ModelShape kv_array_model_shape(std::span<const size_t> s, ErrorCode code,
@@ -123,6 +166,7 @@ std::vector<uint8_t> encode_kv_array(const KVArrayView& kv, const ModelShape& sh
     if (!problem.empty())
       throw Error(ErrorCode::invalid_argument, "options.rope_base/options.rope_scale: " + problem);
   }
+  if (o.profile) return encode_transform(kv, shape, o, blobs);
   if (o.is_lossless()) return encode_lossless(kv, shape, o, blobs);
   const KVCacheConfig cfg = quantized_config(o, shape);
   KVCache cache = KVCacheBuilder::for_model(shape, cfg);

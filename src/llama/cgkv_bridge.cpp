@@ -8,6 +8,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/llama.h"
+#include "cachegen/llama_context.h"
 #include "cachegen/quality_levels.h"
 #include "llama/cgkv_blobs.h"
 #include "llama/state_internal.h"
@@ -140,6 +141,37 @@ std::vector<uint8_t> write_quantized(const KvSnapshot& s, const KvStream& stream
   return write_cgkv(cache, blobs);
 }
 
+// A transform file: every layer's K/V as fp32, layer 0 recomputed as the encoding says (stored
+// when the snapshot lacks token ids), keys pre-RoPE from the first cell's position.
+std::vector<uint8_t> write_transform(const KvSnapshot& s, const KvStream& stream,
+                                     const ModelShape& shape, const ModelIdentity& id,
+                                     TransformEncoding enc, std::span<const CgkvBlob> blobs) {
+  if (!enc.profile) invalid("a transform encoding needs a profile");
+  if (!enc.profile->model_fingerprint.empty() && id.n_layer > 0 &&
+      enc.profile->model_fingerprint != context_fingerprint(id)) {
+    invalid("the profile was measured on model " + enc.profile->model_fingerprint + ", not on " +
+            context_fingerprint(id));
+  }
+  const size_t n = stream.cells.size();
+  if (enc.profile->key_pre_rope) {
+    if (!detail::consecutive_positions(stream.cells) || stream.cells[0].pos < 0) {
+      invalid("a transform file needs cells at one run of positions (keys are coded pre-RoPE)");
+    }
+    enc.rope_position_offset = stream.cells[0].pos;
+  }
+  if (s.tokens.size() != n) enc.recompute.clear();
+  const size_t row = static_cast<size_t>(shape.n_kv_heads) * static_cast<size_t>(shape.head_dim);
+  std::vector<float> kv(stream.layers.size() * 2 * n * row);
+  for (size_t il = 0; il < stream.layers.size(); ++il) {
+    if (!enc.recompute.empty() && enc.recompute[il]) continue;
+    const std::vector<float> k = layer_k_float(stream.layers[il]);
+    const std::vector<float> v = layer_v_float(stream.layers[il]);
+    std::copy(k.begin(), k.end(), kv.begin() + static_cast<ptrdiff_t>(il * 2 * n * row));
+    std::copy(v.begin(), v.end(), kv.begin() + static_cast<ptrdiff_t>((il * 2 + 1) * n * row));
+  }
+  return write_cgkv_transform(shape, kv, n, enc, blobs);
+}
+
 // Checks that the app_state's stream agrees with the container header before any K/V is
 // allocated from it.
 void check_against_header(const KvStream& stream, const CgkvInfo& info) {
@@ -207,11 +239,14 @@ std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const ModelIde
   const KvStream& stream = snapshot.data_stream();  // throws for no cells / several streams
   if (stream.layers.empty()) invalid("the state has no layers");
   detail::check_layer_sizes(stream);  // KvSnapshot is a mutable struct: trust no size in it
-  if (!encoding.lossless) encoding.quantized.validate();
+  if (!encoding.lossless && !encoding.transform) encoding.quantized.validate();
   const std::string arch =
       identity.architecture.empty() ? snapshot.arch_tag : identity.architecture;
   const ModelShape shape = container_shape(stream, identity, arch);
   const std::vector<CgkvBlob> blobs = make_blobs(snapshot, identity);
+  if (encoding.transform) {
+    return write_transform(snapshot, stream, shape, identity, *encoding.transform, blobs);
+  }
   return encoding.lossless ? write_lossless(stream, shape, encoding, blobs)
                            : write_quantized(snapshot, stream, shape, identity, encoding, blobs);
 }

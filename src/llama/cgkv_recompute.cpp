@@ -84,6 +84,34 @@ SnapshotEncoding SnapshotEncoding::quality(QualityLevel level, const Model& mode
   return e;
 }
 
+SnapshotEncoding SnapshotEncoding::profiled(std::shared_ptr<const KvProfile> profile,
+                                            const Model& model) {
+  if (!profile) invalid("no profile");
+  const ModelShape shape = model_cache_shape(model);
+  SnapshotEncoding e;
+  e.transform.emplace();
+  e.transform->profile = std::move(profile);
+  e.transform->chunk_tokens = default_chunk_tokens(false);
+  const size_t n_embd = static_cast<size_t>(std::max(0, llama_model_n_embd(model.get())));
+  if (detail::Layer0Projector::supported(model, nullptr) && detail::layer0_recompute_pays(n_embd)) {
+    e.transform->recompute.assign(static_cast<size_t>(shape.n_layers), 0);
+    e.transform->recompute[0] = 1;
+  }
+  return e;
+}
+
+SnapshotEncoding SnapshotEncoding::profiled(std::shared_ptr<const KvProfile> profile,
+                                            const Model& model, QualityLevel level) {
+  const float scale = profile ? profile->scale_of(level) : 0.0f;
+  if (scale <= 0) {
+    invalid(std::string("the profile has no calibrated scale for level '") +
+            quality_level_name(level) + "'");
+  }
+  SnapshotEncoding e = profiled(std::move(profile), model);
+  e.transform->scale = scale;
+  return e;
+}
+
 std::vector<uint8_t> snapshot_to_cgkv(const KvSnapshot& snapshot, const Model& model,
                                       QualityLevel level) {
   return snapshot_to_cgkv(snapshot, model.identity(), SnapshotEncoding::quality(level, model));

@@ -35,6 +35,7 @@
 #include "cachegen/quant.h"
 #include "cachegen/transform.h"
 #include "llama/eval_baselines.h"
+#include "llama/eval_internal.h"
 #include "llama/layer0_kv.h"
 #include "llama/svg_plot.h"
 
@@ -46,7 +47,7 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-enum class MethodKind { exact, reference, codec, ggml_type, kivi, turboquant };
+enum class MethodKind { exact, reference, codec, ggml_type, kivi, turboquant, profile };
 
 struct Method {
   std::string name;
@@ -65,6 +66,8 @@ struct Method {
   // Baselines only:
   baseline::KiviOptions kivi;
   double turboquant_bits = 0;
+  // Profile rows (transform files): a bits-per-element target, else the level's scale.
+  double profile_bits = 0;
 };
 
 struct Accum {
@@ -332,7 +335,8 @@ std::vector<Method> rate_methods(size_t n_layer) {
   return m;
 }
 
-std::vector<Method> default_methods(size_t n_layer, const std::string& sweep) {
+std::vector<Method> default_methods(size_t n_layer, const std::string& sweep,
+                                    const std::shared_ptr<const KvProfile>& profile) {
   std::vector<Method> m;
   if (sweep == "rate") {
     m = rate_methods(n_layer);
@@ -355,6 +359,28 @@ std::vector<Method> default_methods(size_t n_layer, const std::string& sweep) {
   if (const char* env = std::getenv("CACHEGEN_EVAL_SWEEP"); env != nullptr && *env != 0) {
     add_sweep(env, n_layer, m);
   }
+  if (profile) {
+    // Our calibrated transform: the levels the profile calibrated, and with the rate sweep a
+    // ladder of size targets.
+    for (const QualityLevelRow& row : kQualityLevels) {
+      if (profile->scale_of(row.level) <= 0) continue;
+      Method x = plain_method(std::string("profile-") + row.name, MethodKind::profile, {}, {},
+                              kTypeF16, false);
+      x.family = "ours (profile)";
+      x.level = row.level;
+      m.push_back(x);
+    }
+    if (sweep == "rate") {
+      for (double b : {1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0}) {
+        char name[32];
+        std::snprintf(name, sizeof name, "profile-%gb", b);
+        Method x = plain_method(name, MethodKind::profile, {}, {}, kTypeF16, false);
+        x.family = "ours (profile)";
+        x.profile_bits = b;
+        m.push_back(x);
+      }
+    }
+  }
   m.push_back(plain_method("llama.cpp q8_0", MethodKind::ggml_type, {}, {}, kTypeQ8_0, false));
   m.push_back(plain_method("llama.cpp q4_0", MethodKind::ggml_type, {}, {}, kTypeQ4_0, false));
   return m;
@@ -368,7 +394,14 @@ double ggml_type_bits(int32_t type) {
 // The snapshot encoding that writes a method's settings, or nullopt where the container cannot
 // express them (then the row keeps codes-only pricing). `group` is the method's group, resolved.
 std::optional<SnapshotEncoding> file_encoding(const Method& m, const Model& model, size_t group,
-                                              size_t n_rows) {
+                                              size_t n_rows,
+                                              const std::shared_ptr<const KvProfile>& profile) {
+  if (m.kind == MethodKind::profile) {
+    if (m.level) return SnapshotEncoding::profiled(profile, model, *m.level);
+    SnapshotEncoding e = SnapshotEncoding::profiled(profile, model);
+    e.transform->bits_per_element = m.profile_bits;
+    return e;
+  }
   if (m.level) return SnapshotEncoding::quality(*m.level, model);
   if (m.kind != MethodKind::codec || m.key_hadamard) return std::nullopt;
   const EncodeOptions defaults;
@@ -535,21 +568,11 @@ KvLayer rebuild_layer0(const Model& model, const KvSnapshot& captured, const Rop
   return out;
 }
 
-std::vector<double> log_softmax(const float* logits, size_t n) {
-  const float mx = *std::max_element(logits, logits + n);
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-  const double lse = static_cast<double>(mx) + std::log(sum);
-  std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(logits[i]) - lse;
-  return out;
-}
-
 void score(const std::vector<float>& exact, const std::vector<float>& got, size_t n_vocab,
            std::span<const int32_t> targets, Accum& acc) {
   for (size_t t = 0; t < targets.size(); ++t) {
-    const std::vector<double> p = log_softmax(&exact[t * n_vocab], n_vocab);
-    const std::vector<double> q = log_softmax(&got[t * n_vocab], n_vocab);
+    const std::vector<double> p = detail::log_softmax(&exact[t * n_vocab], n_vocab);
+    const std::vector<double> q = detail::log_softmax(&got[t * n_vocab], n_vocab);
     double kl = 0;
     for (size_t i = 0; i < n_vocab; ++i) kl += std::exp(p[i]) * (p[i] - q[i]);
     acc.kl += std::max(kl, 0.0);
@@ -563,6 +586,20 @@ void score(const std::vector<float>& exact, const std::vector<float>& got, size_
   }
 }
 
+}  // namespace
+
+namespace detail {
+
+std::vector<double> log_softmax(const float* logits, size_t n) {
+  const float mx = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const double lse = static_cast<double>(mx) + std::log(sum);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(logits[i]) - lse;
+  return out;
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(ErrorCode::not_found, "eval: text file '" + path + "' not found");
@@ -571,7 +608,14 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace
+double kl_divergence(const float* exact, const float* got, size_t n) {
+  const std::vector<double> p = log_softmax(exact, n), q = log_softmax(got, n);
+  double kl = 0;
+  for (size_t i = 0; i < n; ++i) kl += std::exp(p[i]) * (p[i] - q[i]);
+  return std::max(kl, 0.0);
+}
+
+}  // namespace detail
 
 std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
                                          const std::function<void(const std::string&)>& progress) {
@@ -583,7 +627,7 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
                 "eval: --sweep '" + o.sweep + "' is not known (only 'rate')");
   }
   const Model model(o.model_path);
-  const std::vector<int32_t> text = model.tokenize(read_text(o.text_path), false);
+  const std::vector<int32_t> text = model.tokenize(detail::read_text(o.text_path), false);
   const size_t window = static_cast<size_t>(o.prefix + o.n_continue + 1);
   const size_t need = static_cast<size_t>(o.n_contexts) * (window - 1);
   if (text.size() < need) {
@@ -598,13 +642,17 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
   Context ctx(model, cs);
 
   const size_t n_layer = model.identity().n_layer;
-  const std::vector<Method> methods = default_methods(n_layer, o.sweep);
+  std::shared_ptr<const KvProfile> profile;
+  if (!o.profile_path.empty()) {
+    profile = std::make_shared<const KvProfile>(read_profile(o.profile_path));
+  }
+  const std::vector<Method> methods = default_methods(n_layer, o.sweep, profile);
   std::vector<Accum> acc(methods.size());
   const size_t n_rows = static_cast<size_t>(o.prefix);
   std::vector<std::optional<SnapshotEncoding>> encodings(methods.size());
   std::vector<std::optional<baseline::TurboQuant>> tq(methods.size());
   for (size_t mi = 0; mi < methods.size(); ++mi) {
-    encodings[mi] = file_encoding(methods[mi], model, o.group_size, n_rows);
+    encodings[mi] = file_encoding(methods[mi], model, o.group_size, n_rows, profile);
     if (methods[mi].kind == MethodKind::turboquant) {
       tq[mi].emplace(methods[mi].turboquant_bits, model.identity().head_dim);
     }
@@ -686,7 +734,8 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
           acc[mi].elements += static_cast<double>(n_rows * (k_row_elements(l) + v_row_elements(l)));
         }
         t0 = Clock::now();
-        const CgkvReader reader = CgkvReader::from_bytes(std::move(file));
+        CgkvReader reader = CgkvReader::from_bytes(std::move(file));
+        if (encodings[mi]->transform) reader.set_profile(encodings[mi]->transform->profile);
         const KvSnapshot s = unpack_snapshot(reader, &model);
         acc[mi].decode_ms += ms_since(t0);
         ctx.clear();
@@ -750,8 +799,12 @@ std::string eval_rows_svg(const std::vector<EvalRow>& rows, const std::string& t
   for (const EvalRow& r : rows) {
     if (r.family == "exact" || r.family == "reference") continue;
     // Our quality levels are their own series: joined with the uniform ladder by x they zigzag.
+    const bool profile_level = r.method.rfind("profile-", 0) == 0 &&
+                               find_quality_level(r.method.substr(8)).has_value();
     const std::string name =
-        r.family == "ours" && r.method.rfind("level-", 0) == 0 ? "ours levels" : r.family;
+        r.family == "ours" && r.method.rfind("level-", 0) == 0 ? "ours levels"
+        : profile_level                                         ? "ours (profile) levels"
+                                                                : r.family;
     auto it = std::find_if(series.begin(), series.end(),
                            [&name](const PlotSeries& s) { return s.name == name; });
     if (it == series.end()) {

@@ -11,6 +11,24 @@ namespace cachegen::llama {
 
 SnapshotEncoding pack_encoding(const PackOptions& o, const Model* model, size_t n_layers) {
   SnapshotEncoding encoding;
+  if (o.profile) {
+    if (model == nullptr) {
+      throw Error(ErrorCode::invalid_argument, "a calibration profile needs the model (--model)");
+    }
+    if (o.lossless || o.bits) {
+      throw Error(ErrorCode::invalid_argument,
+                  "a calibration profile codes lossy transform files: not with lossless or bits");
+    }
+    if (o.bits_per_element > 0 || o.max_kl > 0) {
+      encoding = SnapshotEncoding::profiled(o.profile, *model);
+      encoding.transform->bits_per_element = o.bits_per_element;
+      encoding.transform->max_kl = o.max_kl;
+    } else {
+      encoding = SnapshotEncoding::profiled(o.profile, *model, parse_quality_level(o.level));
+    }
+    if (o.chunk_tokens != 0) encoding.transform->chunk_tokens = o.chunk_tokens;
+    return encoding;
+  }
   if (o.lossless || (!o.bits && parse_quality_level(o.level) == QualityLevel::lossless)) {
     encoding = SnapshotEncoding::exact();
   } else if (o.bits) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace cachegen::cli {
 
@@ -17,6 +18,9 @@ void add_bench_stream(CLI::App& bench);
 
 // `cachegen encode | decode | inspect | verify`.
 void add_kv_commands(CLI::App& app);
+// --profile, --bits-per-element, --max-kl (transform files): encode and llama pack.
+void add_profile_options(CLI::App* cmd, std::string& profile, double& bits_per_element,
+                         double& max_kl);
 // `cachegen store put | get | list | rm`.
 void add_store_commands(CLI::App& app);
 

@@ -12,6 +12,7 @@
 #include "cachegen/container.h"
 #include "cachegen/encode.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/profile.h"
 #include "cachegen/transform.h"
 #include "commands.h"
 #include "kv_io.h"
@@ -20,9 +21,15 @@ namespace cachegen::cli {
 namespace {
 
 struct EncodeOptions {
-  std::string input, output, store;
+  std::string input, output, store, profile;
   KVEncodeOptions kv;  // the library's options, defaults included
 };
+
+// The profile of --profile (none when empty).
+std::shared_ptr<const KvProfile> load_profile(const std::string& path) {
+  if (path.empty()) return nullptr;
+  return std::make_shared<const KvProfile>(read_profile(path));
+}
 
 KVDType npy_kv_dtype(const NpyArray& a, const std::string& path) {
   switch (a.dtype) {
@@ -73,7 +80,9 @@ void run_encode(const EncodeOptions& o) {
   const size_t layer_bytes =
       2 * kv.n_tokens * kv.n_kv_heads * kv.head_dim * npy_dtype_size(a.dtype);
   for (size_t l = 0; l < a.shape[0]; ++l) kv.layers.push_back(a.data.data() + l * layer_bytes);
-  if (!o.kv.level.empty() && !o.kv.is_lossless() && o.kv.rope_base <= 0) {
+  KVEncodeOptions options = o.kv;
+  options.profile = load_profile(o.profile);
+  if (!options.profile && !o.kv.level.empty() && !o.kv.is_lossless() && o.kv.rope_base <= 0) {
     std::fprintf(stderr,
                  "note: no --rope-base: keys are quantized as given (the level's pre-RoPE "
                  "keys need the model's RoPE parameters)\n");
@@ -81,7 +90,7 @@ void run_encode(const EncodeOptions& o) {
   Progress progress("encoding", shape.n_layers * kv.n_tokens);
   const std::vector<uint8_t> file = [&] {
     try {
-      return encode_kv_array(kv, shape, o.kv, {},
+      return encode_kv_array(kv, shape, options, {},
                              [&](size_t done, size_t) { progress.update(done); });
     } catch (const Error& e) {
       if (e.code() != ErrorCode::invalid_argument) throw;
@@ -97,7 +106,7 @@ void run_encode(const EncodeOptions& o) {
 }
 
 struct DecodeOptions {
-  std::string input, output, store, tokens;
+  std::string input, output, store, tokens, profile;
 };
 
 // A strict decimal (digits only: no sign, space, base prefix or suffix), or false.
@@ -132,16 +141,19 @@ void parse_range(const std::string& s, size_t n, size_t& a, size_t& b) {
   }
 }
 
-CgkvReader open_reader(const std::string& name, const std::string& store) {
-  return store.empty() ? CgkvReader::open_file(name)
-                       : CgkvReader::from_bytes(load_input(name, store));
+CgkvReader open_reader(const std::string& name, const std::string& store,
+                       const std::string& profile = "") {
+  CgkvReader r = store.empty() ? CgkvReader::open_file(name)
+                               : CgkvReader::from_bytes(load_input(name, store));
+  r.set_profile(load_profile(profile));
+  return r;
 }
 
 // Writes tokens [a, b) as an fp16 .npy [layers, 2, b - a, heads, dim] through OutputFile:
 // windows of whole chunks, about 64 MiB of output each (at least one chunk), each decoded and
 // written at its place, so memory holds a window, never the whole output.
 void run_decode(const DecodeOptions& o) {
-  const CgkvReader r = open_reader(o.input, o.store);
+  const CgkvReader r = open_reader(o.input, o.store, o.profile);
   const CgkvInfo& info = r.info();
   size_t a, b;
   parse_range(o.tokens, info.n_tokens, a, b);
@@ -176,7 +188,7 @@ void run_decode(const DecodeOptions& o) {
 }
 
 struct InspectOptions {
-  std::string input, store;
+  std::string input, store, profile;
   bool json = false;
 };
 
@@ -194,8 +206,13 @@ void run_inspect(const InspectOptions& o) {
       "tokens\n",
       o.input.c_str(), j["codec"].get<std::string>().c_str(), info.n_layers, info.n_kv_heads,
       info.head_dim, info.n_tokens, info.group_size, info.chunks.size(), info.chunk_tokens);
-  std::printf("%5s %6s %6s %12s %12s %10s %10s\n", "layer", "K bits", "V bits", "K bytes",
-              "V bytes", "K bits/el", "V bits/el");
+  const bool transform = info.codec == ContainerCodec::transform;
+  if (transform) {
+    std::printf("profile %s (decoding needs it: --profile), sinks %u tokens at %g x the step\n",
+                j["profile_id"].get<std::string>().c_str(), info.sink_tokens, info.sink_scale);
+  }
+  std::printf("%5s %8s %8s %12s %12s %10s %10s\n", "layer", transform ? "K step" : "K bits",
+              transform ? "V step" : "V bits", "K bytes", "V bytes", "K bits/el", "V bits/el");
   for (const auto& lj : j["layers"]) {
     if (!lj["attention"].get<bool>()) {
       std::printf("%5zu %s\n", lj["layer"].get<size_t>(), "  (no attention)");
@@ -206,8 +223,15 @@ void run_inspect(const InspectOptions& o) {
                   "  recomputed from the token ids (not stored)");
       continue;
     }
-    std::printf("%5zu %6d %6d %12zu %12zu %10.3f %10.3f%s\n", lj["layer"].get<size_t>(),
-                lj["key_bits"].get<int>(), lj["value_bits"].get<int>(),
+    char kq[16], vq[16];
+    if (transform) {
+      std::snprintf(kq, sizeof kq, "%.4g", lj["key_step"].get<double>());
+      std::snprintf(vq, sizeof vq, "%.4g", lj["value_step"].get<double>());
+    } else {
+      std::snprintf(kq, sizeof kq, "%d", lj["key_bits"].get<int>());
+      std::snprintf(vq, sizeof vq, "%d", lj["value_bits"].get<int>());
+    }
+    std::printf("%5zu %8s %8s %12zu %12zu %10.3f %10.3f%s\n", lj["layer"].get<size_t>(), kq, vq,
                 lj["key_bytes"].get<size_t>(), lj["value_bytes"].get<size_t>(),
                 lj["key_bits_per_element"].get<double>(),
                 lj["value_bits_per_element"].get<double>(),
@@ -220,6 +244,23 @@ void run_inspect(const InspectOptions& o) {
 }
 
 }  // namespace
+
+void add_profile_options(CLI::App* cmd, std::string& profile, double& bits_per_element,
+                         double& max_kl) {
+  CLI::Option* p = cmd->add_option(
+      "--profile", profile,
+      "calibration profile (cachegen calibrate): write a transform file at the --level's "
+      "calibrated scale, or at --bits-per-element / --max-kl");
+  CLI::Option* b = cmd->add_option("--bits-per-element", bits_per_element,
+                                   "with --profile: the file's size in bits per K/V element")
+                       ->needs(p)
+                       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-kl", max_kl,
+                  "with --profile: the largest mean KL the profile's sensitivities estimate")
+      ->needs(p)
+      ->excludes(b)
+      ->check(CLI::PositiveNumber);
+}
 
 void add_kv_commands(CLI::App& app) {
   auto enc = std::make_shared<EncodeOptions>();
@@ -250,6 +291,7 @@ void add_kv_commands(CLI::App& app) {
   e->add_flag("--rope-neox", enc->kv.rope_neox,
               "RoPE NEOX pairing (i, i + n/2) instead of (i, i + 1)");
   e->add_option("--store", enc->store, "put into a store: file://DIR or redis://HOST:PORT[/DB]");
+  add_profile_options(e, enc->profile, enc->kv.bits_per_element, enc->kv.max_kl);
   e->callback([enc] { run_encode(*enc); });
 
   auto dec = std::make_shared<DecodeOptions>();
@@ -258,6 +300,7 @@ void add_kv_commands(CLI::App& app) {
   d->add_option("-o,--output", dec->output, "output .npy")->required();
   d->add_option("--tokens", dec->tokens, "token range A:B (reads only the chunks it needs)");
   d->add_option("--store", dec->store, "read from a store: file://DIR or redis://HOST:PORT[/DB]");
+  d->add_option("--profile", dec->profile, "the calibration profile a transform file needs");
   d->callback([dec] { run_decode(*dec); });
 
   auto ins = std::make_shared<InspectOptions>();
@@ -271,8 +314,9 @@ void add_kv_commands(CLI::App& app) {
   CLI::App* v = app.add_subcommand("verify", "check every checksum and decode every chunk");
   v->add_option("input", ver->input, ".cgkv file (or key, with --store)")->required();
   v->add_option("--store", ver->store, "read from a store");
+  v->add_option("--profile", ver->profile, "the calibration profile a transform file needs");
   v->callback([ver] {
-    const CgkvReader r = open_reader(ver->input, ver->store);
+    const CgkvReader r = open_reader(ver->input, ver->store, ver->profile);
     r.verify();
     std::printf("%s: OK (%zu chunks, %zu tokens, %llu bytes)\n", ver->input.c_str(),
                 r.info().chunks.size(), r.info().n_tokens,

@@ -7,6 +7,8 @@
 
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
+#include "cachegen/profile.h"
+#include "commands.h"
 
 namespace cachegen::cli {
 
@@ -36,6 +38,11 @@ bool uses_bits(const LevelArgs& a) {
 std::string level_name(const LevelArgs& a) {
   if (a.lossless) return "lossless";
   if (uses_bits(a)) return std::to_string(a.bits) + "-bit";
+  if (!a.profile.empty()) {
+    if (a.bits_per_element > 0) return "profile at " + std::to_string(a.bits_per_element) + " bits";
+    if (a.max_kl > 0) return "profile at KL " + std::to_string(a.max_kl);
+    return "profile level " + a.level;
+  }
   return "level " + a.level;
 }
 
@@ -46,6 +53,9 @@ llama::PackOptions pack_options(const LevelArgs& a) {
   if (uses_bits(a)) o.bits = a.bits;
   o.group_size = a.group_size;
   o.chunk_tokens = a.chunk_tokens;
+  if (!a.profile.empty()) o.profile = std::make_shared<const KvProfile>(read_profile(a.profile));
+  o.bits_per_element = a.bits_per_element;
+  o.max_kl = a.max_kl;
   return o;
 }
 
@@ -68,6 +78,7 @@ void add_level_options(CLI::App* cmd, LevelArgs& a) {
   cmd->add_option("--chunk-tokens", a.chunk_tokens,
                   "tokens per container chunk (a multiple of the group size when quantized; "
                   "default: 256 quantized, 1024 lossless)");
+  add_profile_options(cmd, a.profile, a.bits_per_element, a.max_kl);
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -77,6 +77,9 @@ void add_eval(CLI::App& app) {
                   "(KIVI, TurboQuant-style, llama.cpp q8_0/q4_0) instead of the default table")
       ->check(CLI::IsMember({"rate"}));
   cmd->add_option("--svg", *svg, "also write the KL vs bits/element plot (SVG) to this file");
+  cmd->add_option("--profile", o->profile_path,
+                  "calibration profile of the model (cachegen calibrate): adds our transform "
+                  "rows (its levels; with --sweep rate a ladder of bits-per-element targets)");
   cmd->callback([o, json, svg] {
     o->model_path = resolve_model(o->model_path);
     const auto progress = [json](const std::string& line) {
@@ -125,6 +128,47 @@ void add_eval(CLI::App& app) {
                      {"continue", o->n_continue}});
     }
     std::printf("%s\n", out.dump(1).c_str());
+  });
+}
+
+void add_calibrate(CLI::App& app) {
+  auto o = std::make_shared<llama::CalibrateOptions>();
+  auto out = std::make_shared<std::string>();
+  auto no_levels = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate",
+      "measure a model's calibration profile (PCA transforms, sensitivities, level scales) on "
+      "real KV");
+  cmd->add_option("--model", o->model_path, "GGUF model (default: $CACHEGEN_MODEL)");
+  cmd->add_option("--text", o->text_path, "UTF-8 text (windows are taken from its end)")
+      ->required();
+  cmd->add_option("-o,--output", *out, "the profile to write (.cgprof)")->required();
+  cmd->add_option("--windows", o->n_windows, "windows of the text")->capture_default_str();
+  cmd->add_option("--prefix", o->prefix, "tokens captured per window")->capture_default_str();
+  cmd->add_option("--continue", o->n_continue, "tokens scored per window")->capture_default_str();
+  cmd->add_option("--block", o->block, "PCA over a layer's whole row (layer) or per head (head)")
+      ->check(CLI::IsMember({"layer", "head"}))
+      ->capture_default_str();
+  cmd->add_option("--probe-noise", o->probe_noise,
+                  "relative noise power of the sensitivity probes")
+      ->capture_default_str();
+  cmd->add_option("--sink-tokens", o->sink_tokens,
+                  "first tokens coded at a finer step (with --sink-scale)")
+      ->capture_default_str();
+  cmd->add_option("--sink-scale", o->sink_scale, "their step relative to the others, (0, 1]")
+      ->capture_default_str();
+  cmd->add_flag("--no-levels", *no_levels, "do not calibrate the quality levels' scales");
+  cmd->add_flag("--flash-attn", o->flash_attn, "flash attention on (V row-major)");
+  cmd->add_option("--threads", o->n_threads, "llama.cpp threads")->capture_default_str();
+  cmd->callback([o, out, no_levels] {
+    o->model_path = resolve_model(o->model_path);
+    o->levels = !*no_levels;
+    const KvProfile p = llama::calibrate_profile(
+        *o, [](const std::string& line) { std::fprintf(stderr, "calibrate: %s\n", line.c_str()); });
+    const std::vector<uint8_t> bytes = p.serialize();
+    write_file_atomic(*out, bytes);
+    std::printf("%s: profile %016llx, %zu bytes, %d layers, block %zu\n", out->c_str(),
+                static_cast<unsigned long long>(p.id()), bytes.size(), p.n_layers, p.block);
   });
 }
 
@@ -200,7 +244,7 @@ void add_pack(CLI::App& llama_cmd) {
 
 void add_unpack(CLI::App& llama_cmd) {
   struct Args {
-    std::string in, out, model;
+    std::string in, out, model, profile;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = llama_cmd.add_subcommand(
@@ -210,8 +254,10 @@ void add_unpack(CLI::App& llama_cmd) {
   cmd->add_option("--model", a->model,
                   "GGUF model that wrote the state: needed when the file recomputes layers "
                   "(quality levels recompute layer 0 from the token ids)");
+  cmd->add_option("--profile", a->profile, "the calibration profile a transform file needs");
   cmd->callback([a] {
-    const CgkvReader reader = CgkvReader::open_file(a->in);
+    CgkvReader reader = CgkvReader::open_file(a->in);
+    if (!a->profile.empty()) reader.set_profile(std::make_shared<const KvProfile>(read_profile(a->profile)));
     std::unique_ptr<llama::Model> model;
     if (!a->model.empty()) model = std::make_unique<llama::Model>(a->model);
     const llama::KvSnapshot s = llama::unpack_snapshot(reader, model.get());
@@ -220,7 +266,9 @@ void add_unpack(CLI::App& llama_cmd) {
     std::printf(
         "%s state file, %zu tokens, %zu cells, %s: %zu bytes written to %s\n",
         s.kind == llama::StateKind::sequence ? "sequence" : "session", s.tokens.size(), s.n_cells(),
-        reader.info().codec == ContainerCodec::lossless_fp16 ? "exact (lossless)" : "dequantized",
+        reader.info().codec == ContainerCodec::lossless_fp16 ? "exact (lossless)"
+        : reader.info().codec == ContainerCodec::transform  ? "decoded (transform)"
+                                                            : "dequantized",
         bytes.size(), a->out.c_str());
   });
 }
@@ -229,6 +277,7 @@ void add_unpack(CLI::App& llama_cmd) {
 
 void add_llama_commands(CLI::App& app) {
   add_eval(app);
+  add_calibrate(app);
   CLI::App* llama_cmd = app.add_subcommand("llama", "llama.cpp KV caches and state files");
   llama_cmd->require_subcommand(1);
   add_inspect(*llama_cmd);
