@@ -1,4 +1,5 @@
 //   bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time SECONDS] [--filter REGEX]
+//               [--profile FILE.cgprof]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,10 +20,12 @@ int main(int argc, char** argv) {
       o.min_time_s = std::atof(argv[++i]);
     } else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
       o.filter = argv[++i];
+    } else if (std::strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {
+      o.profile = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time S] "
-                   "[--filter REGEX]\n");
+                   "[--filter REGEX] [--profile FILE.cgprof]\n");
       return 2;
     }
   }

@@ -62,11 +62,12 @@ Input synthetic_input() {
 
 // fp16 [n_layers, 2, n_tokens, n_kv_heads, head_dim] -> heads [(layer, kv, head), token, dim].
 // A .cgkv input is decoded to that array first (recomputed layers as zeros), and kept.
-Input file_input(const std::string& path) {
+Input file_input(const std::string& path, const std::shared_ptr<const KvProfile>& profile) {
   NpyArray a;
   std::vector<uint8_t> cgkv;
   if (path.size() > 5 && path.compare(path.size() - 5, 5, ".cgkv") == 0) {
-    const CgkvReader reader = CgkvReader::open_file(path);
+    CgkvReader reader = CgkvReader::open_file(path);
+    reader.set_profile(profile);
     const CgkvInfo& info = reader.info();
     if (info.n_attention_layers() != info.n_layers) {
       throw Error(ErrorCode::invalid_argument, path + ": layers without attention are not benched");
@@ -110,7 +111,9 @@ void items(benchmark::State& st, size_t n) {
 }  // namespace
 
 int run_codec_benchmark(const CodecBenchOptions& o) {
-  const Input in = o.input_npy.empty() ? synthetic_input() : file_input(o.input_npy);
+  const std::shared_ptr<const KvProfile> profile =
+      o.profile.empty() ? nullptr : std::make_shared<const KvProfile>(read_profile(o.profile));
+  const Input in = o.input_npy.empty() ? synthetic_input() : file_input(o.input_npy, profile);
   const size_t n = in.values.size();
   const std::vector<CodeStream> streams =
       quantize_to_codes_batch(in.values, in.n_heads, in.n_rows, in.dim, o.bits, o.group_size);
@@ -229,7 +232,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       in.cgkv.empty() ? encode_kv_array(view, in.shape, file_options) : in.cgkv;
   benchmark::RegisterBenchmark("file_decode/1t", [&](benchmark::State& st) {
     set_thread_count(1);
-    const CgkvReader reader = CgkvReader::from_bytes(file);
+    CgkvReader reader = CgkvReader::from_bytes(file);
+    reader.set_profile(profile);
     std::vector<Half> out(reader.info().n_tokens * 2 * static_cast<size_t>(in.shape.n_layers) *
                           view.n_kv_heads * in.dim);
     for (auto _ : st) {
@@ -243,6 +247,42 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     for (auto _ : st) benchmark::DoNotOptimize(encode_kv_array(view, in.shape, file_options));
     items(st, n);
   });
+  // The transform path (a profile given): the KV as a transform file of the quantized file's
+  // size (the scale found once by the size search), decoded whole and encoded at that scale.
+  std::vector<uint8_t> transform;
+  KVEncodeOptions transform_options;
+  if (profile) {
+    transform_options.profile = profile;
+    transform_options.chunk_tokens = file_options.chunk_tokens;
+    const CgkvReader fr = CgkvReader::from_bytes(file);
+    transform_options.bits_per_element =
+        8.0 * static_cast<double>(file.size()) / static_cast<double>(fr.info().n_elements());
+    transform = encode_kv_array(view, in.shape, transform_options);
+    CgkvReader tr = CgkvReader::from_bytes(transform);
+    // Encode at the scale the search chose: the steps are in the header.
+    transform_options.bits_per_element = 0;
+    transform_options.level.clear();
+    const std::vector<float> unit = profile->steps(1.0);
+    transform_options.scale = tr.info().layers[0].key_step / unit[0];
+    benchmark::RegisterBenchmark("transform_decode/1t", [&](benchmark::State& st) {
+      set_thread_count(1);
+      CgkvReader reader = CgkvReader::from_bytes(transform);
+      reader.set_profile(profile);
+      std::vector<Half> out(reader.read_elements(0, reader.info().n_tokens));
+      for (auto _ : st) {
+        reader.read_tokens_into(0, reader.info().n_tokens, out);
+        benchmark::ClobberMemory();
+      }
+      items(st, n);
+    });
+    benchmark::RegisterBenchmark("transform_encode/1t", [&](benchmark::State& st) {
+      set_thread_count(1);
+      for (auto _ : st) {
+        benchmark::DoNotOptimize(encode_kv_array(view, in.shape, transform_options));
+      }
+      items(st, n);
+    });
+  }
   benchmark::RegisterBenchmark("zstd1_fp16_encode/1t", [&](benchmark::State& st) {
     std::vector<uint8_t> out(ZSTD_compressBound(2 * n));
     for (auto _ : st) {
@@ -360,6 +400,16 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["file_decode_over_decode_values_fp16"] =
       ips("file_decode/1t") / std::max(1.0, ips("decode_values_fp16/1t"));
   j["file_encode_over_encode_fp16"] = ips("file_encode/1t") / std::max(1.0, ips("encode_fp16/1t"));
+  if (profile) {
+    // Aim (issue 9): the transform path within 2x of the quantized file path's time.
+    j["transform_bytes"] = transform.size();
+    j["transform_decode_elems_per_s"] = ips("transform_decode/1t");
+    j["transform_encode_elems_per_s"] = ips("transform_encode/1t");
+    j["transform_decode_over_file_decode"] =
+        ips("transform_decode/1t") / std::max(1.0, ips("file_decode/1t"));
+    j["transform_encode_over_file_encode"] =
+        ips("transform_encode/1t") / std::max(1.0, ips("file_encode/1t"));
+  }
   j["coded_param_bytes"] = batch_report.param_bytes;
   j["coded_model_bytes"] = batch_report.model_bytes;
   if (o.json) {
@@ -399,6 +449,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
        {"file decode (.cgkv) vs fused decode fp16", "file_decode/1t", "decode_fp16/1t"},
        {"file decode vs fused decode, compact params", "file_decode/1t", "decode_values_fp16/1t"},
        {"file encode (.cgkv) vs fused encode fp16", "file_encode/1t", "encode_fp16/1t"},
+       {"transform file decode vs quantized file decode", "transform_decode/1t", "file_decode/1t"},
+       {"transform file encode vs quantized file encode", "transform_encode/1t", "file_encode/1t"},
        {"lossless encode vs zstd -1 (fp16)", "lossless_encode/1t", "zstd1_fp16_encode/1t"},
        {"lossless decode vs zstd -1 (fp16)", "lossless_decode/1t", "zstd1_fp16_decode/1t"}});
   return 0;

@@ -20,6 +20,9 @@ struct CodecBenchOptions {
   size_t group_size = 32;
   double min_time_s = 0.2;  // Google Benchmark's minimum time per benchmark
   std::string filter;       // Google Benchmark regex; empty = all (for profiling one path)
+  // A calibration profile of the input's model: the transform path (codec 2) too, at the size
+  // of the quantized file (and a .cgkv input written with it is read with it).
+  std::string profile;
 };
 
 // Returns a process exit status (0 on success); prints to stdout. Throws cachegen::Error for

@@ -43,10 +43,10 @@ struct KVEncodeOptions {
   bool rope_neox = false;
 
   // A calibration profile (cachegen/profile.h): a transform file (codec 2) at `level`'s
-  // calibrated scale, or at bits_per_element / max_kl when one is > 0 (exactly one rate);
+  // calibrated scale, or at scale / bits_per_element / max_kl when one is > 0 (at most one);
   // keys pre-RoPE and sinks as the profile says. Replaces bits, groups and the RoPE options.
   std::shared_ptr<const KvProfile> profile;
-  double bits_per_element = 0, max_kl = 0;
+  double scale = 0, bits_per_element = 0, max_kl = 0;
 
   bool is_lossless() const { return lossless || level == "lossless"; }
 };

@@ -43,8 +43,8 @@
 #include "cachegen/container.h"
 #include "cachegen/half.h"
 #include "cachegen/kv_cache.h"
-#include "cachegen/quality_levels.h"
 #include "cachegen/profile.h"
+#include "cachegen/quality_levels.h"
 #include "cachegen/transform.h"
 
 struct llama_model;
@@ -384,6 +384,9 @@ struct CalibrateOptions {
   // Relative mean squared error (of the tensor's variance) of the noise that probes each
   // tensor's sensitivity: small enough for KL to be linear in it, large enough to measure.
   double probe_noise = 0.01;
+  // Bands of components (in variance order) whose sensitivities are measured apart: each
+  // component's step follows its band's (1 = one sensitivity per tensor).
+  int bands = 8;
   bool levels = true;  // also choose the lossy quality levels' scales (KL matched to the levels')
   uint32_t sink_tokens = 0;  // recorded as the profile's default sinks
   float sink_scale = 1;

@@ -40,6 +40,11 @@ struct ProfileTensor {
   // Mean KL (nats per predicted token) per unit of mean squared error per element, measured by
   // injecting noise into this tensor alone; 0 = not measured (treated as the profile's mean).
   float sensitivity = 0;
+  // [width]: component c's step relative to the tensor's (in [2^-8, 2^8]): the model feels
+  // error in some components more than in others (queries align with the keys' main
+  // directions), so those get finer steps. Component c's sensitivity is
+  // sensitivity / step_factor[c]^2.
+  std::vector<float> step_factor;
 };
 
 struct KvProfile {

@@ -35,7 +35,8 @@ void CgkvReader::set_profile(std::shared_ptr<const KvProfile> profile) {
   if (profile && info_.codec == ContainerCodec::transform) {
     if (profile->id() != info_.profile_id) {
       char want[17], got[17];
-      std::snprintf(want, sizeof want, "%016llx", static_cast<unsigned long long>(info_.profile_id));
+      std::snprintf(want, sizeof want, "%016llx",
+                    static_cast<unsigned long long>(info_.profile_id));
       std::snprintf(got, sizeof got, "%016llx", static_cast<unsigned long long>(profile->id()));
       detail::invalid(std::string("cgkv: this file was written with profile ") + want +
                       ", not with the profile given (" + got + ")");
@@ -118,7 +119,8 @@ void decode_tensor(const CgkvInfo& info, const KvProfile* profile, size_t c, con
     const size_t begin = info.chunks[c].token_begin;
     detail::TransformSteps steps;
     steps.step = ref.step;
-    steps.sink_rows = info.sink_tokens > begin ? std::min<size_t>(info.sink_tokens - begin, rows) : 0;
+    steps.sink_rows =
+        info.sink_tokens > begin ? std::min<size_t>(info.sink_tokens - begin, rows) : 0;
     steps.sink_scale = info.sink_scale;
     const ProfileTensor& pt = profile->tensor(static_cast<int>(ref.layer), ref.kind);
     try {
@@ -216,7 +218,8 @@ void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, 
       }
       const auto data = r.take(len, "tensor data");
       const CgkvLayerInfo& li = info.layers[l];
-      fn(TensorRef{t, l, kind, kind ? li.value_bits : li.key_bits, kind ? li.value_step : li.key_step},
+      fn(TensorRef{t, l, kind, kind ? li.value_bits : li.key_bits,
+                   kind ? li.value_step : li.key_step},
          data, ctx);
     }
   }

@@ -40,7 +40,8 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
   }
   const int targets = (enc.scale > 0) + (enc.bits_per_element > 0) + (enc.max_kl > 0);
   if (targets != 1 || !std::isfinite(enc.scale + enc.bits_per_element + enc.max_kl)) {
-    detail::invalid("transform encoding: give exactly one of scale, bits_per_element, max_kl (> 0)");
+    detail::invalid(
+        "transform encoding: give exactly one of scale, bits_per_element, max_kl (> 0)");
   }
   if (enc.chunk_tokens == 0 || enc.chunk_tokens > (size_t{1} << 24))
     detail::invalid("chunk_tokens must be in 1..2^24");
@@ -65,11 +66,13 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
   info.codec = ContainerCodec::transform;
   info.param_mode = ParamMode::compact;
   info.profile_id = p.id();
-  info.sink_tokens = enc.sink_tokens < 0 ? p.sink_tokens
-                                         : static_cast<uint32_t>(std::min<int64_t>(
-                                               enc.sink_tokens, int64_t{UINT32_MAX}));
+  info.sink_tokens =
+      enc.sink_tokens < 0
+          ? p.sink_tokens
+          : static_cast<uint32_t>(std::min<int64_t>(enc.sink_tokens, int64_t{UINT32_MAX}));
   info.sink_scale = enc.sink_tokens < 0 ? p.sink_scale : enc.sink_scale;
-  if (!(info.sink_scale > 0 && info.sink_scale <= 1)) detail::invalid("sink_scale must be in (0, 1]");
+  if (!(info.sink_scale > 0 && info.sink_scale <= 1))
+    detail::invalid("sink_scale must be in (0, 1]");
   const size_t n_chunks = (n_tokens + enc.chunk_tokens - 1) / enc.chunk_tokens;
   info.chunks.resize(n_chunks);
   for (size_t c = 0; c < n_chunks; ++c) {
@@ -128,14 +131,20 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
     std::vector<float> out(plan.stored.size());
     for (size_t s = 0; s < plan.stored.size(); ++s) {
       const size_t t = plan.stored[s];
-      out[s] = std::clamp(all[static_cast<size_t>(plan.layer_of[t / 2]) * 2 + t % 2], 1e-30f, 1e30f);
+      out[s] =
+          std::clamp(all[static_cast<size_t>(plan.layer_of[t / 2]) * 2 + t % 2], 1e-30f, 1e30f);
     }
     return out;
   };
-  const auto chunk_steps = [&](float step, size_t c) {
+  const auto tensor_of = [&](size_t s) -> const ProfileTensor& {
+    const size_t t = plan.stored[s];
+    return p.tensor(plan.layer_of[t / 2], static_cast<int>(t % 2));
+  };
+  const auto chunk_steps = [&](size_t s, float step, size_t c) {
     const CgkvChunkInfo& ci = info.chunks[c];
     detail::TransformSteps ts;
     ts.step = step;
+    ts.factor = tensor_of(s).step_factor;
     ts.sink_rows = info.sink_tokens > ci.token_begin
                        ? std::min<size_t>(info.sink_tokens - ci.token_begin, ci.n_tokens)
                        : 0;
@@ -144,8 +153,8 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
   };
   const auto rows_of = [&](size_t s, size_t c) {
     const CgkvChunkInfo& ci = info.chunks[c];
-    return std::span<const float>(plan.coeffs[s]).subspan(ci.token_begin * width,
-                                                          ci.n_tokens * width);
+    return std::span<const float>(plan.coeffs[s])
+        .subspan(ci.token_begin * width, ci.n_tokens * width);
   };
   // Every chunk's tensors at a scale.
   const auto code = [&](double scale) {
@@ -155,7 +164,7 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
       wire::Writer w(chunks[c]);
       for (size_t s = 0; s < plan.stored.size(); ++s) {
         const std::vector<uint8_t> data =
-            detail::pack_coefficients(rows_of(s, c), width, chunk_steps(steps[s], c));
+            detail::pack_coefficients(rows_of(s, c), width, chunk_steps(s, steps[s], c));
         w.varint(data.size());
         w.bytes(data);
       }
@@ -163,7 +172,8 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
     return chunks;
   };
   const uint64_t fixed_bytes = [&] {
-    uint64_t b = detail::header_size(info.layers.size(), n_chunks, blobs.size(), info.has_rope, true);
+    uint64_t b =
+        detail::header_size(info.layers.size(), n_chunks, blobs.size(), info.has_rope, true);
     for (const CgkvBlob& blob : blobs) b += blob.bytes.size();
     return b;
   }();
@@ -172,7 +182,8 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
     for (const auto& c : chunks) b += c.size();
     return b;
   };
-  // Estimated KL: sum over tensors of sensitivity * mean squared error per element.
+  // Estimated KL: sum over tensors and components of the component's sensitivity (the
+  // tensor's over the square of its step factor) * its squared error per tensor element.
   const auto predicted_kl = [&](double scale) {
     const std::vector<float> steps = steps_of(scale);
     double mean_s = 0;
@@ -186,12 +197,17 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
     mean_s = n_s ? mean_s / static_cast<double>(n_s) : 1.0;
     std::vector<double> kl(plan.stored.size());
     detail::parallel_for(plan.stored.size(), [&](size_t s) {
-      double err = 0;
+      std::vector<double> err(width, 0.0);
       for (size_t c = 0; c < n_chunks; ++c)
-        err += detail::quantization_error(rows_of(s, c), width, chunk_steps(steps[s], c));
-      const size_t t = plan.stored[s];
-      const float sens = p.tensor(plan.layer_of[t / 2], static_cast<int>(t % 2)).sensitivity;
-      kl[s] = (sens > 0 ? sens : mean_s) * err / static_cast<double>(std::max<size_t>(plane, 1));
+        detail::quantization_error(rows_of(s, c), width, chunk_steps(s, steps[s], c), err);
+      const ProfileTensor& pt = tensor_of(s);
+      const double sens = pt.sensitivity > 0 ? pt.sensitivity : mean_s;
+      double weighted = 0;
+      for (size_t c = 0; c < width; ++c) {
+        const double f = pt.step_factor[c];
+        weighted += sens / (f * f) * err[c];
+      }
+      kl[s] = weighted / static_cast<double>(std::max<size_t>(plane, 1));
     });
     double sum = 0;
     for (double k : kl) sum += k;
@@ -204,12 +220,21 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
   {
     const std::vector<float> unit = steps_of(1.0);
     for (size_t s = 0; s < plan.stored.size(); ++s) {
-      float top = 0;
-      for (float v : plan.coeffs[s]) top = std::max(top, std::fabs(v));
-      min_scale = std::max(min_scale, static_cast<double>(top) / 32000.0 / unit[s]);
-      max_scale = std::max(max_scale, 4.0 * static_cast<double>(top) / unit[s]);
+      const std::vector<float>& f = tensor_of(s).step_factor;
+      for (size_t i = 0; i < plan.coeffs[s].size(); ++i) {
+        const double v = std::fabs(plan.coeffs[s][i]) / unit[s] / f[i % width];
+        min_scale = std::max(min_scale, v / 32000.0);
+        max_scale = std::max(max_scale, 4.0 * v);
+      }
     }
     max_scale = std::max(max_scale, min_scale * 2);
+  }
+  if (enc.scale > 0 && enc.scale < min_scale * (32000.0 / 32767.0)) {
+    // Some coefficient would leave the coded range (|q| <= 32767) and be clipped.
+    detail::invalid("scale " + std::to_string(enc.scale) +
+                    " is too fine for this cache: a coefficient would exceed the coded range; "
+                    "use a scale >= " +
+                    std::to_string(min_scale));
   }
   double scale = enc.scale;
   std::vector<std::vector<uint8_t>> chunks;
@@ -244,7 +269,8 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
       // The largest scale whose estimated KL stays within the target.
       double lo = std::log(min_scale), hi = std::log(max_scale);
       if (predicted_kl(std::exp(lo)) > enc.max_kl)
-        detail::invalid("max_kl " + std::to_string(enc.max_kl) + " is below what the finest step reaches");
+        detail::invalid("max_kl " + std::to_string(enc.max_kl) +
+                        " is below what the finest step reaches");
       for (int i = 0; i < kBisections && hi - lo > 1e-3; ++i) {
         const double mid = (lo + hi) / 2;
         (predicted_kl(std::exp(mid)) <= enc.max_kl ? lo : hi) = mid;

@@ -13,16 +13,14 @@ std::vector<uint8_t> detail::assemble_cgkv(CgkvInfo& info,
                                            const std::vector<std::vector<uint8_t>>& chunks,
                                            std::span<const CgkvBlob> blobs) {
   if (blobs.size() > detail::kMaxBlobs) detail::invalid("at most 64 blobs per file");
-  info.header_bytes =
-      detail::header_size(info.layers.size(), chunks.size(), blobs.size(), info.has_rope,
-                          info.codec == ContainerCodec::transform);
+  info.header_bytes = detail::header_size(info.layers.size(), chunks.size(), blobs.size(),
+                                          info.has_rope, info.codec == ContainerCodec::transform);
   if (info.header_bytes > detail::kMaxHeaderBytes)
     detail::invalid("too many chunks for one header");
   uint64_t offset = info.header_bytes;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    info.chunks[c].range = {
-        offset, chunks[c].size(),
-        detail::chunk_checksum(info.version, c, info.chunks[c], chunks[c])};
+    info.chunks[c].range = {offset, chunks[c].size(),
+                            detail::chunk_checksum(info.version, c, info.chunks[c], chunks[c])};
     offset += chunks[c].size();
   }
   info.blobs.clear();

@@ -89,9 +89,10 @@ std::vector<uint8_t> encode_transform(const KVArrayView& kv, const ModelShape& s
   TransformEncoding enc;
   enc.profile = o.profile;
   enc.chunk_tokens = o.chunk_tokens ? o.chunk_tokens : default_chunk_tokens(false);
+  enc.scale = o.scale;
   enc.bits_per_element = o.bits_per_element;
   enc.max_kl = o.max_kl;
-  if (o.bits_per_element <= 0 && o.max_kl <= 0) {
+  if (o.scale <= 0 && o.bits_per_element <= 0 && o.max_kl <= 0) {
     const std::optional<QualityLevel> level = find_quality_level(o.level);
     enc.scale = level ? o.profile->scale_of(*level) : 0.0f;
     if (enc.scale <= 0) {

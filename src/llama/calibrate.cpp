@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 
@@ -95,8 +96,8 @@ KvProfile calibrate_profile(const CalibrateOptions& o,
   const size_t n_vocab = static_cast<size_t>(model.n_vocab());
 
   // 1. Capture the windows and fit the transforms.
-  ProfileFitter fitter(shape.n_layers, shape.n_kv_heads, shape.head_dim,
-                       o.block == "head" ? D : W, std::vector<uint8_t>(n_layers, 1));
+  ProfileFitter fitter(shape.n_layers, shape.n_kv_heads, shape.head_dim, o.block == "head" ? D : W,
+                       std::vector<uint8_t>(n_layers, 1));
   std::vector<Window> windows(static_cast<size_t>(o.n_windows));
   const size_t n_prefix = static_cast<size_t>(o.prefix);
   std::vector<int32_t> pos(n_prefix);
@@ -133,31 +134,67 @@ KvProfile calibrate_profile(const CalibrateOptions& o,
       " tokens; PCA per " + o.block + " (" + std::to_string(o.block == "head" ? D : W) +
       " features)");
 
-  // 2. Sensitivities: KL per unit of mean squared error, one tensor at a time.
+  // 2. Sensitivities: KL per unit of mean squared error, one band of components of one tensor
+  // at a time (noise of the same power in every band: the power uniform steps leave).
+  const size_t n_bands = std::min<size_t>(static_cast<size_t>(o.bands), W);
   for (size_t l = 0; l < n_layers; ++l) {
     for (int kind = 0; kind < 2; ++kind) {
       ProfileTensor& t = p.tensors[l * 2 + static_cast<size_t>(kind)];
       double var = 0;
       for (float v : t.variance) var += v;
       const double sigma2 = o.probe_noise * var / static_cast<double>(W);
-      const double kl = mean_kl(ctx, windows, n_vocab, [&](size_t w) {
-        KvSnapshot s = windows[w].captured;
-        KvLayer& layer = s.data_stream().layers[l];
-        std::vector<float> x = kind == 0 ? layer_k_float(layer) : layer_v_float(layer);
-        std::mt19937 rng(static_cast<uint32_t>(1000 * l + 10 * w + static_cast<size_t>(kind)));
-        std::normal_distribution<float> noise(0.0f, static_cast<float>(std::sqrt(sigma2)));
-        for (float& v : x) v += noise(rng);
-        if (kind == 0) {
-          set_layer_k_float(layer, x);
-        } else {
-          set_layer_v_float(layer, x);
+      std::vector<double> comp(W, 0.0);
+      std::string bands;
+      for (size_t b = 0; b < n_bands; ++b) {
+        // Components [c0, c1) of every block (variance order within the block).
+        const size_t block = p.block, c0 = b * block / n_bands, c1 = (b + 1) * block / n_bands;
+        if (c1 <= c0) continue;
+        const double kl = mean_kl(ctx, windows, n_vocab, [&](size_t w) {
+          KvSnapshot s = windows[w].captured;
+          KvLayer& layer = s.data_stream().layers[l];
+          std::vector<float> x = kind == 0 ? layer_k_float(layer) : layer_v_float(layer);
+          if (kind == 0) rope_rows(x, n_prefix, H, D, pos, rope, true);
+          std::mt19937 rng(
+              static_cast<uint32_t>(100000 * l + 1000 * b + 10 * w + static_cast<size_t>(kind)));
+          std::normal_distribution<float> noise(0.0f, static_cast<float>(std::sqrt(sigma2)));
+          for (size_t r = 0; r < n_prefix; ++r) {
+            for (size_t base = 0; base < W; base += block) {
+              for (size_t c = c0; c < c1; ++c) {
+                const float n = noise(rng);
+                const float* v = t.basis.data() + (base + c) * block;
+                for (size_t i = 0; i < block; ++i) x[r * W + base + i] += n * v[i];
+              }
+            }
+          }
+          if (kind == 0) {
+            rope_rows(x, n_prefix, H, D, pos, rope, false);
+            set_layer_k_float(layer, x);
+          } else {
+            set_layer_v_float(layer, x);
+          }
+          return s;
+        });
+        // KL = s_c * sigma2 * (band components) / W summed over the band.
+        const double s_band =
+            kl * static_cast<double>(W) / (sigma2 * static_cast<double>((c1 - c0) * (W / block)));
+        for (size_t base = 0; base < W; base += block) {
+          for (size_t c = c0; c < c1; ++c) comp[base + c] = s_band;
         }
-        return s;
-      });
-      t.sensitivity = static_cast<float>(sigma2 > 0 ? kl / sigma2 : 0.0);
-      say("layer " + std::to_string(l) + (kind ? " V" : " K") + ": KL " + std::to_string(kl) +
-          " at noise variance " + std::to_string(sigma2) + " -> sensitivity " +
-          std::to_string(t.sensitivity));
+        char buf[32];
+        std::snprintf(buf, sizeof buf, " %.3g", s_band);
+        bands += buf;
+      }
+      double mean = 0;
+      for (double c : comp) mean += c;
+      mean /= static_cast<double>(W);
+      t.sensitivity = static_cast<float>(mean);
+      for (size_t c = 0; c < W; ++c) {
+        // step_c = step_t * sqrt(s_t / s_c): equal weighted distortion per component.
+        const double f = mean > 0 ? std::sqrt(mean / std::max(comp[c], mean / 65536)) : 1.0;
+        t.step_factor[c] = static_cast<float>(std::clamp(f, 1.0 / 256, 256.0));
+      }
+      say("layer " + std::to_string(l) + (kind ? " V" : " K") + ": sensitivity " +
+          std::to_string(mean) + " (bands, high to low variance:" + bands + ")");
     }
   }
 

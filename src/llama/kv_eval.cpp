@@ -371,7 +371,7 @@ std::vector<Method> default_methods(size_t n_layer, const std::string& sweep,
       m.push_back(x);
     }
     if (sweep == "rate") {
-      for (double b : {1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0}) {
+      for (double b : {1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0}) {
         char name[32];
         std::snprintf(name, sizeof name, "profile-%gb", b);
         Method x = plain_method(name, MethodKind::profile, {}, {}, kTypeF16, false);
@@ -799,12 +799,11 @@ std::string eval_rows_svg(const std::vector<EvalRow>& rows, const std::string& t
   for (const EvalRow& r : rows) {
     if (r.family == "exact" || r.family == "reference") continue;
     // Our quality levels are their own series: joined with the uniform ladder by x they zigzag.
-    const bool profile_level = r.method.rfind("profile-", 0) == 0 &&
-                               find_quality_level(r.method.substr(8)).has_value();
-    const std::string name =
-        r.family == "ours" && r.method.rfind("level-", 0) == 0 ? "ours levels"
-        : profile_level                                         ? "ours (profile) levels"
-                                                                : r.family;
+    const bool profile_level =
+        r.method.rfind("profile-", 0) == 0 && find_quality_level(r.method.substr(8)).has_value();
+    const std::string name = r.family == "ours" && r.method.rfind("level-", 0) == 0 ? "ours levels"
+                             : profile_level ? "ours (profile) levels"
+                                             : r.family;
     auto it = std::find_if(series.begin(), series.end(),
                            [&name](const PlotSeries& s) { return s.name == name; });
     if (it == series.end()) {

@@ -29,16 +29,22 @@ bool finite(float v) {
   return std::isfinite(v);
 }
 
-// Floats per profiled tensor: sensitivity, mean, variance, basis.
+constexpr float kMinFactor = 1.0f / 256, kMaxFactor = 256;
+
+// Floats per profiled tensor: sensitivity, step factors, mean, variance, basis.
 uint64_t tensor_floats(uint64_t width, uint64_t block) {
-  return 1 + 2 * width + width * block;
+  return 1 + 3 * width + width * block;
 }
 
 // Why the profile's values are unusable, or "" (shared by validate and parse).
 std::string tensor_problem(const ProfileTensor& t, size_t width, size_t block) {
-  if (t.mean.size() != width || t.variance.size() != width || t.basis.size() != width * block)
+  if (t.mean.size() != width || t.variance.size() != width || t.basis.size() != width * block ||
+      t.step_factor.size() != width)
     return "sizes do not match the width and block";
   if (!finite(t.sensitivity) || t.sensitivity < 0) return "sensitivity is not finite and >= 0";
+  for (float f : t.step_factor) {
+    if (!(f >= kMinFactor && f <= kMaxFactor)) return "a step factor is outside [2^-8, 2^8]";
+  }
   for (float m : t.mean) {
     if (!finite(m) || std::fabs(m) > 65504.0f) return "a mean is not finite fp16 range";
   }
@@ -117,6 +123,7 @@ std::vector<uint8_t> KvProfile::serialize() const {
     if (!profiled[i / 2]) continue;
     const ProfileTensor& t = tensors[i];
     w.f32(t.sensitivity);
+    for (float v : t.step_factor) w.f32(v);
     for (float v : t.mean) w.f32(v);
     for (float v : t.variance) w.f32(v);
     for (float v : t.basis) w.f32(v);
@@ -191,6 +198,8 @@ KvProfile KvProfile::parse(std::span<const uint8_t> bytes) {
     if (!p.profiled[i / 2]) continue;
     ProfileTensor& t = p.tensors[i];
     t.sensitivity = r.f32("sensitivity");
+    t.step_factor.resize(p.width());
+    for (float& v : t.step_factor) v = r.f32("step factor");
     t.mean.resize(p.width());
     t.variance.resize(p.width());
     t.basis.resize(p.width() * p.block);
@@ -261,7 +270,8 @@ void symmetric_eigen(std::vector<double>& a, size_t n, std::vector<double>& valu
         const double apq = a[p * n + q];
         if (std::fabs(apq) < 1e-300) continue;
         const double theta = (a[q * n + q] - a[p * n + p]) / (2 * apq);
-        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1));
+        const double t =
+            (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1));
         const double c = 1 / std::sqrt(t * t + 1), s = t * c;
         for (size_t k = 0; k < n; ++k) {  // columns p, q
           const double akp = a[k * n + p], akq = a[k * n + q];
@@ -364,6 +374,7 @@ KvProfile ProfileFitter::finish() const {
     if (n_[t] < 2) bad("finish: layer " + std::to_string(t / 2) + " has fewer than 2 rows");
     ProfileTensor& out = p.tensors[t];
     out.mean.resize(w);
+    out.step_factor.assign(w, 1.0f);
     out.variance.resize(w);
     out.basis.resize(w * block_);
     const double n = n_[t];
@@ -372,8 +383,8 @@ KvProfile ProfileFitter::finish() const {
     for (size_t b = 0; b < w; b += block_) {
       for (size_t i = 0; i < block_; ++i) {
         for (size_t j = i; j < block_; ++j) {
-          const double c = cross_[t][(b + i) * block_ + j] / n -
-                           (sum_[t][b + i] / n) * (sum_[t][b + j] / n);
+          const double c =
+              cross_[t][(b + i) * block_ + j] / n - (sum_[t][b + i] / n) * (sum_[t][b + j] / n);
           cov[i * block_ + j] = cov[j * block_ + i] = c;
         }
       }

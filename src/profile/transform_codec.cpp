@@ -13,6 +13,8 @@ namespace {
 
 constexpr int32_t kMaxQ = 32767;
 
+// Round to nearest (a dead zone, rounding magnitudes below 0.5 + d down, measured worse: at
+// the level's KL it took 0.24 (d = 0.1) to 1.2 (d = 0.3) more bits per element on stories260K).
 int32_t quantize(float y, float step) {
   const float v = std::clamp(y / step, -static_cast<float>(kMaxQ), static_cast<float>(kMaxQ));
   return static_cast<int32_t>(std::nearbyint(v));
@@ -80,27 +82,32 @@ void project_rows(std::span<const float> x, const ProfileTensor& t, size_t width
   }
 }
 
-double quantization_error(std::span<const float> y, size_t width, const TransformSteps& steps) {
-  double err = 0;
+void quantization_error(std::span<const float> y, size_t width, const TransformSteps& steps,
+                        std::span<double> err) {
+  std::vector<float> s(width);
   for (size_t r = 0; r * width < y.size(); ++r) {
-    const float step = steps.at(r);
+    if (r == 0 || r == steps.sink_rows) {
+      for (size_t c = 0; c < width; ++c) s[c] = steps.at(r) * steps.factor[c];
+    }
     for (size_t c = 0; c < width; ++c) {
       const float v = y[r * width + c];
-      const double e = static_cast<double>(v) - static_cast<double>(step) * quantize(v, step);
-      err += e * e;
+      const double e = static_cast<double>(v) - static_cast<double>(s[c]) * quantize(v, s[c]);
+      err[c] += e * e;
     }
   }
-  return err;
 }
 
 std::vector<uint8_t> pack_coefficients(std::span<const float> y, size_t width,
                                        const TransformSteps& steps) {
   std::vector<uint16_t> z(y.size());
   uint16_t top = 0;
+  std::vector<float> s(width);
   for (size_t r = 0; r * width < y.size(); ++r) {
-    const float step = steps.at(r);
+    if (r == 0 || r == steps.sink_rows) {
+      for (size_t c = 0; c < width; ++c) s[c] = steps.at(r) * steps.factor[c];
+    }
     for (size_t c = 0; c < width; ++c) {
-      z[r * width + c] = zigzag(quantize(y[r * width + c], step));
+      z[r * width + c] = zigzag(quantize(y[r * width + c], s[c]));
       top = std::max(top, z[r * width + c]);
     }
   }
@@ -131,23 +138,26 @@ void unpack_transform(std::span<const uint8_t> bytes, const ProfileTensor& t, si
   } else {
     r.expect_end("its coefficient plane");
   }
-  std::vector<float> acc(width);
+  std::vector<float> acc(width), s(width);
   for (size_t row = 0; row < rows; ++row) {
-    const float step = steps.at(row);
+    if (row == 0 || row == steps.sink_rows) {
+      for (size_t c = 0; c < width; ++c) s[c] = steps.at(row) * t.step_factor[c];
+    }
     std::copy(t.mean.begin(), t.mean.end(), acc.begin());
     for (size_t b = 0; b < width; b += block) {
       for (size_t c = 0; c < block; ++c) {
         const size_t i = row * width + b + c;
         const uint32_t z = low.codes[i] | (planes == 2 ? uint32_t{high.codes[i]} << 8 : 0u);
         if (z == 0) continue;
-        const float coef = step * static_cast<float>(unzigzag(z));
+        const float coef = s[b + c] * static_cast<float>(unzigzag(z));
         const float* v = t.basis.data() + (b + c) * block;
         float* a = acc.data() + b;
         for (size_t k = 0; k < block; ++k) a[k] += v[k] * coef;
       }
     }
     Half* o = out.data() + row * width;
-    for (size_t k = 0; k < width; ++k) o[k] = float_to_half(std::clamp(acc[k], -65504.0f, 65504.0f));
+    for (size_t k = 0; k < width; ++k)
+      o[k] = float_to_half(std::clamp(acc[k], -65504.0f, 65504.0f));
   }
 }
 

@@ -15,20 +15,24 @@
 
 namespace cachegen::detail {
 
-// The steps of a tensor's rows: rows below sink_rows use step * sink_scale (fp32 product).
+// The steps of a tensor's rows: rows below sink_rows use step * sink_scale (fp32 product);
+// component c of a row with step s uses fp32(s * factor[c]) (ProfileTensor::step_factor).
 struct TransformSteps {
   float step = 0;
   size_t sink_rows = 0;
   float sink_scale = 1;
+  std::span<const float> factor;  // [width]
   float at(size_t row) const { return row < sink_rows ? step * sink_scale : step; }
 };
 
 // Coefficients y [rows, width] of x [rows, width]: per block, y = B (x - mean).
 void project_rows(std::span<const float> x, const ProfileTensor& t, size_t width, size_t block,
                   std::span<float> y);
-// Sum of squared errors of quantizing y at `steps` (the reconstruction error of the rows, the
-// basis being orthonormal, before fp16 rounding).
-double quantization_error(std::span<const float> y, size_t width, const TransformSteps& steps);
+// Squared errors of quantizing y at `steps`, summed over rows per component, added to
+// err[width] (the reconstruction error of the rows, the basis being orthonormal, before fp16
+// rounding).
+void quantization_error(std::span<const float> y, size_t width, const TransformSteps& steps,
+                        std::span<double> err);
 // The tensor data of y quantized at `steps`.
 std::vector<uint8_t> pack_coefficients(std::span<const float> y, size_t width,
                                        const TransformSteps& steps);

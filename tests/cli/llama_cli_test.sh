@@ -129,5 +129,35 @@ names = {g.get("data-name") for g in root.iter("{http://www.w3.org/2000/svg}g")}
 assert {"ours", "kivi", "turboquant", "llama.cpp"} <= names, names
 PY
 check_rc "eval --sweep bogus" 2 "$cg" eval --model "$m" --text "$text" --sweep bogus
+# calibrate -> a profile; transform files through encode / decode / verify / inspect and llama
+# pack / unpack; a missing or damaged profile is refused with the documented exit codes.
+if "$cg" calibrate --model "$m" --text "$text" -o "$work/m.cgprof" --windows 2 --prefix 96 \
+  --continue 16 --bands 2 --threads 1 >/dev/null 2>&1; then
+  passed=$((passed + 1))
+  kv=$root/../shared/data/kv/$(basename "$m" .gguf)_dev_ctx00.npy
+  if [[ -f $kv ]]; then
+    check_rc "encode --profile --level medium" 0 "$cg" encode "$kv" -o "$work/t.cgkv" --profile "$work/m.cgprof" --level medium
+    check_rc "encode --profile --bits-per-element 1.5" 0 "$cg" encode "$kv" -o "$work/t2.cgkv" --profile "$work/m.cgprof" --bits-per-element 1.5
+    bits=$("$cg" inspect "$work/t2.cgkv" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bits_per_element"] <= 1.5)')
+    expect "a size target is met" "$bits" True
+    check_rc "decode --profile" 0 "$cg" decode "$work/t.cgkv" -o "$work/t.npy" --profile "$work/m.cgprof"
+    check_rc "verify --profile" 0 "$cg" verify "$work/t.cgkv" --profile "$work/m.cgprof"
+    check_rc "inspect (no profile needed)" 0 "$cg" inspect "$work/t.cgkv"
+    check_rc "decode without the profile" 2 "$cg" decode "$work/t.cgkv" -o "$work/t.npy"
+    cp "$work/m.cgprof" "$work/bad.cgprof"
+    printf '\x01' | dd of="$work/bad.cgprof" bs=1 seek=300 conv=notrunc status=none
+    check_rc "decode with a damaged profile" 4 "$cg" decode "$work/t.cgkv" -o "$work/t.npy" --profile "$work/bad.cgprof"
+    check_rc "--bits-per-element without --profile" 2 "$cg" encode "$kv" -o "$work/t3.cgkv" --bits-per-element 2
+  fi
+  "$cg" llama demo --model "$m" --text "$text" --prefix 120 --generate 1 --level lossless \
+    --save-state "$work/s.state" >/dev/null 2>&1 || true
+  if [[ -f $work/s.state ]]; then
+    check_rc "llama pack --profile" 0 "$cg" llama pack "$work/s.state" -o "$work/s.cgkv" --model "$m" --profile "$work/m.cgprof" --level high
+    check_rc "llama unpack --profile" 0 "$cg" llama unpack "$work/s.cgkv" -o "$work/s2.state" --model "$m" --profile "$work/m.cgprof"
+    check_rc "llama unpack without the profile" 2 "$cg" llama unpack "$work/s.cgkv" -o "$work/s2.state" --model "$m"
+  fi
+else
+  fail "calibrate"
+fi
 echo "$passed passed, $failed failed"
 [[ $failed == 0 ]]

@@ -28,6 +28,7 @@
 #include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
+#include "cachegen/profile.h"
 #include "container/container_test_util.h"
 
 namespace cachegen {
@@ -76,8 +77,15 @@ std::string bytes_hash(std::span<const uint8_t> b) {
 // ---- What a file decodes to ------------------------------------------------------------
 
 // Everything a .cgkv reader reports that a format change could move.
+// The profile the golden transform file was written with (stored before it is described).
+std::shared_ptr<const KvProfile> golden_profile() {
+  return std::make_shared<const KvProfile>(
+      KvProfile::parse(load(kGolden / "profile_small.cgprof")));
+}
+
 json describe_cgkv(const Bytes& file) {
-  const CgkvReader r = CgkvReader::from_bytes(file);
+  CgkvReader r = CgkvReader::from_bytes(file);
+  if (r.info().codec == ContainerCodec::transform) r.set_profile(golden_profile());
   r.verify();
   const CgkvInfo& in = r.info();
   json layers = json::array();
@@ -95,6 +103,7 @@ json describe_cgkv(const Bytes& file) {
             {"codec", static_cast<int>(in.codec)},
             {"layers", layers},
             {"has_rope", in.has_rope},
+            {"profile_id", in.profile_id},
             {"all_tokens_xxh64", half_hash(r.read_tokens(0, in.n_tokens))}};
   // A range across a chunk boundary exercises the partial read.
   const size_t b = in.n_tokens / 3, e = in.n_tokens - in.n_tokens / 4;
@@ -132,6 +141,10 @@ json describe(const std::string& kind, const Bytes& b) {
   if (kind == "cgkv") return describe_cgkv(b);
   if (kind == "codec_stream") return describe_stream(b);
   if (kind == "codec_batch") return describe_batch(b);
+  if (kind == "profile") {
+    const KvProfile p = KvProfile::parse(b);
+    return {{"id", p.id()}, {"n_layers", p.n_layers}, {"block", p.block}};
+  }
   if (kind == "npy") {
     const NpyArray a = parse_npy(b);
     return {{"shape", a.shape}, {"data_xxh64", bytes_hash(a.data)}};
@@ -228,6 +241,39 @@ std::vector<Golden> generate_golden() {
                  write_cgkv_lossless(test::small_shape(), f.kv, 41, 32,
                                      std::vector<CgkvBlob>{token_ids(41)})});
   }
+  {
+    // A calibration profile fitted to a small cache, and a transform file written with it
+    // (keys pre-RoPE, layer 0 recomputed, sinks, per-component steps).
+    test::Filled f = test::filled_cache(kT, KVCacheConfig{}, 13);
+    std::vector<float> kv(f.kv.size());
+    for (size_t i = 0; i < kv.size(); ++i) kv[i] = half_to_float(f.kv[i]);
+    ProfileFitter fit(3, 2, 8, 16, {1, 0, 1});
+    const size_t plane = kT * 16;
+    for (size_t t = 0; t < 4; ++t) {
+      fit.add(t < 2 ? 0 : 2, static_cast<int>(t % 2),
+              std::span<const float>(kv).subspan(t * plane, plane));
+    }
+    KvProfile p = fit.finish();
+    p.model_fingerprint = "golden";
+    p.key_pre_rope = true;
+    p.rope.freq_base = 10000.0f;
+    for (size_t t : {size_t{0}, size_t{1}, size_t{4}, size_t{5}}) {
+      p.tensors[t].sensitivity = 1.0f + static_cast<float>(t);
+      for (size_t c = 0; c < 16; ++c) p.tensors[t].step_factor[c] = c < 8 ? 0.5f : 2.0f;
+    }
+    p.level_scale = {0.05f, 0.2f, 0.4f};
+    g.push_back({"profile_small.cgprof", "profile", p.serialize()});
+    TransformEncoding e;
+    e.profile = std::make_shared<const KvProfile>(p);
+    e.scale = 0.1;
+    e.chunk_tokens = 64;
+    e.sink_tokens = 4;
+    e.sink_scale = 0.5f;
+    e.recompute = {1, 0, 0};
+    g.push_back({"transform_prerope.cgkv", "cgkv",
+                 write_cgkv_transform(test::small_shape(), kv, kT, e,
+                                      std::vector<CgkvBlob>{token_ids(kT)})});
+  }
   const std::vector<float> x = lcg_walk(48 * 16, 11, 16);
   g.push_back({"stream_compact_4bit.cgcs", "codec_stream", encode_values(x, 48, 16, 4, 16)});
   // Reference parameters are not on the compact grid: encode keeps them as fp32.
@@ -279,7 +325,8 @@ void resign_chunk(Bytes& b, size_t table, size_t c, const CgkvChunkInfo& ci, uin
 }
 size_t chunk_table(const CgkvReader& r) {
   const CgkvInfo& in = r.info();
-  return 68 + 4 * in.layers.size() + (in.has_rope ? 16 : 0);
+  return 68 + 4 * in.layers.size() + (in.has_rope ? 16 : 0) +
+         (in.codec == ContainerCodec::transform ? 16 + 8 * in.layers.size() : 0);
 }
 size_t chunk_table(const Bytes& b) {
   return chunk_table(CgkvReader::from_bytes(b));
@@ -317,8 +364,40 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
   cg("truncated_header", ErrorCode::truncated_input, q, [](Bytes& b) { b.resize(60); });
   cg("truncated_last_chunk", ErrorCode::truncated_input, q, [](Bytes& b) { b.pop_back(); });
   cg("bad_magic", ErrorCode::corrupt_input, q, [](Bytes& b) { b[3] = 'W'; });
-  cg("unsupported_version_4", ErrorCode::unsupported_version, q,
-     [](Bytes& b) { put_le(b, 4, 4, 2); });
+  cg("unsupported_version_5", ErrorCode::unsupported_version, q,
+     [](Bytes& b) { put_le(b, 4, 5, 2); });
+  {
+    // Transform files (codec 2): only in version >= 4; a step of 0 on a stored layer; another
+    // profile's id (refused when the golden profile is set).
+    const Bytes& tf = golden.at("transform_prerope.cgkv");
+    const size_t block = 68 + 4 * 3 + 16;  // the transform block follows the RoPE block
+    cg("transform_in_version_3", ErrorCode::corrupt_input, tf, [](Bytes& b) {
+      put_le(b, 4, 3, 2);
+      resign(b);
+    });
+    cg("transform_step_zero", ErrorCode::corrupt_input, tf, [&](Bytes& b) {
+      put_le(b, block + 16 + 8 * 2, 0, 4);  // layer 2's key_step
+      resign(b);
+    });
+    cg("transform_other_profile", ErrorCode::invalid_argument, tf, [&](Bytes& b) {
+      b[block] ^= 1;  // profile_id
+      resign(b);
+    });
+    const Bytes& pf = golden.at("profile_small.cgprof");
+    const auto prof = [&](const std::string& name, ErrorCode code,
+                          const std::function<void(Bytes&)>& edit) {
+      Bytes b = pf;
+      edit(b);
+      r.push_back({name + ".cgprof", "profile", code, b});
+    };
+    prof("profile_checksum_wrong", ErrorCode::corrupt_input, [](Bytes& b) { b[100] ^= 1; });
+    prof("profile_version_2", ErrorCode::unsupported_version, [](Bytes& b) { b[4] = 2; });
+    prof("profile_truncated", ErrorCode::truncated_input, [](Bytes& b) { b.resize(40); });
+    prof("profile_size_mismatch", ErrorCode::corrupt_input, [](Bytes& b) {
+      b.insert(b.end() - 8, 4, 0);  // one float more than its shape holds, re-signed
+      put_le(b, b.size() - 8, XXH64(b.data(), b.size() - 8, 0), 8);
+    });
+  }
   cg("header_checksum_wrong", ErrorCode::corrupt_input, q, [](Bytes& b) { b[40] ^= 1; });
   cg("chunk_checksum_wrong", ErrorCode::corrupt_input, q, [](Bytes& b) {
     const size_t t = chunk_table(b);

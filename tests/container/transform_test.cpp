@@ -200,6 +200,35 @@ TEST(TransformFile, RoundTripsAtAScaleWithinTheStep) {
   EXPECT_LT(r.info().layers[0].key_step, r.info().layers[0].value_step);
 }
 
+TEST(TransformFile, StepFactorsGiveComponentsTheirOwnSteps) {
+  const std::vector<float> kv = correlated_kv(kT, 8);
+  KvProfile p = *fit(kv, kT, kW);
+  // Every component at an eighth of the step, but the last (a weak one) at 8 times it.
+  for (size_t t : {size_t{0}, size_t{1}, size_t{4}, size_t{5}}) {
+    for (size_t c = 0; c < kW; ++c) p.tensors[t].step_factor[c] = c + 1 < kW ? 0.125f : 8.0f;
+  }
+  const auto fine = std::make_shared<const KvProfile>(p);
+  const auto plain = fit(kv, kT, kW);
+  TransformEncoding enc;
+  enc.scale = 0.2;
+  enc.profile = plain;
+  CgkvReader a = CgkvReader::from_bytes(write_cgkv_transform(shape3(), kv, kT, enc));
+  enc.profile = fine;
+  CgkvReader b = CgkvReader::from_bytes(write_cgkv_transform(shape3(), kv, kT, enc));
+  a.set_profile(plain);
+  b.set_profile(fine);
+  const std::vector<Half> ra = a.read_tokens(0, kT), rb = b.read_tokens(0, kT);
+  // Finer steps: a smaller error and a bigger file.
+  EXPECT_LT(mse(kv, rb, 0, kv.size()), mse(kv, ra, 0, kv.size()) / 4);
+  EXPECT_GT(b.info().file_bytes, a.info().file_bytes);
+  // A scale so fine that a coefficient leaves the coded range (|q| <= 32767) is refused.
+  enc.scale = 1e-5;
+  EXPECT_THROW(write_cgkv_transform(shape3(), kv, kT, enc), Error);
+  KvProfile bad = p;
+  bad.tensors[0].step_factor[0] = 0;
+  EXPECT_THROW(bad.serialize(), Error);
+}
+
 TEST(TransformFile, MeetsASizeTargetAndAKlTarget) {
   const std::vector<float> kv = correlated_kv(kT, 5);
   const auto p = fit(kv, kT, kW);

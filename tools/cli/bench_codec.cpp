@@ -21,6 +21,9 @@ void add_bench_codec(CLI::App& bench) {
   cmd->add_option("--bits", opts->bits, "quantization bits")->check(CLI::Range(1, 8));
   cmd->add_option("--group-size", opts->group_size, "tokens per group");
   cmd->add_option("--min-time", opts->min_time_s, "seconds per measurement");
+  cmd->add_option("--profile", opts->profile,
+                  "calibration profile of the input's model: also measure the transform path "
+                  "(codec 2) at the quantized file's size");
   cmd->callback([opts] {
     const int rc = cachegen::bench::run_codec_benchmark(*opts);
     if (rc != 0) throw Error(ErrorCode::io_error, "codec benchmark failed");

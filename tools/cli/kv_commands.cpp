@@ -143,8 +143,8 @@ void parse_range(const std::string& s, size_t n, size_t& a, size_t& b) {
 
 CgkvReader open_reader(const std::string& name, const std::string& store,
                        const std::string& profile = "") {
-  CgkvReader r = store.empty() ? CgkvReader::open_file(name)
-                               : CgkvReader::from_bytes(load_input(name, store));
+  CgkvReader r =
+      store.empty() ? CgkvReader::open_file(name) : CgkvReader::from_bytes(load_input(name, store));
   r.set_profile(load_profile(profile));
   return r;
 }

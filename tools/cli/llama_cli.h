@@ -26,8 +26,8 @@ struct LevelArgs {
   int bits = 6;
   CLI::Option* bits_opt = nullptr;
   size_t group_size = 32;
-  size_t chunk_tokens = 0;  // 0: the level's default
-  std::string profile;      // calibration profile: transform files (needs --model)
+  size_t chunk_tokens = 0;                  // 0: the level's default
+  std::string profile;                      // calibration profile: transform files (needs --model)
   double bits_per_element = 0, max_kl = 0;  // with a profile: the rate instead of the level's
 };
 

@@ -149,8 +149,11 @@ void add_calibrate(CLI::App& app) {
   cmd->add_option("--block", o->block, "PCA over a layer's whole row (layer) or per head (head)")
       ->check(CLI::IsMember({"layer", "head"}))
       ->capture_default_str();
-  cmd->add_option("--probe-noise", o->probe_noise,
-                  "relative noise power of the sensitivity probes")
+  cmd->add_option("--probe-noise", o->probe_noise, "relative noise power of the sensitivity probes")
+      ->capture_default_str();
+  cmd->add_option("--bands", o->bands,
+                  "bands of PCA components whose sensitivities are measured apart (1 = per tensor)")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--sink-tokens", o->sink_tokens,
                   "first tokens coded at a finer step (with --sink-scale)")
@@ -257,19 +260,20 @@ void add_unpack(CLI::App& llama_cmd) {
   cmd->add_option("--profile", a->profile, "the calibration profile a transform file needs");
   cmd->callback([a] {
     CgkvReader reader = CgkvReader::open_file(a->in);
-    if (!a->profile.empty()) reader.set_profile(std::make_shared<const KvProfile>(read_profile(a->profile)));
+    if (!a->profile.empty())
+      reader.set_profile(std::make_shared<const KvProfile>(read_profile(a->profile)));
     std::unique_ptr<llama::Model> model;
     if (!a->model.empty()) model = std::make_unique<llama::Model>(a->model);
     const llama::KvSnapshot s = llama::unpack_snapshot(reader, model.get());
     const std::vector<uint8_t> bytes = llama::build_state_file(s);
     write_file_atomic(a->out, bytes);
-    std::printf(
-        "%s state file, %zu tokens, %zu cells, %s: %zu bytes written to %s\n",
-        s.kind == llama::StateKind::sequence ? "sequence" : "session", s.tokens.size(), s.n_cells(),
-        reader.info().codec == ContainerCodec::lossless_fp16 ? "exact (lossless)"
-        : reader.info().codec == ContainerCodec::transform  ? "decoded (transform)"
-                                                            : "dequantized",
-        bytes.size(), a->out.c_str());
+    std::printf("%s state file, %zu tokens, %zu cells, %s: %zu bytes written to %s\n",
+                s.kind == llama::StateKind::sequence ? "sequence" : "session", s.tokens.size(),
+                s.n_cells(),
+                reader.info().codec == ContainerCodec::lossless_fp16 ? "exact (lossless)"
+                : reader.info().codec == ContainerCodec::transform   ? "decoded (transform)"
+                                                                     : "dequantized",
+                bytes.size(), a->out.c_str());
   });
 }
 
