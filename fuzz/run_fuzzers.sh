@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs every fuzzer (codec, .cgkv container, .npy, GGUF metadata, llama.cpp state and blobs) for
+# Runs every fuzzer (codec, .cgkv container, transform tensors, .npy, GGUF metadata, llama.cpp state and blobs) for
 # SECONDS from its seed corpus; fails on the first crash. The llama targets are skipped when the
 # build had no llama.cpp source (fuzz/CMakeLists.txt).
 # Builds nothing: configure and build BUILD_DIR first, e.g.
@@ -17,7 +17,8 @@ seconds=$2
 here=$(cd "$(dirname "$0")" && pwd)
 status=0
 for target in fuzz_codec_decode fuzz_codec_decode_batch fuzz_codec_roundtrip fuzz_cgkv_read \
-    fuzz_cgkv_structured fuzz_npy_parse fuzz_gguf_metadata fuzz_llama_state fuzz_llama_blobs; do
+    fuzz_cgkv_structured fuzz_transform_decode fuzz_npy_parse fuzz_gguf_metadata \
+    fuzz_llama_state fuzz_llama_blobs; do
   bin="$build/fuzz/$target"
   case $target in
     fuzz_llama_*)

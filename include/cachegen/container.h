@@ -125,7 +125,7 @@ struct TransformEncoding {
   // mean KL estimated from the profile's sensitivities (sum over tensors of sensitivity times
   // mean squared error; the largest scale that meets it).
   double scale = 0, bits_per_element = 0, max_kl = 0;
-  size_t chunk_tokens = 256;
+  size_t chunk_tokens = 256;  // 1..2^18
   // Per model layer: store nothing, recompute from the token ids (FORMAT.md layer rules).
   std::vector<uint8_t> recompute;
   int32_t rope_position_offset = 0;  // position of token 0 (keys pre-RoPE per the profile)

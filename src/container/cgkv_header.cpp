@@ -265,6 +265,8 @@ CgkvInfo parse_header(const CgkvReader::Source& src) {
   check(codec != 2 || info.version >= kCgkvTransformVersion,
         "codec 2 (transform) in a version " + std::to_string(info.version) + " file");
   check(codec != 2 || gs == 1, "a transform file's group_size must be 1");
+  check(codec != 2 || chunk_tokens <= kMaxTransformChunkTokens,
+        "a transform file's chunk_tokens " + std::to_string(chunk_tokens) + " exceeds 2^18");
   check(param_mode <= 1, "unknown param_mode " + std::to_string(param_mode));
   // The body's size is fixed by these counts: check it before reading the tables.
   if (r.remaining() < kLayerBytes * n_layers + kChunkBytes * uint64_t{n_chunks} + 4) {

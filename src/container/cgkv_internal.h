@@ -31,6 +31,9 @@ inline constexpr size_t kPreambleBytes = 32;
 inline constexpr uint64_t kMaxHeaderBytes = 64ull << 20;
 inline constexpr uint64_t kMaxTokens = 1ull << 40;
 inline constexpr uint32_t kMaxBlobs = 64;
+// A transform file's chunks hold at most 2^18 tokens: a tensor of all-zero components then
+// still holds at most 2^18 values per byte (FORMAT.md, the chunk size rule).
+inline constexpr size_t kMaxTransformChunkTokens = size_t{1} << 18;
 
 std::shared_ptr<const CgkvReader::Source> memory_source(std::vector<uint8_t> bytes);
 std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path);

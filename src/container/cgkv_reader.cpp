@@ -123,14 +123,20 @@ void decode_tensor(const CgkvInfo& info, const KvProfile* profile, size_t c, con
         info.sink_tokens > begin ? std::min<size_t>(info.sink_tokens - begin, rows) : 0;
     steps.sink_scale = info.sink_scale;
     const ProfileTensor& pt = profile->tensor(static_cast<int>(ref.layer), ref.kind);
+    // Keys coded pre-RoPE are rotated in fp32 before their one rounding to fp16.
+    detail::TransformRope rope{
+        info.rope, int64_t{info.rope_position_offset} + static_cast<int64_t>(begin), H, D};
+    const detail::TransformRope* r =
+        ref.kind == 0 && info.layers[ref.layer].key_transform == KeyTransform::pre_rope ? &rope
+                                                                                        : nullptr;
     try {
       if (lo == 0 && hi == rows) {
         detail::unpack_transform(data, pt, H * D, profile->block, steps,
-                                 std::span<Half>(out, rows * H * D), ctx);
+                                 std::span<Half>(out, rows * H * D), ctx, r);
         return;
       }
       std::vector<Half> all(rows * H * D);
-      detail::unpack_transform(data, pt, H * D, profile->block, steps, all, ctx);
+      detail::unpack_transform(data, pt, H * D, profile->block, steps, all, ctx, r);
       std::memcpy(out, all.data() + lo * H * D, (hi - lo) * H * D * sizeof(Half));
     } catch (const Error& e) {
       if (e.message().rfind(ctx, 0) == 0) throw;
@@ -166,8 +172,9 @@ void decode_tensor(const CgkvInfo& info, const KvProfile* profile, size_t c, con
 }
 
 // Re-applies RoPE to the keys of pre-RoPE layers in out (tokens [begin, begin + T)).
+// (Transform files rotate their keys as they decode them: decode_tensor.)
 void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::span<Half> out) {
-  if (!info.has_rope || T == 0) return;
+  if (!info.has_rope || T == 0 || info.codec == ContainerCodec::transform) return;
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
   std::vector<int32_t> pos(T);
   for (size_t i = 0; i < T; ++i)

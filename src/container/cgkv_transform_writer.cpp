@@ -43,8 +43,8 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
     detail::invalid(
         "transform encoding: give exactly one of scale, bits_per_element, max_kl (> 0)");
   }
-  if (enc.chunk_tokens == 0 || enc.chunk_tokens > (size_t{1} << 24))
-    detail::invalid("chunk_tokens must be in 1..2^24");
+  if (enc.chunk_tokens == 0 || enc.chunk_tokens > detail::kMaxTransformChunkTokens)
+    detail::invalid("chunk_tokens must be in 1..2^18 in a transform file");
   if (n_tokens > detail::kMaxTokens) detail::invalid("n_tokens exceeds 2^40");
   const size_t width = p.width(), n_attn = static_cast<size_t>(shape.n_attention_layers());
   const size_t plane = detail::checked_mul(n_tokens, width, "kv");

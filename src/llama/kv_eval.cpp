@@ -66,8 +66,9 @@ struct Method {
   // Baselines only:
   baseline::KiviOptions kivi;
   double turboquant_bits = 0;
-  // Profile rows (transform files): a bits-per-element target, else the level's scale.
-  double profile_bits = 0;
+  // Profile rows (transform files): a bits-per-element or estimated-KL target, else the
+  // level's scale.
+  double profile_bits = 0, profile_kl = 0;
 };
 
 struct Accum {
@@ -371,12 +372,22 @@ std::vector<Method> default_methods(size_t n_layer, const std::string& sweep,
       m.push_back(x);
     }
     if (sweep == "rate") {
-      for (double b : {1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0}) {
+      // 1.13 and 2.43 bits: the aims' rates (4x below q4_0, 3.5x below q8_0).
+      for (double b : {1.0, 1.13, 1.25, 1.5, 1.75, 2.0, 2.25, 2.43, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0}) {
         char name[32];
         std::snprintf(name, sizeof name, "profile-%gb", b);
         Method x = plain_method(name, MethodKind::profile, {}, {}, kTypeF16, false);
         x.family = "ours (profile)";
         x.profile_bits = b;
+        m.push_back(x);
+      }
+      // KL targets: how close the profile's estimate comes to the measured KL.
+      for (double kl : {1e-2, 1e-3, 1e-4, 1e-5}) {
+        char name[32];
+        std::snprintf(name, sizeof name, "profile-kl%g", kl);
+        Method x = plain_method(name, MethodKind::profile, {}, {}, kTypeF16, false);
+        x.family = "ours (profile)";
+        x.profile_kl = kl;
         m.push_back(x);
       }
     }
@@ -400,6 +411,7 @@ std::optional<SnapshotEncoding> file_encoding(const Method& m, const Model& mode
     if (m.level) return SnapshotEncoding::profiled(profile, model, *m.level);
     SnapshotEncoding e = SnapshotEncoding::profiled(profile, model);
     e.transform->bits_per_element = m.profile_bits;
+    e.transform->max_kl = m.profile_kl;
     return e;
   }
   if (m.level) return SnapshotEncoding::quality(*m.level, model);
@@ -802,8 +814,9 @@ std::string eval_rows_svg(const std::vector<EvalRow>& rows, const std::string& t
     const bool profile_level =
         r.method.rfind("profile-", 0) == 0 && find_quality_level(r.method.substr(8)).has_value();
     const std::string name = r.family == "ours" && r.method.rfind("level-", 0) == 0 ? "ours levels"
-                             : profile_level ? "ours (profile) levels"
-                                             : r.family;
+                             : profile_level                        ? "ours (profile) levels"
+                             : r.method.rfind("profile-kl", 0) == 0 ? "ours (profile) KL targets"
+                                                                    : r.family;
     auto it = std::find_if(series.begin(), series.end(),
                            [&name](const PlotSeries& s) { return s.name == name; });
     if (it == series.end()) {

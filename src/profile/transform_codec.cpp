@@ -7,11 +7,14 @@
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
 #include "core/wire.h"
+#include "quant/kernels.h"
 
 namespace cachegen::detail {
 namespace {
 
 constexpr int32_t kMaxQ = 32767;
+constexpr uint8_t kFormPlanes = 1, kFormClasses = 2;
+constexpr int kMaxClasses = 64;
 
 // Round to nearest (a dead zone, rounding magnitudes below 0.5 + d down, measured worse: at
 // the level's KL it took 0.24 (d = 0.1) to 1.2 (d = 0.3) more bits per element on stories260K).
@@ -61,24 +64,19 @@ CodeStream decode_plane(std::span<const uint8_t> bytes, size_t rows, size_t widt
 
 void project_rows(std::span<const float> x, const ProfileTensor& t, size_t width, size_t block,
                   std::span<float> y) {
-  // y_b = B_b d_b as a sum of d_i times column i of B_b (the transposed basis): contiguous
-  // multiply-adds the compiler vectorises.
-  std::vector<float> bt(block * block), d(width);
+  // y_b = B_b d_b as d's entries times the rows of the transposed basis (the basis kernel).
+  const QuantKernels& k = quant_kernels();
   const size_t rows = x.size() / width;
-  std::fill(y.begin(), y.end(), 0.0f);
+  std::vector<float> bt(block * block), d(rows * block);
+  const std::vector<float> zero(block, 0.0f);
   for (size_t b = 0; b < width; b += block) {
     for (size_t c = 0; c < block; ++c) {
       for (size_t i = 0; i < block; ++i) bt[i * block + c] = t.basis[(b + c) * block + i];
     }
     for (size_t r = 0; r < rows; ++r) {
-      const float* xr = x.data() + r * width + b;
-      float* yr = y.data() + r * width + b;
-      for (size_t i = 0; i < block; ++i) {
-        const float di = xr[i] - t.mean[b + i];
-        const float* col = bt.data() + i * block;
-        for (size_t c = 0; c < block; ++c) yr[c] += di * col[c];
-      }
+      for (size_t i = 0; i < block; ++i) d[r * block + i] = x[r * width + b + i] - t.mean[b + i];
     }
+    k.basis_combine(d.data(), rows, block, bt.data(), block, zero.data(), y.data() + b, width);
   }
 }
 
@@ -97,68 +95,138 @@ void quantization_error(std::span<const float> y, size_t width, const TransformS
   }
 }
 
+namespace {
+
+// Form 1: the symbols [rows, width] row-major as one 8-bit plane stream of their low bytes (a
+// table per component) and, when some symbol exceeds 255, one of their high bytes.
+void pack_planes(std::span<const uint16_t> z, size_t width, wire::Writer& w) {
+  const bool two = *std::max_element(z.begin(), z.end()) > 255;
+  w.u8(two ? 2 : 1);
+  for (int shift = 0; shift < (two ? 16 : 8); shift += 8) {
+    const std::vector<uint8_t> stream = encode(plane(z, width, shift));
+    w.varint(stream.size());
+    w.bytes(stream);
+  }
+}
+
+// Form 2: components pooled in classes by spread (one table per class): class 0 = all zero
+// (nothing stored), else 1 + floor(log2(1 + mean symbol)); per class with members, its
+// symbols component-major as one-channel streams (low bytes, then high bytes if needed).
+void pack_classes(std::span<const uint16_t> z, size_t width, wire::Writer& w) {
+  const size_t rows = z.size() / width;
+  std::vector<uint8_t> cls(width, 0);
+  uint8_t n_classes = 1;
+  for (size_t c = 0; c < width; ++c) {
+    double sum = 0;
+    for (size_t r = 0; r < rows; ++r) sum += z[r * width + c];
+    if (sum == 0) continue;
+    const int k = 1 + static_cast<int>(std::log2(1.0 + sum / static_cast<double>(rows)));
+    cls[c] = static_cast<uint8_t>(std::min(k, kMaxClasses - 1));
+    n_classes = std::max<uint8_t>(n_classes, static_cast<uint8_t>(cls[c] + 1));
+  }
+  w.u8(n_classes);
+  for (uint8_t k : cls) w.u8(k);
+  std::vector<uint16_t> members;
+  for (uint8_t k = 1; k < n_classes; ++k) {
+    members.clear();
+    for (size_t c = 0; c < width; ++c) {
+      if (cls[c] != k) continue;
+      for (size_t r = 0; r < rows; ++r) members.push_back(z[r * width + c]);
+    }
+    if (!members.empty()) pack_planes(members, 1, w);
+  }
+}
+
+// Reads one form-1 group of planes of [rows, width] symbols; calls put(i, symbol) for each.
+template <typename Put>
+void unpack_planes(wire::Reader& r, size_t rows, size_t width, const std::string& context,
+                   Put&& put) {
+  const uint8_t planes = r.u8("planes");
+  if (planes != 1 && planes != 2) r.corrupt("planes", "not 1 or 2");
+  for (int shift = 0; shift < 8 * planes; shift += 8) {
+    const uint64_t len = r.varint("plane length");
+    if (len > r.remaining()) r.corrupt("plane length", "runs past the data");
+    const CodeStream cs = decode_plane(r.take(len, "plane"), rows, width, context);
+    for (size_t i = 0; i < rows * width; ++i) put(i, static_cast<uint16_t>(cs.codes[i] << shift));
+  }
+}
+
+}  // namespace
+
 std::vector<uint8_t> pack_coefficients(std::span<const float> y, size_t width,
                                        const TransformSteps& steps) {
   std::vector<uint16_t> z(y.size());
-  uint16_t top = 0;
   std::vector<float> s(width);
   for (size_t r = 0; r * width < y.size(); ++r) {
     if (r == 0 || r == steps.sink_rows) {
       for (size_t c = 0; c < width; ++c) s[c] = steps.at(r) * steps.factor[c];
     }
-    for (size_t c = 0; c < width; ++c) {
-      z[r * width + c] = zigzag(quantize(y[r * width + c], s[c]));
-      top = std::max(top, z[r * width + c]);
-    }
+    for (size_t c = 0; c < width; ++c) z[r * width + c] = zigzag(quantize(y[r * width + c], s[c]));
   }
-  const bool two = top > 255;
-  std::vector<uint8_t> out;
-  wire::Writer w(out);
-  w.u8(two ? 2 : 1);
-  const std::vector<uint8_t> low = encode(plane(z, width, 0));
-  w.varint(low.size());
-  w.bytes(low);
-  if (two) w.bytes(encode(plane(z, width, 8)));
-  return out;
+  // Both forms; the smaller is kept (classes win where per-component tables cost more than
+  // pooling loses: mostly at high rates).
+  std::vector<uint8_t> planes{kFormPlanes}, classes{kFormClasses};
+  wire::Writer wp(planes), wc(classes);
+  if (!z.empty()) {
+    pack_planes(z, width, wp);
+    pack_classes(z, width, wc);
+  }
+  return classes.size() < planes.size() ? classes : planes;
 }
 
 void unpack_transform(std::span<const uint8_t> bytes, const ProfileTensor& t, size_t width,
                       size_t block, const TransformSteps& steps, std::span<Half> out,
-                      const std::string& context) {
+                      const std::string& context, const TransformRope* rope) {
   const size_t rows = out.size() / width;
   wire::Reader r(bytes, context, 0);
-  const uint8_t planes = r.u8("planes");
-  if (planes != 1 && planes != 2) r.corrupt("planes", "not 1 or 2");
-  const uint64_t low_len = r.varint("low plane length");
-  if (low_len > r.remaining()) r.corrupt("low plane length", "runs past the data");
-  const CodeStream low = decode_plane(r.take(low_len, "low plane"), rows, width, context);
-  CodeStream high;
-  if (planes == 2) {
-    high = decode_plane(r.rest(), rows, width, context + " (high bytes)");
-  } else {
-    r.expect_end("its coefficient plane");
-  }
-  std::vector<float> acc(width), s(width);
-  for (size_t row = 0; row < rows; ++row) {
-    if (row == 0 || row == steps.sink_rows) {
-      for (size_t c = 0; c < width; ++c) s[c] = steps.at(row) * t.step_factor[c];
+  const uint8_t form = r.u8("form");
+  std::vector<uint16_t> z(rows * width, 0);  // row-major
+  if (rows == 0) {
+    if (form != kFormPlanes) r.corrupt("form", "not 1 for an empty tensor");
+  } else if (form == kFormPlanes) {
+    unpack_planes(r, rows, width, context, [&](size_t i, uint16_t v) { z[i] |= v; });
+  } else if (form == kFormClasses) {
+    const uint8_t n_classes = r.u8("classes");
+    if (n_classes < 1 || n_classes > kMaxClasses) r.corrupt("classes", "not in 1..64");
+    const auto cls = r.take(width, "component classes");
+    std::vector<uint32_t> members;
+    for (uint8_t k = 1; k < n_classes; ++k) {
+      members.clear();
+      for (size_t c = 0; c < width; ++c) {
+        if (cls[c] >= n_classes) r.corrupt("component classes", "a class past the count");
+        if (cls[c] == k) members.push_back(static_cast<uint32_t>(c));
+      }
+      if (members.empty()) continue;
+      // Stream element i is row i % rows of the class's component i / rows.
+      unpack_planes(r, rows * members.size(), 1, context,
+                    [&](size_t i, uint16_t v) { z[(i % rows) * width + members[i / rows]] |= v; });
     }
-    std::copy(t.mean.begin(), t.mean.end(), acc.begin());
-    for (size_t b = 0; b < width; b += block) {
+  } else {
+    r.corrupt("form", "not 1 or 2");
+  }
+  r.expect_end("its coefficient streams");
+  // x = mean + B^T (s * q), block by block, rows in tiles (the basis kernel), then fp16.
+  const QuantKernels& k = quant_kernels();
+  std::vector<float> s(width), coef(rows * block), x(rows * width);
+  for (size_t b = 0; b < width; b += block) {
+    for (size_t row = 0; row < rows; ++row) {
+      if (row == 0 || row == steps.sink_rows) {
+        for (size_t c = 0; c < width; ++c) s[c] = steps.at(row) * t.step_factor[c];
+      }
       for (size_t c = 0; c < block; ++c) {
-        const size_t i = row * width + b + c;
-        const uint32_t z = low.codes[i] | (planes == 2 ? uint32_t{high.codes[i]} << 8 : 0u);
-        if (z == 0) continue;
-        const float coef = s[b + c] * static_cast<float>(unzigzag(z));
-        const float* v = t.basis.data() + (b + c) * block;
-        float* a = acc.data() + b;
-        for (size_t k = 0; k < block; ++k) a[k] += v[k] * coef;
+        const uint16_t v = z[row * width + b + c];
+        coef[row * block + c] = v == 0 ? 0.0f : s[b + c] * static_cast<float>(unzigzag(v));
       }
     }
-    Half* o = out.data() + row * width;
-    for (size_t k = 0; k < width; ++k)
-      o[k] = float_to_half(std::clamp(acc[k], -65504.0f, 65504.0f));
+    k.basis_combine(coef.data(), rows, block, t.basis.data() + b * block, block, t.mean.data() + b,
+                    x.data() + b, width);
   }
+  if (rope != nullptr && rows > 0) {
+    std::vector<int32_t> pos(rows);
+    for (size_t row = 0; row < rows; ++row) pos[row] = static_cast<int32_t>(rope->first_pos + row);
+    rope_rows(x, rows, rope->n_heads, rope->head_dim, pos, rope->params, false);
+  }
+  k.f32_to_f16_sat(x.data(), reinterpret_cast<uint16_t*>(out.data()), x.size());
 }
 
 }  // namespace cachegen::detail

@@ -36,10 +36,18 @@ void quantization_error(std::span<const float> y, size_t width, const TransformS
 // The tensor data of y quantized at `steps`.
 std::vector<uint8_t> pack_coefficients(std::span<const float> y, size_t width,
                                        const TransformSteps& steps);
-// Decodes tensor data into out [rows, width] fp16 (x = mean + B^T (step * q), fp32,
-// saturated to +-65504). corrupt_input naming `context` for malformed data.
+// Keys coded pre-RoPE: rotated back in fp32, row r to position first_pos + r, before the
+// one rounding to fp16.
+struct TransformRope {
+  RopeParams params;
+  int64_t first_pos = 0;
+  size_t n_heads = 0, head_dim = 0;
+};
+// Decodes tensor data into out [rows, width] fp16 (x = mean + B^T (step * q) in fp32, rotated
+// when `rope` is given, saturated to +-65504). corrupt_input naming `context` for malformed
+// data.
 void unpack_transform(std::span<const uint8_t> bytes, const ProfileTensor& t, size_t width,
                       size_t block, const TransformSteps& steps, std::span<Half> out,
-                      const std::string& context);
+                      const std::string& context, const TransformRope* rope = nullptr);
 
 }  // namespace cachegen::detail

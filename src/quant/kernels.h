@@ -27,6 +27,14 @@ struct QuantKernels {
   // inputs reaching +-65504 has a rounded-up scale whose top level lies past 65504.
   void (*dequant_rows)(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
                        const float* zero, uint16_t* out);
+  // The transform codec's basis combination (docs/FORMAT.md, codec 2), rows r < rows:
+  // out[r * out_stride + k] = (base[k] + 0) + sum over j < n, ascending, of
+  // basis[j * len + k] * coef[r * n + j], for k < len; every product and sum rounded on its own.
+  // Terms with coef 0 may be skipped: they cannot change the sum (which starts at +0, never -0).
+  void (*basis_combine)(const float* coef, size_t rows, size_t n, const float* basis, size_t len,
+                        const float* base, float* out, size_t out_stride);
+  // out[i] = fp16(clamp(in[i], -65504, 65504)) (NaN saturates like dequant_rows).
+  void (*f32_to_f16_sat)(const float* in, uint16_t* out, size_t n);
 };
 
 const QuantKernels& quant_kernels_scalar();

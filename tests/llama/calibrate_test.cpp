@@ -149,6 +149,7 @@ TEST(Calibrate, EvalPricesProfileRowsThroughTheFile) {
     ++n;
     EXPECT_EQ(r.priced, "file") << r.method;
     EXPECT_EQ(r.family, "ours (profile)") << r.method;
+    if (r.method.rfind("profile-kl", 0) == 0) continue;  // KL targets: estimates
     if (r.method.back() == 'b') {  // the ladder: size targets met, quality rising with size
       const double target = std::stod(r.method.substr(8));
       EXPECT_LE(r.bits_per_element, target + 1e-9) << r.method;
@@ -158,7 +159,7 @@ TEST(Calibrate, EvalPricesProfileRowsThroughTheFile) {
       prev_kl = r.kl;
     }
   }
-  EXPECT_EQ(n, 3u + 12u);  // three levels, twelve targets
+  EXPECT_EQ(n, 3u + 14u + 4u);  // three levels, fourteen size targets, four KL targets
 }
 
 }  // namespace
