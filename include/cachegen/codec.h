@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cachegen/half.h"
@@ -90,6 +91,11 @@ std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size
 CodeStream decode(std::span<const uint8_t> bytes, const DecodeOptions& options = {});
 // Decodes straight to fp16 [n_rows, dim]; identical to dequant_codes(decode(bytes)).
 std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options = {});
+// decode() of a stream that must hold [n_rows, dim] codes at `bits` (e.g. the byte planes of the
+// lossless and transform codecs): nothing larger is allocated, and another shape or width is
+// corrupt_input "<what> is RxC at B bits, expected ...".
+CodeStream decode_expecting(std::span<const uint8_t> bytes, size_t n_rows, size_t dim, int bits,
+                            const std::string& what);
 
 // ---- A batch of G heads (one layer's K or V) ------------------------------------------
 // Heads of one shape are coded with one model per channel shared by the batch, as slices of

@@ -104,6 +104,7 @@ class ProfileFitter {
   KvProfile finish() const;
 
  private:
+  KvProfile shell() const;  // the shape fields, tensors empty
   int n_layers_, n_kv_heads_, head_dim_;
   size_t block_;
   std::vector<uint8_t> profiled_;

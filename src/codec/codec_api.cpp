@@ -203,6 +203,20 @@ CodeStream decode(std::span<const uint8_t> bytes, const DecodeOptions& options) 
   return decode_record(body, 5, options);
 }
 
+CodeStream decode_expecting(std::span<const uint8_t> bytes, size_t n_rows, size_t dim, int bits,
+                            const std::string& what) {
+  DecodeOptions opt;  // the expected shape plus its last group's padding, no more
+  opt.max_elements = (n_rows + std::min(n_rows, kMaxGroupSize)) * dim + dim;
+  CodeStream s = decode(bytes, opt);
+  if (s.n_rows != n_rows || s.dim != dim || s.bits != bits) {
+    throw Error(ErrorCode::corrupt_input,
+                what + " is " + std::to_string(s.n_rows) + "x" + std::to_string(s.dim) + " at " +
+                    std::to_string(s.bits) + " bits, expected " + std::to_string(n_rows) + "x" +
+                    std::to_string(dim) + " at " + std::to_string(bits));
+  }
+  return s;
+}
+
 std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options) {
   const auto body = detail::check_magic(bytes, detail::kStreamMagic, "codec stream");
   const detail::ParsedHead h = detail::parse_head(body, 5, options);

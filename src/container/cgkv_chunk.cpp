@@ -396,16 +396,7 @@ void unpack_zstd(std::span<const uint8_t> bytes, std::span<Half> out, const std:
 // Decodes one plane stream of [rows, width] 8-bit symbols (checking that shape).
 CodeStream decode_plane(std::span<const uint8_t> bytes, size_t rows, size_t width,
                         const std::string& context) {
-  DecodeOptions opt;
-  opt.max_elements = (rows + (rows < kMaxGroupSize ? rows : kMaxGroupSize)) * width + width;
-  CodeStream s = decode(bytes, opt);
-  if (s.n_rows != rows || s.dim != width || s.bits != 8) {
-    throw Error(ErrorCode::corrupt_input,
-                context + ": lossless byte plane is " + std::to_string(s.n_rows) + "x" +
-                    std::to_string(s.dim) + " at " + std::to_string(s.bits) + " bits, expected " +
-                    std::to_string(rows) + "x" + std::to_string(width) + " at 8");
-  }
-  return s;
+  return decode_expecting(bytes, rows, width, 8, context + ": lossless byte plane");
 }
 
 // Method 1: decodes one plane stream and ORs its bytes, shifted, into out.

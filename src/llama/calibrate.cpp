@@ -88,11 +88,7 @@ KvProfile calibrate_profile(const CalibrateOptions& o,
   const size_t H = static_cast<size_t>(shape.n_kv_heads), D = static_cast<size_t>(shape.head_dim);
   const size_t W = H * D, n_layers = static_cast<size_t>(shape.n_layers);
   const int32_t bos = llama_vocab_bos(llama_model_get_vocab(model.get()));
-  ContextSettings cs;
-  cs.n_ctx = static_cast<uint32_t>((window + 255) / 256 * 256);
-  cs.flash_attn = o.flash_attn;
-  cs.n_threads = o.n_threads;
-  Context ctx(model, cs);
+  Context ctx(model, detail::window_context_settings(window, o.flash_attn, o.n_threads));
   const size_t n_vocab = static_cast<size_t>(model.n_vocab());
 
   // 1. Capture the windows and fit the transforms.

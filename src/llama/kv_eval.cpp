@@ -372,24 +372,20 @@ std::vector<Method> default_methods(size_t n_layer, const std::string& sweep,
       m.push_back(x);
     }
     if (sweep == "rate") {
+      const auto target = [&](const char* format, double value, bool kl) {
+        char name[32];
+        std::snprintf(name, sizeof name, format, value);
+        Method x = plain_method(name, MethodKind::profile, {}, {}, kTypeF16, false);
+        x.family = "ours (profile)";
+        (kl ? x.profile_kl : x.profile_bits) = value;
+        m.push_back(x);
+      };
       // 1.13 and 2.43 bits: the aims' rates (4x below q4_0, 3.5x below q8_0).
       for (double b : {1.0, 1.13, 1.25, 1.5, 1.75, 2.0, 2.25, 2.43, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0}) {
-        char name[32];
-        std::snprintf(name, sizeof name, "profile-%gb", b);
-        Method x = plain_method(name, MethodKind::profile, {}, {}, kTypeF16, false);
-        x.family = "ours (profile)";
-        x.profile_bits = b;
-        m.push_back(x);
+        target("profile-%gb", b, false);
       }
       // KL targets: how close the profile's estimate comes to the measured KL.
-      for (double kl : {1e-2, 1e-3, 1e-4, 1e-5}) {
-        char name[32];
-        std::snprintf(name, sizeof name, "profile-kl%g", kl);
-        Method x = plain_method(name, MethodKind::profile, {}, {}, kTypeF16, false);
-        x.family = "ours (profile)";
-        x.profile_kl = kl;
-        m.push_back(x);
-      }
+      for (double kl : {1e-2, 1e-3, 1e-4, 1e-5}) target("profile-kl%g", kl, true);
     }
   }
   m.push_back(plain_method("llama.cpp q8_0", MethodKind::ggml_type, {}, {}, kTypeQ8_0, false));
@@ -620,6 +616,14 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+ContextSettings window_context_settings(size_t window, bool flash_attn, int32_t n_threads) {
+  ContextSettings cs;
+  cs.n_ctx = static_cast<uint32_t>((window + 255) / 256 * 256);
+  cs.flash_attn = flash_attn;
+  cs.n_threads = n_threads;
+  return cs;
+}
+
 double kl_divergence(const float* exact, const float* got, size_t n) {
   const std::vector<double> p = log_softmax(exact, n), q = log_softmax(got, n);
   double kl = 0;
@@ -647,10 +651,7 @@ std::vector<EvalRow> evaluate_kv_quality(const EvalOptions& o,
                                                  " tokens, " + std::to_string(need) + " needed");
   }
   const int32_t bos = llama_vocab_bos(llama_model_get_vocab(model.get()));
-  ContextSettings cs;
-  cs.n_ctx = static_cast<uint32_t>((window + 255) / 256 * 256);
-  cs.flash_attn = o.flash_attn;
-  cs.n_threads = o.n_threads;
+  const ContextSettings cs = detail::window_context_settings(window, o.flash_attn, o.n_threads);
   Context ctx(model, cs);
 
   const size_t n_layer = model.identity().n_layer;

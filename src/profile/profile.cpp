@@ -317,13 +317,7 @@ ProfileFitter::ProfileFitter(int n_layers, int n_kv_heads, int head_dim, size_t 
       head_dim_(head_dim),
       block_(block),
       profiled_(std::move(profiled)) {
-  KvProfile shape;
-  shape.n_layers = n_layers;
-  shape.n_kv_heads = n_kv_heads;
-  shape.head_dim = head_dim;
-  shape.block = block;
-  shape.profiled = profiled_;
-  if (n_layers >= 1 && n_layers <= 4096) shape.tensors.resize(static_cast<size_t>(n_layers) * 2);
+  const KvProfile shape = shell();
   if (const std::string s = shape_problem(shape); !s.empty()) bad(s);
   const size_t w = shape.width(), n_t = shape.tensors.size();
   n_.assign(n_t, 0.0);
@@ -360,14 +354,19 @@ void ProfileFitter::add(int layer, int kind, std::span<const float> rows) {
   }
 }
 
-KvProfile ProfileFitter::finish() const {
+KvProfile ProfileFitter::shell() const {
   KvProfile p;
   p.n_layers = n_layers_;
   p.n_kv_heads = n_kv_heads_;
   p.head_dim = head_dim_;
   p.block = block_;
   p.profiled = profiled_;
-  p.tensors.resize(static_cast<size_t>(n_layers_) * 2);
+  if (n_layers_ >= 1 && n_layers_ <= 4096) p.tensors.resize(static_cast<size_t>(n_layers_) * 2);
+  return p;
+}
+
+KvProfile ProfileFitter::finish() const {
+  KvProfile p = shell();
   const size_t w = p.width();
   for (size_t t = 0; t < p.tensors.size(); ++t) {
     if (!profiled_[t / 2]) continue;

@@ -46,20 +46,6 @@ CodeStream plane(std::span<const uint16_t> z, size_t width, int shift) {
   return s;
 }
 
-CodeStream decode_plane(std::span<const uint8_t> bytes, size_t rows, size_t width,
-                        const std::string& context) {
-  DecodeOptions opt;
-  opt.max_elements = (rows + std::min(rows, kMaxGroupSize)) * width + width;
-  CodeStream s = decode(bytes, opt);
-  if (s.n_rows != rows || s.dim != width || s.bits != 8) {
-    throw Error(ErrorCode::corrupt_input,
-                context + ": coefficient plane is " + std::to_string(s.n_rows) + "x" +
-                    std::to_string(s.dim) + " at " + std::to_string(s.bits) + " bits, expected " +
-                    std::to_string(rows) + "x" + std::to_string(width) + " at 8");
-  }
-  return s;
-}
-
 }  // namespace
 
 void project_rows(std::span<const float> x, const ProfileTensor& t, size_t width, size_t block,
@@ -146,7 +132,8 @@ void unpack_planes(wire::Reader& r, size_t rows, size_t width, const std::string
   for (int shift = 0; shift < 8 * planes; shift += 8) {
     const uint64_t len = r.varint("plane length");
     if (len > r.remaining()) r.corrupt("plane length", "runs past the data");
-    const CodeStream cs = decode_plane(r.take(len, "plane"), rows, width, context);
+    const CodeStream cs =
+        decode_expecting(r.take(len, "plane"), rows, width, 8, context + ": coefficient plane");
     for (size_t i = 0; i < rows * width; ++i) put(i, static_cast<uint16_t>(cs.codes[i] << shift));
   }
 }
