@@ -83,6 +83,11 @@ struct KvProfile {
   std::vector<float> steps(double scale) const;
   // The scale of a quality level, or 0 when the profile has none for it (lossless has none).
   float scale_of(QualityLevel level) const;
+  // The rate-distortion bound of the profile's own statistics at a target KL: bits per K/V
+  // element (over all n_layers layers) that reverse water-filling needs for Gaussian
+  // coefficients with the measured variances, KL = sum of component sensitivity x error per
+  // tensor element. Layers flagged in `skip` (e.g. recomputed layer 0) cost nothing.
+  double rate_bound(double kl, std::span<const uint8_t> skip = {}) const;
 };
 
 KvProfile read_profile(const std::string& path);

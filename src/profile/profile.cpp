@@ -241,6 +241,39 @@ float KvProfile::scale_of(QualityLevel level) const {
   return i >= 0 && i < 3 ? level_scale[static_cast<size_t>(i)] : 0.0f;
 }
 
+double KvProfile::rate_bound(double kl, std::span<const uint8_t> skip) const {
+  std::vector<double> lambda, sens;  // per coded component: variance, sensitivity
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const size_t l = t / 2;
+    if (!profiled[l] || (l < skip.size() && skip[l])) continue;
+    const ProfileTensor& pt = tensors[t];
+    for (size_t c = 0; c < width(); ++c) {
+      const double f = pt.step_factor[c];
+      lambda.push_back(pt.variance[c]);
+      sens.push_back(pt.sensitivity / (f * f));
+    }
+  }
+  // Distortion theta / s_c per component, capped at its variance; theta by bisection (log).
+  const double w = static_cast<double>(width());
+  const auto kl_at = [&](double theta) {
+    double k = 0;
+    for (size_t i = 0; i < lambda.size(); ++i) k += sens[i] * std::min(theta / sens[i], lambda[i]);
+    return k / w;
+  };
+  double lo = -80, hi = 40;  // log2 theta
+  for (int i = 0; i < 200; ++i) {
+    const double mid = (lo + hi) / 2;
+    (kl_at(std::exp2(mid)) > kl ? hi : lo) = mid;
+  }
+  const double theta = std::exp2(lo);
+  double bits = 0;
+  for (size_t i = 0; i < lambda.size(); ++i) {
+    if (sens[i] > 0 && lambda[i] > 0)
+      bits += std::max(0.0, 0.5 * std::log2(lambda[i] * sens[i] / theta));
+  }
+  return bits / (static_cast<double>(n_layers) * 2 * w);
+}
+
 KvProfile read_profile(const std::string& path) {
   try {
     return KvProfile::parse(read_file_bytes(path));

@@ -148,6 +148,9 @@ if "$cg" calibrate --model "$m" --text "$text" -o "$work/m.cgprof" --windows 2 -
     printf '\x01' | dd of="$work/bad.cgprof" bs=1 seek=300 conv=notrunc status=none
     check_rc "decode with a damaged profile" 4 "$cg" decode "$work/t.cgkv" -o "$work/t.npy" --profile "$work/bad.cgprof"
     check_rc "--bits-per-element without --profile" 2 "$cg" encode "$kv" -o "$work/t3.cgkv" --bits-per-element 2
+    bound=$("$cg" profile "$work/m.cgprof" --bound-kl 1e-3 --bound-kl 1e-2 --skip-layer 0 | grep -c 'rate bound')
+    expect "profile prints its rate bounds" "$bound" 2
+    check_rc "profile --skip-layer past the layers" 2 "$cg" profile "$work/m.cgprof" --bound-kl 1e-3 --skip-layer 99
   fi
   "$cg" llama demo --model "$m" --text "$text" --prefix 120 --generate 1 --level lossless \
     --save-state "$work/s.state" >/dev/null 2>&1 || true

@@ -156,6 +156,25 @@ TEST(Profile, FileRoundTripsAndRejectsDamage) {
   EXPECT_THROW(block.serialize(), Error);
 }
 
+TEST(Profile, RateBoundIsWaterFilling) {
+  KvProfile p = *fit(correlated_kv(kT, 12), kT, kW);
+  // Layer 0 K only (the others skipped... by zero variance): components of variance 4 and 1,
+  // sensitivity 1, the rest 0. KL = sum min(theta, var) / W; bits = sum 0.5 log2(var / theta).
+  for (ProfileTensor& t : p.tensors) {
+    if (t.variance.empty()) continue;
+    std::fill(t.variance.begin(), t.variance.end(), 0.0f);
+    t.sensitivity = 1;
+  }
+  p.tensors[0].variance[0] = 4;
+  p.tensors[0].variance[1] = 1;
+  // theta = 0.25: KL = 0.5 / 16; bits = (0.5 log2 16 + 0.5 log2 4) / (3 layers * 2 * 16) = 3 / 96.
+  EXPECT_NEAR(p.rate_bound(0.5 / 16), 3.0 / 96, 1e-9);
+  EXPECT_NEAR(p.rate_bound(5.0 / 16), 0.0, 1e-12);  // every component dropped
+  EXPECT_GT(p.rate_bound(0.01 / 16), p.rate_bound(0.1 / 16));
+  const std::vector<uint8_t> skip_layer0 = {1, 0, 0};
+  EXPECT_NEAR(p.rate_bound(0.5 / 16, skip_layer0), 0.0, 1e-12);
+}
+
 TEST(TransformFile, RoundTripsAtAScaleWithinTheStep) {
   const std::vector<float> kv = correlated_kv(kT, 3);
   const auto p = fit(kv, kT, kW);

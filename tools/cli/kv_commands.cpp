@@ -262,7 +262,51 @@ void add_profile_options(CLI::App* cmd, std::string& profile, double& bits_per_e
       ->check(CLI::PositiveNumber);
 }
 
+// `cachegen profile P.cgprof`: what a calibration profile holds, and its rate bounds.
+void add_profile_command(CLI::App& app) {
+  struct Args {
+    std::string path;
+    std::vector<double> kl;
+    std::vector<int> skip;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "profile", "describe a calibration profile (.cgprof) and its rate-distortion bounds");
+  cmd->add_option("PROFILE", a->path, "the .cgprof file")->required();
+  cmd->add_option("--bound-kl", a->kl,
+                  "print the water-filling rate bound (bits per K/V element) at these KLs");
+  cmd->add_option("--skip-layer", a->skip,
+                  "layers not stored (e.g. 0 when layer 0 is recomputed): 0 bits in the bound");
+  cmd->callback([a] {
+    const KvProfile p = read_profile(a->path);
+    std::printf("%s: profile %016llx, model %s\n", a->path.c_str(),
+                static_cast<unsigned long long>(p.id()), p.model_fingerprint.c_str());
+    std::printf("%d layers x %d KV heads x %d dims, PCA blocks of %zu, keys %s\n", p.n_layers,
+                p.n_kv_heads, p.head_dim, p.block, p.key_pre_rope ? "pre-RoPE" : "as given");
+    std::printf("level scales: high %g, medium %g, low %g; sinks %u tokens at %g\n",
+                p.level_scale[0], p.level_scale[1], p.level_scale[2], p.sink_tokens, p.sink_scale);
+    for (int l = 0; l < p.n_layers; ++l) {
+      if (!p.profiled[static_cast<size_t>(l)]) continue;
+      std::printf("layer %d: sensitivity K %.4g V %.4g\n", l, p.tensor(l, 0).sensitivity,
+                  p.tensor(l, 1).sensitivity);
+    }
+    std::vector<uint8_t> skip(static_cast<size_t>(p.n_layers), 0);
+    for (int l : a->skip) {
+      if (l < 0 || l >= p.n_layers) {
+        throw Error(ErrorCode::invalid_argument,
+                    "--skip-layer " + std::to_string(l) + " is not a layer of the profile");
+      }
+      skip[static_cast<size_t>(l)] = 1;
+    }
+    for (double kl : a->kl) {
+      if (!(kl > 0)) throw Error(ErrorCode::invalid_argument, "--bound-kl must be > 0");
+      std::printf("rate bound at KL %g: %.3f bits per K/V element\n", kl, p.rate_bound(kl, skip));
+    }
+  });
+}
+
 void add_kv_commands(CLI::App& app) {
+  add_profile_command(app);
   auto enc = std::make_shared<EncodeOptions>();
   CLI::App* e = app.add_subcommand(
       "encode", "compress a KV .npy [n_layers, 2, n_tokens, n_kv_heads, head_dim] into .cgkv");
