@@ -381,6 +381,8 @@ struct CalibrateOptions {
   int prefix = 448;
   int n_continue = 64;
   std::string block = "layer";  // "layer": PCA over a layer's whole K (or V) row; "head": per head
+  // "pca", or a fixed rotation for comparison: "hadamard" (random signs), "identity".
+  std::string rotation = "pca";
   // Relative mean squared error (of the tensor's variance) of the noise that probes each
   // tensor's sensitivity: small enough for KL to be linear in it, large enough to measure.
   double probe_noise = 0.01;

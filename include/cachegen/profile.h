@@ -105,8 +105,11 @@ class ProfileFitter {
   // rows [n, width] of (layer, kind) (keys already pre-RoPE when the profile says so).
   void add(int layer, int kind, std::span<const float> rows);
   // The profile with mean, variance and basis set (sensitivities 0, levels uncalibrated);
-  // the caller fills the identity, RoPE and the rest.
-  KvProfile finish() const;
+  // the caller fills the identity, RoPE and the rest. The basis: the PCA of each block
+  // (variances descending), or — for comparison — a fixed rotation measured on the same
+  // rows: `rotation` "hadamard" (the Walsh-Hadamard transform with seeded random signs, as
+  // TurboQuant rotates; block a power of 2) or "identity" (the channels as they are).
+  KvProfile finish(const std::string& rotation = "pca") const;
 
  private:
   KvProfile shell() const;  // the shape fields, tensors empty

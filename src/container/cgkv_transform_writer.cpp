@@ -11,6 +11,7 @@
 #include "core/parallel.h"
 #include "core/wire.h"
 #include "profile/transform_codec.h"
+#include "quant/kernels.h"
 
 namespace cachegen {
 namespace {
@@ -54,6 +55,8 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
   }
   if (!enc.recompute.empty() && enc.recompute.size() != static_cast<size_t>(shape.n_layers))
     detail::invalid("recompute needs one flag per model layer");
+  if (!detail::quant_kernels().all_finite(kv.data(), kv.size()))
+    detail::invalid("kv holds NaN or infinite values");
 
   CgkvInfo info;
   info.version = detail::kCgkvTransformVersion;

@@ -71,6 +71,8 @@ KvProfile calibrate_profile(const CalibrateOptions& o,
     invalid("--windows and --continue must be >= 1, --prefix >= 2");
   if (o.block != "layer" && o.block != "head") invalid("--block must be layer or head");
   if (!(o.probe_noise > 0 && o.probe_noise <= 1)) invalid("probe noise must be in (0, 1]");
+  if (o.bands < 1 || o.bands > 4096) invalid("--bands must be in 1..4096");
+  if (!(o.sink_scale > 0 && o.sink_scale <= 1)) invalid("--sink-scale must be in (0, 1]");
   const auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
@@ -120,25 +122,29 @@ KvProfile calibrate_profile(const CalibrateOptions& o,
       fitter.add(static_cast<int>(l), 1, layer_v_float(st.layers[l]));
     }
   }
-  KvProfile p = fitter.finish();
+  KvProfile p = fitter.finish(o.rotation);
   p.model_fingerprint = context_fingerprint(id);
   p.key_pre_rope = true;
   p.rope = rope;
   p.sink_tokens = o.sink_tokens;
   p.sink_scale = o.sink_scale;
   say("captured " + std::to_string(windows.size()) + " windows of " + std::to_string(o.prefix) +
-      " tokens; PCA per " + o.block + " (" + std::to_string(o.block == "head" ? D : W) +
-      " features)");
+      " tokens; " + o.rotation + " per " + o.block + " (" +
+      std::to_string(o.block == "head" ? D : W) + " features)");
 
   // 2. Sensitivities: KL per unit of mean squared error, one band of components of one tensor
   // at a time (noise of the same power in every band: the power uniform steps leave).
-  const size_t n_bands = std::min<size_t>(static_cast<size_t>(o.bands), W);
+  const size_t n_bands = std::min<size_t>(static_cast<size_t>(o.bands), p.block);
   for (size_t l = 0; l < n_layers; ++l) {
     for (int kind = 0; kind < 2; ++kind) {
       ProfileTensor& t = p.tensors[l * 2 + static_cast<size_t>(kind)];
       double var = 0;
       for (float v : t.variance) var += v;
       const double sigma2 = o.probe_noise * var / static_cast<double>(W);
+      if (!(sigma2 > 0)) {  // a constant tensor: nothing to probe (sensitivity 0 = the mean)
+        say("layer " + std::to_string(l) + (kind ? " V" : " K") + ": constant, not probed");
+        continue;
+      }
       std::vector<double> comp(W, 0.0);
       std::string bands;
       for (size_t b = 0; b < n_bands; ++b) {

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 
@@ -370,6 +371,9 @@ void ProfileFitter::add(int layer, int kind, std::span<const float> rows) {
     bad("add: layer " + std::to_string(layer) + " is not profiled");
   }
   if (rows.size() % w != 0) bad("add: rows are not whole rows of the width");
+  for (float v : rows) {
+    if (!std::isfinite(v)) bad("add: the rows hold NaN or infinite values");
+  }
   const size_t t = static_cast<size_t>(layer) * 2 + static_cast<size_t>(kind);
   std::vector<double>& sum = sum_[t];
   std::vector<double>& cross = cross_[t];
@@ -398,7 +402,30 @@ KvProfile ProfileFitter::shell() const {
   return p;
 }
 
-KvProfile ProfileFitter::finish() const {
+KvProfile ProfileFitter::finish(const std::string& rotation) const {
+  if (rotation != "pca" && rotation != "hadamard" && rotation != "identity")
+    bad("finish: rotation must be pca, hadamard or identity, not '" + rotation + "'");
+  if (rotation == "hadamard" && (block_ & (block_ - 1)) != 0)
+    bad("finish: a Hadamard rotation needs a power-of-2 block, not " + std::to_string(block_));
+  // A fixed rotation's rows (unit vectors): Hadamard rows with random signs per column.
+  std::vector<double> fixed;
+  if (rotation != "pca") {
+    fixed.assign(block_ * block_, 0.0);
+    uint32_t seed = 0x9e3779b9u;
+    std::vector<double> sign(block_);
+    for (double& s : sign) {
+      seed = seed * 1664525u + 1013904223u;
+      s = (seed >> 31) ? -1.0 : 1.0;
+    }
+    const double norm = 1.0 / std::sqrt(static_cast<double>(block_));
+    for (size_t k = 0; k < block_; ++k) {
+      for (size_t i = 0; i < block_; ++i) {
+        fixed[k * block_ + i] = rotation == "identity"
+                                    ? (k == i ? 1.0 : 0.0)
+                                    : ((std::popcount(k & i) & 1) ? -norm : norm) * sign[i];
+      }
+    }
+  }
   KvProfile p = shell();
   const size_t w = p.width();
   for (size_t t = 0; t < p.tensors.size(); ++t) {
@@ -420,7 +447,18 @@ KvProfile ProfileFitter::finish() const {
           cov[i * block_ + j] = cov[j * block_ + i] = c;
         }
       }
-      symmetric_eigen(cov, block_, values, vectors);
+      if (rotation == "pca") {
+        symmetric_eigen(cov, block_, values, vectors);
+      } else {  // the fixed rotation; each component's variance is v' C v
+        vectors = fixed;
+        values.assign(block_, 0.0);
+        for (size_t k = 0; k < block_; ++k) {
+          for (size_t i = 0; i < block_; ++i) {
+            for (size_t j = 0; j < block_; ++j)
+              values[k] += fixed[k * block_ + i] * cov[i * block_ + j] * fixed[k * block_ + j];
+          }
+        }
+      }
       for (size_t k = 0; k < block_; ++k) {
         out.variance[b + k] = static_cast<float>(std::max(values[k], 0.0));
         for (size_t i = 0; i < block_; ++i) {

@@ -3,7 +3,9 @@
 // layers, and the errors for a missing, foreign or damaged profile.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "cachegen/error.h"
@@ -107,6 +109,33 @@ TEST(Profile, FitsAnOrthonormalBasisWithDescendingVariances) {
       }
     }
   }
+  // Fixed rotations: orthonormal, the same total variance, less compaction than PCA.
+  for (const char* rot : {"hadamard", "identity"}) {
+    ProfileFitter f(3, static_cast<int>(kH), static_cast<int>(kD), kW, {1, 0, 1});
+    f.add(0, 0, std::span<const float>(kv).first(kT * kW));
+    f.add(0, 1, std::span<const float>(kv).first(kT * kW));
+    f.add(2, 0, std::span<const float>(kv).first(kT * kW));
+    f.add(2, 1, std::span<const float>(kv).first(kT * kW));
+    const KvProfile r = f.finish(rot);
+    const KvProfile pca = f.finish();
+    double tr = 0, tp = 0, top_r = 0;
+    for (size_t c = 0; c < kW; ++c) {
+      tr += r.tensors[0].variance[c];
+      tp += pca.tensors[0].variance[c];
+    }
+    std::vector<float> v = r.tensors[0].variance;
+    std::sort(v.begin(), v.end(), std::greater<>());
+    for (size_t c = 0; c < 4; ++c) top_r += v[c];
+    EXPECT_NEAR(tr, tp, 1e-3 * tp) << rot;
+    EXPECT_LT(top_r / tr, 0.99) << rot;
+    for (size_t c = 0; c < kW; ++c) {
+      double dot = 0;
+      for (size_t i = 0; i < kW; ++i)
+        dot += double{r.tensors[0].basis[c * kW + i]} * r.tensors[0].basis[c * kW + i];
+      EXPECT_NEAR(dot, 1.0, 1e-6) << rot;
+    }
+  }
+  EXPECT_THROW(ProfileFitter(1, 3, 4, 12, {1}).finish("hadamard"), Error);  // not a power of 2
   // The data has four strong directions: whole-width PCA puts nearly all variance in them.
   const auto p = fit(kv, kT, kW);
   const ProfileTensor& t = p->tensor(0, 0);
@@ -261,6 +290,12 @@ TEST(TransformFile, MeetsASizeTargetAndAKlTarget) {
     EXPECT_LE(got, bpe);
     EXPECT_GT(got, bpe * 0.9) << bpe;
   }
+  std::vector<float> bad = kv;
+  bad[17] = std::nanf("");
+  TransformEncoding nan_enc;
+  nan_enc.profile = p;
+  nan_enc.scale = 0.1;
+  EXPECT_THROW(write_cgkv_transform(shape3(), bad, kT, nan_enc), Error);
   TransformEncoding tiny;
   tiny.profile = p;
   tiny.bits_per_element = 0.001;  // below the header and per-channel minimum

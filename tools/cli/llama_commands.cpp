@@ -149,6 +149,11 @@ void add_calibrate(CLI::App& app) {
   cmd->add_option("--block", o->block, "PCA over a layer's whole row (layer) or per head (head)")
       ->check(CLI::IsMember({"layer", "head"}))
       ->capture_default_str();
+  cmd->add_option("--rotation", o->rotation,
+                  "pca (measured), or a fixed rotation to compare with: hadamard (random signs), "
+                  "identity")
+      ->check(CLI::IsMember({"pca", "hadamard", "identity"}))
+      ->capture_default_str();
   cmd->add_option("--probe-noise", o->probe_noise, "relative noise power of the sensitivity probes")
       ->capture_default_str();
   cmd->add_option("--bands", o->bands,
