@@ -117,13 +117,15 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
                                          std::span<const CgkvBlob> blobs = {}, int zstd_level = 0);
 
 // A transform-coded file (codec 2, docs/FORMAT.md): each stored tensor's rows projected on the
-// profile's basis, quantized with one step per tensor and entropy-coded per component.
+// profile's basis, quantized with one step per component (the tensor's step times the
+// profile's step factor) and entropy-coded with a table per component or per class of
+// components, whichever is smaller.
 struct TransformEncoding {
   std::shared_ptr<const KvProfile> profile;  // required; its shape must match the model's
   // The rate: exactly one of a step scale (KvProfile::steps), a size target in bits per K/V
   // element of the whole file (the smallest scale that fits, by bisection), or a target
-  // mean KL estimated from the profile's sensitivities (sum over tensors of sensitivity times
-  // mean squared error; the largest scale that meets it).
+  // mean KL estimated from the profile's sensitivities (sum over components of sensitivity
+  // times squared error per element; the largest scale that meets it).
   double scale = 0, bits_per_element = 0, max_kl = 0;
   size_t chunk_tokens = 256;  // 1..2^18
   // Per model layer: store nothing, recompute from the token ids (FORMAT.md layer rules).

@@ -3,13 +3,14 @@
 //
 // A profile holds, per attention layer and K/V, a decorrelating orthonormal basis (PCA of the
 // layer's rows: keys with RoPE undone) in blocks of `block` features, the per-component
-// variances, and the sensitivity of the model's output to that tensor's error (KL per unit of
-// mean squared error, measured by `cachegen calibrate`). Coding a row: its coefficients
-// y = B (x - mean) are quantized with one uniform step per tensor and entropy-coded per
-// component, so low-variance components cost almost nothing and components under the step drop
-// to zero: the rate goes where the variance is (reverse water-filling). Steps follow the
-// sensitivities (step_t = scale / sqrt(sensitivity_t)), which spends the rate where the model
-// feels the error; one `scale` moves the whole file along its rate–quality curve.
+// variances, and the sensitivity of the model's output to that tensor's error and to each band
+// of its components (KL per unit of mean squared error, measured by `cachegen calibrate`).
+// Coding a row: its coefficients y = B (x - mean) are quantized with one uniform step per
+// component and entropy-coded, so low-variance components cost almost nothing and components
+// under their step drop to zero: the rate goes where the variance is (reverse water-filling).
+// Steps follow the sensitivities (step = scale / sqrt(sensitivity / mean sensitivity), per
+// tensor, times the component's step factor), which spends the rate where the model feels the
+// error; one `scale` moves the whole file along its rate–quality curve.
 //
 // Thread safety: a KvProfile is a value; its const functions are pure.
 #pragma once
