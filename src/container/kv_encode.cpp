@@ -7,6 +7,7 @@
 #include "cachegen/container.h"
 #include "cachegen/quality_levels.h"
 #include "cachegen/transform.h"
+#include "quant/kernels.h"
 
 namespace cachegen {
 namespace {
@@ -103,19 +104,14 @@ std::vector<uint8_t> encode_transform(const KVArrayView& kv, const ModelShape& s
   }
   const size_t n = kv.n_tokens * kv.n_kv_heads * kv.head_dim;  // one K or V plane
   std::vector<float> x(kv.layers.size() * 2 * n);
+  const detail::QuantKernels& k = detail::quant_kernels();  // the widening kernels
   for (size_t l = 0; l < kv.layers.size(); ++l) {
     float* dst = x.data() + l * 2 * n;
-    for (size_t i = 0; i < 2 * n; ++i) {
-      switch (kv.dtype) {
-        case KVDType::f32:
-          dst[i] = static_cast<const float*>(kv.layers[l])[i];
-          break;
-        case KVDType::f16:
-          dst[i] = half_to_float(static_cast<const Half*>(kv.layers[l])[i]);
-          break;
-        default:
-          dst[i] = bf16_to_float(static_cast<const BFloat16*>(kv.layers[l])[i]);
-      }
+    if (kv.dtype == KVDType::f32) {
+      if (n) std::memcpy(dst, kv.layers[l], 2 * n * sizeof(float));
+    } else {
+      (kv.dtype == KVDType::f16 ? k.f16_to_f32 : k.bf16_to_f32)(
+          static_cast<const uint16_t*>(kv.layers[l]), dst, 2 * n);
     }
   }
   return write_cgkv_transform(shape, x, kv.n_tokens, enc, blobs);
