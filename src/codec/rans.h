@@ -98,9 +98,15 @@ struct RansDecodeState {
 // The scalar kernel decodes all of [begin, end) (any n_lanes) or throws truncated_input.
 void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t dim, int n_lanes,
                         size_t begin, size_t end, uint8_t* symbols);
-// SIMD kernels (n_lanes must be 32) return the element index reached, a multiple of 32.
+// SIMD kernels (n_lanes must be 32 unless named otherwise) return the element index reached, a
+// multiple of 32.
 size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                         size_t end, uint8_t* symbols);
+// The same contract for 8-lane payloads (alphabets of up to kMaxSearchSymbols; others decline).
+size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                          size_t end, uint8_t* symbols);
+size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, size_t dim,
+                            size_t begin, size_t end, uint8_t* symbols);
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols);
 // Two payloads from element 0 in lockstep up to `end` (or until either runs short of words);

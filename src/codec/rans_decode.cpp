@@ -5,6 +5,7 @@
 
 #include "cachegen/runtime.h"
 #include "codec/rans.h"
+#include "codec/rans_lane_pattern.h"
 #include "core/checks.h"
 #include "core/wire.h"
 
@@ -125,6 +126,16 @@ using SimdKernel = size_t (*)(RansDecodeState&, const DecodeTables&, size_t, siz
                               uint8_t*);
 
 SimdKernel simd_kernel(int n_lanes) {
+  if (n_lanes == static_cast<int>(kNarrowLanes)) {
+    switch (simd_path()) {
+      case SimdPath::avx512:
+        return rans_decode_avx512_8;
+      case SimdPath::avx2:
+        return rans_decode_avx2_8;
+      default:
+        return nullptr;
+    }
+  }
   if (n_lanes != kMaxLanes) return nullptr;
   switch (simd_path()) {
     case SimdPath::avx512:
@@ -147,7 +158,7 @@ void finish_decode(RansDecodeState& st, size_t payload_offset, size_t payload_si
   if (const SimdKernel kernel = simd_kernel(n_lanes)) {
     done = kernel(st, tables, dim, done, n, symbols.data());
     const size_t left = st.n_words - st.cursor;
-    if (done < n && left < size_t{kMaxLanes}) {
+    if (done < n && left < static_cast<size_t>(n_lanes)) {
       // A valid stream never reads past its last word; if this attempt does, the stream is
       // damaged and the scalar kernel redoes these steps to report it exactly.
       uint16_t padded[2 * kMaxLanes] = {};

@@ -1,8 +1,9 @@
-// AVX2 twin of rans_decode_scalar for 32 lanes (four vectors of 8). Compiled with -mavx2;
-// only called when cachegen::simd_path() says the CPU has it.
+// AVX2 twins of rans_decode_scalar for 32 lanes (four vectors of 8) and for 8 lanes. Compiled with
+// -mavx2; only called when cachegen::simd_path() says the CPU has it.
 #include <immintrin.h>
 
 #include <array>
+#include <cstring>
 
 #include "codec/rans.h"
 #include "codec/rans_lane_pattern.h"
@@ -135,7 +136,81 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
   return i;
 }
 
+// Search kernel for 8-lane payloads (one vector of states, u32 compares): the encoder gives
+// tensors of 4 K..16 K elements 8 lanes, which the 32-lane kernels cannot take.
+template <int NT>
+size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                      size_t end, uint8_t* symbols) {
+  const ThresholdPattern32& pattern = make_narrow_pattern(tables, dim, begin);
+  if (pattern.period == 0) return begin;
+  const __m128i p = _mm_cvtsi32_si128(tables.precision);
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(1u << tables.precision));
+  const __m256i one = _mm256_set1_epi32(1);
+  // Byte 0 of each u32 lane to the low 4 bytes of its 128-bit half.
+  const __m256i pick =
+      _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                       -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x));
+  const uint16_t* const words = st.words;
+  const size_t n_words = st.n_words;
+  size_t cursor = st.cursor;
+  size_t i = begin, step = 0;
+  while (i + kNarrowLanes <= end && cursor + kNarrowLanes <= n_words) {
+    const uint32_t* th = pattern.thresholds.data() + step * NT * kNarrowLanes;
+    const __m256i slot = _mm256_and_si256(x, mask);
+    const __m256i slot1 = _mm256_add_epi32(slot, one);
+    __m256i lo[NT], hi[NT];
+    __m256i sym = _mm256_setzero_si256();
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) {
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th + j * kNarrowLanes));
+      const __m256i ge = _mm256_cmpgt_epi32(slot1, c);  // slot >= c
+      lo[j] = _mm256_and_si256(ge, c);
+      hi[j] = _mm256_or_si256(ge, c);  // all ones where slot >= c: min ignores it
+      sym = _mm256_sub_epi32(sym, ge);
+    }
+    hi[0] = _mm256_min_epu32(hi[0], top);
+#pragma GCC unroll 4
+    for (int w = 1; w < NT; w *= 2)
+#pragma GCC unroll 8
+      for (int j = 0; j + w < NT; j += 2 * w) {
+        lo[j] = _mm256_max_epu32(lo[j], lo[j + w]);
+        hi[j] = _mm256_min_epu32(hi[j], hi[j + w]);
+      }
+    x = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, p)),
+                         _mm256_sub_epi32(slot, lo[0]));
+    x = renorm8(x, words, cursor);
+    const __m256i bytes = _mm256_shuffle_epi8(sym, pick);
+    const uint64_t packed =
+        static_cast<uint32_t>(_mm256_cvtsi256_si32(bytes)) |
+        static_cast<uint64_t>(static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4))) << 32;
+    std::memcpy(symbols + i, &packed, 8);
+    i += kNarrowLanes;
+    if (++step == pattern.period) step = 0;
+  }
+  st.cursor = cursor;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x), x);
+  return i;
+}
+
 }  // namespace
+
+size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                          size_t end, uint8_t* symbols) {
+  switch (tables.n_syms) {
+    case 2:
+      return decode_search8<1>(st, tables, dim, begin, end, symbols);
+    case 4:
+      return decode_search8<3>(st, tables, dim, begin, end, symbols);
+    case 8:
+      return decode_search8<7>(st, tables, dim, begin, end, symbols);
+    case 16:
+      return decode_search8<15>(st, tables, dim, begin, end, symbols);
+    default:
+      return begin;  // slot tables: the scalar kernel
+  }
+}
 
 size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                         size_t end, uint8_t* symbols) {

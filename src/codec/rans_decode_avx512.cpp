@@ -150,7 +150,77 @@ size_t decode_search_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTa
   return i;
 }
 
+// The 8-lane search kernel with AVX-512VL masks: one ymm of states, renormalised by a mask
+// compare and an expand instead of AVX2's movemask and permutation table (a shorter chain).
+template <int NT>
+size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                      size_t end, uint8_t* symbols) {
+  const ThresholdPattern32& pattern = make_narrow_pattern(tables, dim, begin);
+  if (pattern.period == 0) return begin;
+  const __m128i p = _mm_cvtsi32_si128(tables.precision);
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(1u << tables.precision));
+  const __m256i low = _mm256_set1_epi32(static_cast<int>(kRansLow));
+  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x));
+  const uint16_t* const words = st.words;
+  const size_t n_words = st.n_words;
+  size_t cursor = st.cursor;
+  size_t i = begin, step = 0;
+  while (i + kNarrowLanes <= end && cursor + kNarrowLanes <= n_words) {
+    const uint32_t* th = pattern.thresholds.data() + step * NT * kNarrowLanes;
+    const __m256i slot = _mm256_and_si256(x, mask);
+    __m256i lo[NT], hi[NT];
+    __m256i sym = _mm256_setzero_si256();
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) {
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th + j * kNarrowLanes));
+      const __mmask8 ge = _mm256_cmpge_epu32_mask(slot, c);
+      lo[j] = _mm256_maskz_mov_epi32(ge, c);
+      hi[j] = _mm256_mask_mov_epi32(c, ge, top);  // top where slot >= c: min ignores it
+      sym = _mm256_mask_sub_epi32(sym, ge, sym, _mm256_set1_epi32(-1));
+    }
+#pragma GCC unroll 4
+    for (int w = 1; w < NT; w *= 2)
+#pragma GCC unroll 8
+      for (int j = 0; j + w < NT; j += 2 * w) {
+        lo[j] = _mm256_max_epu32(lo[j], lo[j + w]);
+        hi[j] = _mm256_min_epu32(hi[j], hi[j + w]);
+      }
+    x = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, p)),
+                         _mm256_sub_epi32(slot, lo[0]));
+    const __mmask8 renorm = _mm256_cmplt_epu32_mask(x, low);
+    const __m256i w16 =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + cursor)));
+    x = _mm256_mask_mov_epi32(
+        x, renorm,
+        _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_maskz_expand_epi32(renorm, w16)));
+    cursor += static_cast<size_t>(__builtin_popcount(renorm));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(symbols + i), _mm256_cvtepi32_epi8(sym));
+    i += kNarrowLanes;
+    if (++step == pattern.period) step = 0;
+  }
+  st.cursor = cursor;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x), x);
+  return i;
+}
+
 }  // namespace
+
+size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, size_t dim,
+                            size_t begin, size_t end, uint8_t* symbols) {
+  switch (tables.n_syms) {
+    case 2:
+      return decode_search8<1>(st, tables, dim, begin, end, symbols);
+    case 4:
+      return decode_search8<3>(st, tables, dim, begin, end, symbols);
+    case 8:
+      return decode_search8<7>(st, tables, dim, begin, end, symbols);
+    case 16:
+      return decode_search8<15>(st, tables, dim, begin, end, symbols);
+    default:
+      return begin;  // slot tables: the scalar kernel
+  }
+}
 
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols) {

@@ -81,6 +81,13 @@ inline ThresholdPattern build_threshold_pattern(const DecodeTables& t, size_t di
   return p;
 }
 
+// u32 thresholds for kernels whose lanes are one vector of u32 states (no pairing).
+struct ThresholdPattern32 {
+  size_t period = 0;
+  int n_thresholds = 0;
+  std::vector<uint32_t> thresholds;
+};
+
 // The pattern for these tables, reused across calls on this thread: a batch's slices (and
 // each payload's paired, single and padded-tail kernel calls) share one, and building it per
 // call showed in profiles of short payloads. The cache is keyed by the tables' contents, not
@@ -105,6 +112,47 @@ inline const ThresholdPattern& make_threshold_pattern(const DecodeTables& t, siz
     cache.precision = t.precision;
   }
   return cache.pattern;
+}
+
+// The 8-lane search kernel (payloads of 4 K..16 K elements, see choose_lanes): for step k and
+// threshold j, the 8 lanes' cumulative starts cum[channel(lane)][j] as u32 at
+// thresholds[(k * (n_syms - 1) + j - 1) * 8 + lane], lane l of step k decoding element
+// begin + 8k + l. Cached per thread like make_threshold_pattern.
+inline constexpr size_t kNarrowLanes = 8;
+inline const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim,
+                                                     size_t begin) {
+  struct Cache {
+    std::vector<uint16_t> cum;
+    size_t dim = 0, phase = 0;
+    int precision = -1;
+    ThresholdPattern32 pattern;
+  };
+  thread_local Cache cache;
+  const size_t phase = dim == 0 ? 0 : begin % dim;
+  if (cache.dim == dim && cache.phase == phase && cache.precision == t.precision &&
+      cache.cum == t.cum)
+    return cache.pattern;
+  ThresholdPattern32& p = cache.pattern;
+  p = ThresholdPattern32{};
+  const size_t period = dim == 0 ? 0 : dim / std::gcd(dim, kNarrowLanes);
+  if (period > 0 && period <= kMaxLanePeriod) {
+    p.period = period;
+    p.n_thresholds = t.n_syms - 1;
+    const size_t nt = static_cast<size_t>(p.n_thresholds);
+    const size_t stride = static_cast<size_t>(t.n_syms) + 1;
+    p.thresholds.resize(period * nt * kNarrowLanes);
+    for (size_t k = 0, c = phase; k < period; ++k)
+      for (size_t l = 0; l < kNarrowLanes; ++l) {
+        for (size_t j = 0; j < nt; ++j)
+          p.thresholds[(k * nt + j) * kNarrowLanes + l] = t.cum[c * stride + j + 1];
+        if (++c == dim) c = 0;
+      }
+  }
+  cache.cum = t.cum;
+  cache.dim = dim;
+  cache.phase = phase;
+  cache.precision = t.precision;
+  return p;
 }
 
 }  // namespace cachegen::detail

@@ -25,8 +25,20 @@ TEST(CodecSimd, EncodeByDecodePathMatrix) {
     size_t rows, dim;
     int bits;
   };
-  const Shape shapes[] = {{4096, 8, 3}, {1024, 128, 4}, {777, 100, 8}, {2000, 33, 1},
-                          {600, 64, 2}, {1024, 32, 2},  {1500, 24, 4}};
+  const Shape shapes[] = {{4096, 8, 3},
+                          {1024, 128, 4},
+                          {777, 100, 8},
+                          {2000, 33, 1},
+                          {600, 64, 2},
+                          {1024, 32, 2},
+                          {1500, 24, 4},
+                          // 8-lane payloads (4 K..16 K elements): the narrow kernels, every
+                          // search alphabet, periods 1, 15 and 33, and a slot-table alphabet.
+                          {1024, 8, 3},
+                          {100, 60, 4},
+                          {500, 24, 2},
+                          {300, 33, 1},
+                          {1000, 10, 5}};
   for (const auto& sh : shapes) {
     const auto x = test::random_walk(sh.rows, sh.dim, 0.15f, static_cast<uint32_t>(sh.dim));
     const CodeStream q = quantize_to_codes(x, sh.rows, sh.dim, sh.bits, 32);
@@ -119,22 +131,25 @@ TEST(CodecSimd, SlicePairsAndThreadCountsDecodeAlike) {
 }
 
 TEST(CodecSimd, CorruptStreamsFailTheSameOnEveryPath) {
-  const auto x = test::random_walk(4096, 8, 0.15f, 9);
-  const auto bytes = encode_values(x, 4096, 8, 4);
-  for (size_t i = 20; i < bytes.size(); i += 13) {
-    std::vector<uint8_t> bad = bytes;
-    bad[i] ^= 0x33;
-    std::vector<std::string> outcomes;
-    for (SimdPath p : paths()) {
-      set_simd_path(p);
-      try {
-        const CodeStream s = decode(bad);
-        outcomes.push_back("ok " + std::to_string(s.codes.size()));
-      } catch (const Error& e) {
-        outcomes.push_back(error_code_name(e.code()));
+  // 32-lane and 8-lane payloads.
+  for (size_t rows : {size_t{4096}, size_t{1024}}) {
+    const auto x = test::random_walk(rows, 8, 0.15f, 9);
+    const auto bytes = encode_values(x, rows, 8, 4);
+    for (size_t i = 20; i < bytes.size(); i += 13) {
+      std::vector<uint8_t> bad = bytes;
+      bad[i] ^= 0x33;
+      std::vector<std::string> outcomes;
+      for (SimdPath p : paths()) {
+        set_simd_path(p);
+        try {
+          const CodeStream s = decode(bad);
+          outcomes.push_back("ok " + std::to_string(s.codes.size()));
+        } catch (const Error& e) {
+          outcomes.push_back(error_code_name(e.code()));
+        }
       }
+      for (const auto& o : outcomes) EXPECT_EQ(o, outcomes[0]) << "byte " << i;
     }
-    for (const auto& o : outcomes) EXPECT_EQ(o, outcomes[0]) << "byte " << i;
   }
   set_simd_path(best_supported_simd_path());
 }
