@@ -242,6 +242,41 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     }
     items(st, n);
   });
+  benchmark::RegisterBenchmark("file_decode/mt", [&](benchmark::State& st) {
+    set_thread_count(all_threads);
+    CgkvReader reader = CgkvReader::from_bytes(file);
+    reader.set_profile(profile);
+    std::vector<Half> out(reader.read_elements(0, reader.info().n_tokens));
+    for (auto _ : st) {
+      reader.read_tokens_into(0, reader.info().n_tokens, out);
+      benchmark::ClobberMemory();
+    }
+    items(st, n);
+  });
+  // A quality level's file with keys quantized before RoPE (`cachegen encode --level high
+  // --rope-base 10000`): the reader re-rotates every key after decoding.
+  KVEncodeOptions level_options;
+  level_options.level = "high";
+  level_options.rope_base = 10000.0f;
+  const std::vector<uint8_t> level_file =
+      in.cgkv.empty() ? encode_kv_array(view, in.shape, level_options) : std::vector<uint8_t>{};
+  if (!level_file.empty()) {
+    benchmark::RegisterBenchmark("file_decode_level/1t", [&](benchmark::State& st) {
+      set_thread_count(1);
+      const CgkvReader reader = CgkvReader::from_bytes(level_file);
+      std::vector<Half> out(reader.read_elements(0, reader.info().n_tokens));
+      for (auto _ : st) {
+        reader.read_tokens_into(0, reader.info().n_tokens, out);
+        benchmark::ClobberMemory();
+      }
+      items(st, n);
+    });
+    benchmark::RegisterBenchmark("file_encode_level/1t", [&](benchmark::State& st) {
+      set_thread_count(1);
+      for (auto _ : st) benchmark::DoNotOptimize(encode_kv_array(view, in.shape, level_options));
+      items(st, n);
+    });
+  }
   benchmark::RegisterBenchmark("file_encode/1t", [&](benchmark::State& st) {
     set_thread_count(1);
     for (auto _ : st) benchmark::DoNotOptimize(encode_kv_array(view, in.shape, file_options));
@@ -400,6 +435,14 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["file_decode_over_decode_values_fp16"] =
       ips("file_decode/1t") / std::max(1.0, ips("decode_values_fp16/1t"));
   j["file_encode_over_encode_fp16"] = ips("file_encode/1t") / std::max(1.0, ips("encode_fp16/1t"));
+  j["file_decode_mt_over_1t"] = ips("file_decode/mt") / std::max(1.0, ips("file_decode/1t"));
+  if (!level_file.empty()) {
+    j["file_level_bytes"] = level_file.size();
+    j["file_level_decode_elems_per_s"] = ips("file_decode_level/1t");
+    j["file_level_encode_elems_per_s"] = ips("file_encode_level/1t");
+    j["file_level_decode_over_decode_values_fp16"] =
+        ips("file_decode_level/1t") / std::max(1.0, ips("decode_values_fp16/1t"));
+  }
   if (profile) {
     // Aim (issue 9): the transform path within 2x of the quantized file path's time.
     j["transform_bytes"] = transform.size();
@@ -449,6 +492,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
        {"file decode (.cgkv) vs fused decode fp16", "file_decode/1t", "decode_fp16/1t"},
        {"file decode vs fused decode, compact params", "file_decode/1t", "decode_values_fp16/1t"},
        {"file encode (.cgkv) vs fused encode fp16", "file_encode/1t", "encode_fp16/1t"},
+       {"file decode " + mt, "file_decode/mt", "file_decode/1t"},
+       {"level high file decode (pre-RoPE keys) vs fused decode, compact params",
+        "file_decode_level/1t", "decode_values_fp16/1t"},
        {"transform file decode vs quantized file decode", "transform_decode/1t", "file_decode/1t"},
        {"transform file encode vs quantized file encode", "transform_encode/1t", "file_encode/1t"},
        {"lossless encode vs zstd -1 (fp16)", "lossless_encode/1t", "zstd1_fp16_encode/1t"},

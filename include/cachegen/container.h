@@ -192,6 +192,9 @@ class CgkvReader {
 
  private:
   explicit CgkvReader(std::shared_ptr<const Source> src);
+  // Chunk `index`'s bytes, checksum verified: in place for sources in memory, else read into
+  // `hold`.
+  std::span<const uint8_t> chunk_bytes(size_t index, std::vector<uint8_t>& hold) const;
   std::shared_ptr<const Source> src_;
   CgkvInfo info_;
   size_t max_elements_ = size_t{1} << 30;

@@ -51,4 +51,17 @@ inline constexpr float kRopeMinFreqScale = 1e-6f, kRopeMaxFreqScale = 1e3f;
 void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
                std::span<const int32_t> positions, const RopeParams& rope, bool inverse);
 
+// The cos and sin rope_rows uses for each of `positions` ([rows][n_rot / 2] each): callers
+// rotating many tensors at the same positions (every layer's keys) compute them once.
+struct RopeAngles {
+  size_t n_pairs = 0;
+  std::vector<float> cos, sin;
+};
+RopeAngles rope_angles(std::span<const int32_t> positions, size_t head_dim, const RopeParams& rope,
+                       bool inverse);
+// rope_rows with angles computed ahead: row r takes the angles of row first_row + r; the same
+// values as rope_rows with those positions.
+void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
+               const RopeAngles& angles, size_t first_row, bool neox);
+
 }  // namespace cachegen

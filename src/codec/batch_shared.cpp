@@ -18,9 +18,9 @@ namespace {
 
 // Elements per slice the encoder aims for (32 lanes from here on, see choose_lanes).
 constexpr size_t kSliceElements = 16384;
-// Decoding below this many elements per thread costs more in thread start-up than it saves
-// (measured: 40 heads x 4096 elements decode slower on 2 threads than on 1).
-constexpr size_t kMinElementsPerThread = size_t{1} << 18;
+// Decoding below this many elements per thread costs more in waking a pool thread than it
+// saves (threads were started per call before the pool, which needed 2^18).
+constexpr size_t kMinElementsPerThread = size_t{1} << 14;
 
 [[noreturn]] void corrupt(const std::string& what) {
   fail(ErrorCode::corrupt_input, "codec batch: " + what);

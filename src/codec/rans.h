@@ -102,7 +102,7 @@ void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t 
 // multiple of 32.
 size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                         size_t end, uint8_t* symbols);
-// The same contract for 8-lane payloads (alphabets of up to kMaxSearchSymbols; others decline).
+// The same contract for 8-lane payloads.
 size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols);
 size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, size_t dim,

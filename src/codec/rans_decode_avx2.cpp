@@ -51,6 +51,18 @@ inline __m256i decode8(__m256i x, const uint32_t* base, const uint32_t* shift,
   return x;
 }
 
+// Stores the low byte of each of 8 u32 lanes (symbols < 256) as 8 bytes in lane order.
+inline void store_symbols8(__m256i v, uint8_t* out) {
+  const __m256i pick =
+      _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                       -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i bytes = _mm256_shuffle_epi8(v, pick);
+  const uint64_t packed =
+      static_cast<uint32_t>(_mm256_cvtsi256_si32(bytes)) |
+      static_cast<uint64_t>(static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4))) << 32;
+  std::memcpy(out, &packed, 8);
+}
+
 // Renormalises 8 lanes: lanes below 2^16 take the next words in lane order.
 inline __m256i renorm8(__m256i x, const uint16_t* words, size_t& cursor) {
   const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
@@ -147,10 +159,6 @@ size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t di
   const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
   const __m256i top = _mm256_set1_epi32(static_cast<int>(1u << tables.precision));
   const __m256i one = _mm256_set1_epi32(1);
-  // Byte 0 of each u32 lane to the low 4 bytes of its 128-bit half.
-  const __m256i pick =
-      _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
-                       -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x));
   const uint16_t* const words = st.words;
   const size_t n_words = st.n_words;
@@ -181,11 +189,7 @@ size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t di
     x = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, p)),
                          _mm256_sub_epi32(slot, lo[0]));
     x = renorm8(x, words, cursor);
-    const __m256i bytes = _mm256_shuffle_epi8(sym, pick);
-    const uint64_t packed =
-        static_cast<uint32_t>(_mm256_cvtsi256_si32(bytes)) |
-        static_cast<uint64_t>(static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4))) << 32;
-    std::memcpy(symbols + i, &packed, 8);
+    store_symbols8(sym, symbols + i);
     i += kNarrowLanes;
     if (++step == pattern.period) step = 0;
   }
@@ -208,8 +212,25 @@ size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_
     case 16:
       return decode_search8<15>(st, tables, dim, begin, end, symbols);
     default:
-      return begin;  // slot tables: the scalar kernel
+      break;
   }
+  // Slot tables: one vector of 8 lanes, gathering each lane's entry.
+  const LanePattern pattern = make_lane_pattern(tables, dim, begin, kNarrowLanes);
+  if (pattern.period == 0) return begin;
+  const __m128i p = _mm_cvtsi32_si128(tables.precision);
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
+  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x));
+  size_t i = begin, k = 0;
+  while (i + kNarrowLanes <= end && st.cursor + kNarrowLanes <= st.n_words) {
+    __m256i e;
+    x = decode8(x, pattern.base.data() + k * kNarrowLanes, pattern.shift.data() + k * kNarrowLanes,
+                tables, p, mask, st, e);
+    store_symbols8(e, symbols + i);
+    i += kNarrowLanes;
+    if (++k == pattern.period) k = 0;
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x), x);
+  return i;
 }
 
 size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,

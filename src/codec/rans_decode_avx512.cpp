@@ -218,7 +218,7 @@ size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, siz
     case 16:
       return decode_search8<15>(st, tables, dim, begin, end, symbols);
     default:
-      return begin;  // slot tables: the scalar kernel
+      return rans_decode_avx2_8(st, tables, dim, begin, end, symbols);  // slot tables: gathers
   }
 }
 

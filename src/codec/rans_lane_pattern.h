@@ -15,6 +15,8 @@ namespace cachegen::detail {
 // Longest tabulated period (steps); longer ones (dim with a large odd factor) make kernels
 // decline and leave the work to the scalar kernel.
 inline constexpr size_t kMaxLanePeriod = 4096;
+// Lanes of the narrow kernels (payloads of 4 K..16 K elements, see choose_lanes).
+inline constexpr size_t kNarrowLanes = 8;
 
 inline size_t lane_period(size_t dim) {
   const size_t period = dim / std::gcd(dim, size_t{kMaxLanes});
@@ -27,14 +29,16 @@ struct LanePattern {
   std::vector<uint32_t> base, shift;  // [period * 32]
 };
 
-inline LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin) {
+// `lanes` per step: kMaxLanes, or kNarrowLanes for the 8-lane kernels.
+inline LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin,
+                                     size_t lanes = kMaxLanes) {
   LanePattern p;
-  const size_t period = lane_period(dim);
-  if (period == 0) return p;
+  const size_t period = dim == 0 ? 0 : dim / std::gcd(dim, lanes);
+  if (period == 0 || period > kMaxLanePeriod) return p;
   p.period = period;
-  p.base.resize(period * kMaxLanes);
-  p.shift.resize(period * kMaxLanes);
-  for (size_t i = 0; i < period * kMaxLanes; ++i) {
+  p.base.resize(period * lanes);
+  p.shift.resize(period * lanes);
+  for (size_t i = 0; i < period * lanes; ++i) {
     const size_t c = (begin + i) % dim;
     p.base[i] = t.base[c];
     p.shift[i] = t.shift[c];
@@ -118,7 +122,6 @@ inline const ThresholdPattern& make_threshold_pattern(const DecodeTables& t, siz
 // threshold j, the 8 lanes' cumulative starts cum[channel(lane)][j] as u32 at
 // thresholds[(k * (n_syms - 1) + j - 1) * 8 + lane], lane l of step k decoding element
 // begin + 8k + l. Cached per thread like make_threshold_pattern.
-inline constexpr size_t kNarrowLanes = 8;
 inline const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim,
                                                      size_t begin) {
   struct Cache {

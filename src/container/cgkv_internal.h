@@ -15,6 +15,8 @@ struct CgkvReader::Source {
   virtual uint64_t size() const = 0;
   // Bytes [offset, offset + n); the caller has checked the range against size().
   virtual std::vector<uint8_t> read(uint64_t offset, size_t n) const = 0;
+  // The same bytes in place when the source holds them in memory (no copy), else empty.
+  virtual std::span<const uint8_t> view(uint64_t /*offset*/, size_t /*n*/) const { return {}; }
 };
 
 namespace detail {

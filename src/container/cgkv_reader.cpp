@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "cachegen/codec.h"
@@ -9,8 +10,10 @@
 #include "cachegen/profile.h"
 #include "container/cgkv_internal.h"
 #include "core/checks.h"
+#include "core/parallel.h"
 #include "core/wire.h"
 #include "profile/transform_codec.h"
+#include "quant/kernels.h"
 
 namespace cachegen {
 
@@ -58,13 +61,17 @@ void CgkvReader::need_profile() const {
                   id + " (set_profile; --profile on the command line)");
 }
 
-std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
+std::span<const uint8_t> CgkvReader::chunk_bytes(size_t index, std::vector<uint8_t>& hold) const {
   if (index >= info_.chunks.size()) {
     detail::invalid("chunk " + std::to_string(index) + " does not exist (" +
                     std::to_string(info_.chunks.size()) + " chunks)");
   }
   const CgkvRange& r = info_.chunks[index].range;
-  std::vector<uint8_t> b = src_->read(r.offset, static_cast<size_t>(r.bytes));
+  std::span<const uint8_t> b = src_->view(r.offset, static_cast<size_t>(r.bytes));
+  if (b.size() != r.bytes) {
+    hold = src_->read(r.offset, static_cast<size_t>(r.bytes));
+    b = hold;
+  }
   if (detail::chunk_checksum(info_.version, index, info_.chunks[index], b) != r.xxh64) {
     throw Error(ErrorCode::corrupt_input,
                 "cgkv: chunk " + std::to_string(index) + " (tokens " +
@@ -73,6 +80,13 @@ std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
                     ") checksum mismatch");
   }
   return b;
+}
+
+std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
+  std::vector<uint8_t> hold;
+  const std::span<const uint8_t> b = chunk_bytes(index, hold);
+  if (hold.empty()) hold.assign(b.begin(), b.end());
+  return hold;
 }
 
 std::vector<uint8_t> CgkvReader::read_blob_at(size_t index) const {
@@ -179,20 +193,29 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::spa
   std::vector<int32_t> pos(T);
   for (size_t i = 0; i < T; ++i)
     pos[i] = static_cast<int32_t>(info.rope_position_offset + begin + i);
-  std::vector<float> k(T * H * D);
+  // The angles once for every layer; rows in blocks through an fp32 buffer per thread, widened
+  // and rounded back (saturating, as dequantization does: keys that were finite fp16 stay
+  // finite) by the SIMD kernels.
+  const RopeAngles angles = rope_angles(pos, D, info.rope, false);
+  std::vector<Half*> keys;
   size_t t = 0;
   for (const CgkvLayerInfo& li : info.layers) {
     if (!li.attention) continue;
-    if (li.key_transform == KeyTransform::pre_rope) {
-      Half* keys = out.data() + t * T * H * D;
-      for (size_t i = 0; i < k.size(); ++i) k[i] = half_to_float(keys[i]);
-      rope_rows(k, T, H, D, pos, info.rope, false);
-      // Saturate as dequantization does: keys that were finite fp16 stay finite.
-      for (size_t i = 0; i < k.size(); ++i)
-        keys[i] = float_to_half(std::clamp(k[i], -65504.0f, 65504.0f));
-    }
+    if (li.key_transform == KeyTransform::pre_rope) keys.push_back(out.data() + t * T * H * D);
     t += 2;
   }
+  const size_t block = std::max<size_t>(1, 16384 / (H * D));
+  const size_t blocks = (T + block - 1) / block;
+  const detail::QuantKernels& kernels = detail::quant_kernels();
+  detail::parallel_for(keys.size() * blocks, [&](size_t task) {
+    const size_t r0 = (task % blocks) * block, rows = std::min(block, T - r0);
+    uint16_t* k = reinterpret_cast<uint16_t*>(keys[task / blocks] + r0 * H * D);
+    thread_local std::vector<float> x;
+    x.resize(rows * H * D);
+    kernels.f16_to_f32(k, x.data(), x.size());
+    rope_rows(x, rows, H, D, angles, r0, info.rope.neox);
+    kernels.f32_to_f16_sat(x.data(), k, x.size());
+  });
 }
 
 }  // namespace
@@ -286,15 +309,30 @@ void CgkvReader::read_tokens_into(size_t begin, size_t end, std::span<Half> out)
   need_profile();
   // Recomputed layers store nothing and come back as zeros.
   if (!info_.recomputed_layers().empty()) std::fill(out.begin(), out.end(), Half{});
+  // Chunks decode in parallel (each writes its own rows of out; a chunk's own tensors then
+  // run on one thread). Errors are reported as a sequential read would: the first chunk's.
+  std::vector<size_t> chunks;
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
-    if (ci.token_begin >= end || ci.token_begin + ci.n_tokens <= begin) continue;
-    const size_t lo = std::max(begin, ci.token_begin) - ci.token_begin;
-    const size_t hi = std::min(end, ci.token_begin + ci.n_tokens) - ci.token_begin;
-    decode_chunk(info_, profile_.get(), c, read_chunk(c), lo, hi, [&](size_t t) {
-      return out.data() + (t * T + (ci.token_begin + lo - begin)) * row;
-    });
+    if (ci.token_begin < end && ci.token_begin + ci.n_tokens > begin) chunks.push_back(c);
   }
+  std::vector<std::exception_ptr> errors(chunks.size());
+  detail::parallel_for(chunks.size(), [&](size_t k) {
+    try {
+      const size_t c = chunks[k];
+      const CgkvChunkInfo& ci = info_.chunks[c];
+      const size_t lo = std::max(begin, ci.token_begin) - ci.token_begin;
+      const size_t hi = std::min(end, ci.token_begin + ci.n_tokens) - ci.token_begin;
+      std::vector<uint8_t> hold;
+      decode_chunk(info_, profile_.get(), c, chunk_bytes(c, hold), lo, hi, [&](size_t t) {
+        return out.data() + (t * T + (ci.token_begin + lo - begin)) * row;
+      });
+    } catch (...) {
+      errors[k] = std::current_exception();
+    }
+  });
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
   rotate_pre_rope_keys(info_, begin, T, out);
 }
 
@@ -304,10 +342,11 @@ void CgkvReader::verify() const {
   // O(chunks)).
   const size_t row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
   std::vector<Half> scratch;
+  std::vector<uint8_t> hold;
   need_profile();
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
-    decode_chunk(info_, profile_.get(), c, read_chunk(c), 0, ci.n_tokens, [&](size_t) {
+    decode_chunk(info_, profile_.get(), c, chunk_bytes(c, hold), 0, ci.n_tokens, [&](size_t) {
       const size_t n = detail::checked_mul(ci.n_tokens, row, "cgkv chunk");
       if (n > max_elements_) {
         detail::invalid("cgkv: chunk " + std::to_string(c) + " holds " + std::to_string(n) +
@@ -323,7 +362,8 @@ void CgkvReader::verify() const {
 
 std::vector<uint64_t> CgkvReader::chunk_tensor_bytes(size_t index) const {
   std::vector<uint64_t> sizes(static_cast<size_t>(info_.n_attention_layers()) * 2, 0);
-  walk_chunk(info_, index, read_chunk(index),
+  std::vector<uint8_t> hold;
+  walk_chunk(info_, index, chunk_bytes(index, hold),
              [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string&) {
                sizes[ref.t] = data.size();
              });

@@ -25,6 +25,9 @@ class MemorySource final : public CgkvReader::Source {
     return {b_.begin() + static_cast<ptrdiff_t>(offset),
             b_.begin() + static_cast<ptrdiff_t>(offset + n)};
   }
+  std::span<const uint8_t> view(uint64_t offset, size_t n) const override {
+    return {b_.data() + offset, n};
+  }
 
  private:
   std::vector<uint8_t> b_;

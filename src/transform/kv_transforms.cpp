@@ -92,40 +92,71 @@ void random_sign_hadamard_heads(std::span<float> x, size_t n_rows, size_t n_head
   if (inverse) apply_signs();
 }
 
+RopeAngles rope_angles(std::span<const int32_t> positions, size_t head_dim, const RopeParams& rope,
+                       bool inverse) {
+  rope.validate(head_dim);
+  const size_t n_rot = rope.n_rot == 0 ? head_dim : static_cast<size_t>(rope.n_rot);
+  RopeAngles a;
+  a.n_pairs = n_rot / 2;
+  a.cos.resize(positions.size() * a.n_pairs);
+  a.sin.resize(positions.size() * a.n_pairs);
+  // Angles computed as ggml does (fp32, theta multiplied by theta_scale per pair), so that
+  // re-applying RoPE to undone keys reproduces llama.cpp's rotation to fp32 rounding.
+  const float theta_scale = std::pow(rope.freq_base, -2.0f / static_cast<float>(n_rot));
+  for (size_t r = 0; r < positions.size(); ++r) {
+    float theta = static_cast<float>(positions[r]);
+    float* c = a.cos.data() + r * a.n_pairs;
+    float* s = a.sin.data() + r * a.n_pairs;
+    for (size_t i = 0; i < a.n_pairs; ++i) {
+      // ggml: theta_interp = freq_scale * theta_extrap (exactly theta when freq_scale is 1).
+      const float t = rope.freq_scale == 1.0f ? theta : rope.freq_scale * theta;
+      c[i] = std::cos(t);
+      s[i] = inverse ? -std::sin(t) : std::sin(t);
+      theta *= theta_scale;
+    }
+  }
+  return a;
+}
+
+void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
+               const RopeAngles& angles, size_t first_row, bool neox) {
+  const size_t n_pairs = angles.n_pairs;
+  if (n_pairs * 2 > head_dim || (first_row + n_rows) * n_pairs > angles.cos.size()) {
+    throw Error(ErrorCode::invalid_argument, "rope_rows: angles do not cover these rows");
+  }
+  check_shape("rope_rows", x, n_rows, n_heads, head_dim);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const float* cos_t = angles.cos.data() + (first_row + r) * n_pairs;
+    const float* sin_t = angles.sin.data() + (first_row + r) * n_pairs;
+    for (size_t h = 0; h < n_heads; ++h) {
+      float* v = x.data() + (r * n_heads + h) * head_dim;
+      if (neox) {
+        for (size_t i = 0; i < n_pairs; ++i) {
+          const float x0 = v[i], x1 = v[i + n_pairs];
+          v[i] = x0 * cos_t[i] - x1 * sin_t[i];
+          v[i + n_pairs] = x0 * sin_t[i] + x1 * cos_t[i];
+        }
+      } else {
+        for (size_t i = 0; i < n_pairs; ++i) {
+          const float x0 = v[2 * i], x1 = v[2 * i + 1];
+          v[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];
+          v[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
+        }
+      }
+    }
+  }
+}
+
 void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
                std::span<const int32_t> positions, const RopeParams& rope, bool inverse) {
   check_shape("rope_rows", x, n_rows, n_heads, head_dim);
-  rope.validate(head_dim);
-  const size_t n_rot = rope.n_rot == 0 ? head_dim : static_cast<size_t>(rope.n_rot);
   if (positions.size() != n_rows) {
     throw Error(ErrorCode::invalid_argument, "rope_rows: " + std::to_string(positions.size()) +
                                                  " positions for " + std::to_string(n_rows) +
                                                  " rows");
   }
-  // Angles computed as ggml does (fp32, theta multiplied by theta_scale per pair), so that
-  // re-applying RoPE to undone keys reproduces llama.cpp's rotation to fp32 rounding.
-  const float theta_scale = std::pow(rope.freq_base, -2.0f / static_cast<float>(n_rot));
-  std::vector<float> cos_t(n_rot / 2), sin_t(n_rot / 2);
-  for (size_t r = 0; r < n_rows; ++r) {
-    float theta = static_cast<float>(positions[r]);
-    for (size_t i = 0; i < n_rot / 2; ++i) {
-      // ggml: theta_interp = freq_scale * theta_extrap (exactly theta when freq_scale is 1).
-      const float t = rope.freq_scale == 1.0f ? theta : rope.freq_scale * theta;
-      cos_t[i] = std::cos(t);
-      sin_t[i] = inverse ? -std::sin(t) : std::sin(t);
-      theta *= theta_scale;
-    }
-    for (size_t h = 0; h < n_heads; ++h) {
-      float* v = x.data() + (r * n_heads + h) * head_dim;
-      for (size_t i = 0; i < n_rot / 2; ++i) {
-        const size_t a = rope.neox ? i : 2 * i;
-        const size_t b = rope.neox ? i + n_rot / 2 : 2 * i + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
-      }
-    }
-  }
+  rope_rows(x, n_rows, n_heads, head_dim, rope_angles(positions, head_dim, rope, inverse), 0,
+            rope.neox);
 }
 
 }  // namespace cachegen
