@@ -23,10 +23,12 @@ echo "== ASan + UBSan build + tests"
 scripts/build.sh asan
 ctest --preset asan -j "$(nproc)"
 
-echo "== ThreadSanitizer build + concurrency tests (cache readers, stores, context store)"
+echo "== ThreadSanitizer build + concurrency tests (thread pool, batch decode, cache readers, stores, context store)"
 # Only the test binaries with concurrent tests (the tsan build preset names them), run whole.
 scripts/build.sh tsan
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+build/tsan/tests/core/core_parallel_test --gtest_brief=1
+build/tsan/tests/codec/codec_simd_paths_test --gtest_brief=1
 build/tsan/tests/cache/cache_layer_test --gtest_brief=1
 build/tsan/tests/context/context_test --gtest_brief=1
 # The 64 MiB throughput test measures speed, not synchronisation (and takes a minute under TSan).

@@ -56,12 +56,14 @@ std::vector<ChannelModel> choose_models(const uint32_t* raw, const uint32_t* del
 // A parsed layout-1 batch.
 struct SharedBatch {
   std::vector<CodeStream> heads;  // params only
-  std::vector<ChannelModel> models;
   std::vector<uint8_t> is_delta;
+  std::vector<ChannelTable> channel_tables;
+  ChannelModel model;  // the channel being read
   DecodeTables tables;
   size_t heads_per_slice = 0;
   struct Slice {
     int n_lanes = 0;
+    uint64_t length = 0;
     std::span<const uint8_t> payload;
     size_t offset = 0;
   };
@@ -80,10 +82,12 @@ size_t bounded_mul(size_t a, size_t b, size_t limit, const char* what) {
   return r;
 }
 
-SharedBatch parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
-                         const DecodeOptions& options) {
+// Parses into `b`, reusing its storage: decoders of many small tensors (a .cgkv file's chunks)
+// keep one batch per thread instead of allocating per head and per channel.
+void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
+                  const DecodeOptions& options, SharedBatch& b) {
   wire::Reader r(body, "codec batch", body_offset);
-  SharedBatch b;
+  b.param_bytes = b.model_bytes = b.payload_bytes = 0;
   const uint64_t n_rows = r.varint("n_rows");
   const uint64_t dim = r.varint("dim");
   const uint64_t group_size = r.varint("group_size");
@@ -120,15 +124,14 @@ SharedBatch parse_shared(std::span<const uint8_t> body, size_t body_offset, size
   if (dim > side_bytes * 4) corrupt("dim " + std::to_string(dim) + " exceeds the model section");
   const size_t side_offset = r.offset();
   BitReader bits_in(r.take(side_bytes, "channel models"), side_offset);
-  b.models.resize(dim);
   b.is_delta.resize(dim);
-  std::vector<ChannelTable> tables(dim);
+  b.channel_tables.resize(dim);
   for (size_t c = 0; c < dim; ++c) {
-    b.models[c] = read_channel_model(bits_in, bits, total_rows);
-    if (b.models[c].table.t > coder_precision)
+    read_channel_model(bits_in, bits, total_rows, b.model);
+    if (b.model.table.t > coder_precision)
       corrupt("channel " + std::to_string(c) + " table precision above coder_precision");
-    b.is_delta[c] = b.models[c].kind == ChannelKind::delta_table;
-    tables[c] = b.models[c].table;
+    b.is_delta[c] = b.model.kind == ChannelKind::delta_table;
+    b.channel_tables[c] = b.model.table;  // copy-assignment keeps the storage
   }
   bits_in.finish("channel models");
   b.model_bytes = r.offset() - models_begin;
@@ -139,25 +142,30 @@ SharedBatch parse_shared(std::span<const uint8_t> body, size_t body_offset, size
   const size_t n_slices = (n_heads + b.heads_per_slice - 1) / b.heads_per_slice;
   if (n_slices > r.remaining()) r.need(r.remaining() + 1, "slice table");
   b.slices.resize(n_slices);
-  std::vector<uint64_t> lengths(n_slices);
   for (size_t i = 0; i < n_slices; ++i) {
     b.slices[i].n_lanes = r.u8("slice n_lanes");
     if (b.slices[i].n_lanes < 1 || b.slices[i].n_lanes > kMaxLanes)
       corrupt("slice " + std::to_string(i) + " n_lanes " + std::to_string(b.slices[i].n_lanes) +
               " outside 1..32");
-    lengths[i] = r.varint("slice payload length");
+    b.slices[i].length = r.varint("slice payload length");
   }
-  for (size_t i = 0; i < n_slices; ++i) {
-    if (lengths[i] > r.remaining()) r.need(r.remaining() + 1, "slice payload");
-    b.slices[i].offset = r.offset();
-    b.slices[i].payload = r.take(lengths[i], "slice payload");
-    b.payload_bytes += lengths[i];
+  for (auto& slice : b.slices) {
+    if (slice.length > r.remaining()) r.need(r.remaining() + 1, "slice payload");
+    slice.offset = r.offset();
+    slice.payload = r.take(slice.length, "slice payload");
+    b.payload_bytes += slice.length;
   }
   if (r.remaining() != 0)
     corrupt(std::to_string(r.remaining()) + " trailing bytes at offset " +
             std::to_string(r.offset()));
-  b.tables = build_decode_tables(tables, coder_precision);
-  return b;
+  build_decode_tables(b.channel_tables, coder_precision, b.tables);
+}
+
+// The batch of this thread's last parse (see parse_shared). A reference stays valid until the
+// thread's next parse; nothing a batch decode calls parses another batch on the same thread.
+SharedBatch& thread_batch() {
+  thread_local SharedBatch batch;
+  return batch;
 }
 
 // Decodes every slice and hands each of its heads' codes (real rows) to fn(head, codes).
@@ -307,7 +315,8 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
 
 std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
                                             size_t n_heads, const DecodeOptions& options) {
-  SharedBatch b = parse_shared(body, body_offset, n_heads, options);
+  SharedBatch b;  // its heads are returned
+  parse_shared(body, body_offset, n_heads, options, b);
   decode_slices(b,
                 [&](size_t h, const uint8_t* codes) { set_codes_with_padding(b.heads[h], codes); });
   return std::move(b.heads);
@@ -315,7 +324,8 @@ std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_
 
 std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset,
                                               size_t n_heads, const DecodeOptions& options) {
-  const SharedBatch b = parse_shared(body, body_offset, n_heads, options);
+  SharedBatch& b = thread_batch();
+  parse_shared(body, body_offset, n_heads, options, b);
   const size_t n = b.heads[0].n_rows * b.heads[0].dim;
   std::vector<Half> out = zeroed_halves(n_heads * n);
   decode_slices(b, [&](size_t h, const uint8_t* codes) {
@@ -327,7 +337,8 @@ std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, siz
 void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset,
                                  const BatchShape& shape, std::span<Half> out,
                                  const DecodeOptions& options) {
-  const SharedBatch b = parse_shared(body, body_offset, shape.n_heads, options);
+  SharedBatch& b = thread_batch();
+  parse_shared(body, body_offset, shape.n_heads, options, b);
   check_head_shape(b.heads[0], 0, shape);  // the heads of a shared batch share one shape
   const size_t row_stride = shape.n_heads * shape.dim;
   decode_slices(b, [&](size_t h, const uint8_t* codes) {
@@ -337,7 +348,8 @@ void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offs
 
 SharedBatchSizes shared_batch_sizes(std::span<const uint8_t> body, size_t body_offset,
                                     size_t n_heads) {
-  const SharedBatch b = parse_shared(body, body_offset, n_heads, DecodeOptions{});
+  SharedBatch& b = thread_batch();
+  parse_shared(body, body_offset, n_heads, DecodeOptions{}, b);
   return SharedBatchSizes{b.param_bytes, b.model_bytes, b.payload_bytes};
 }
 

@@ -202,8 +202,10 @@ void write_channel_model(BitWriter& w, const ChannelModel& model, int bits) {
     w.exp_golomb(freq[table_order_symbol(model.kind, j, bits)], model.eg_k);
 }
 
-ChannelModel read_channel_model(BitReader& r, int bits, size_t n_rows) {
-  ChannelModel model;
+void read_channel_model(BitReader& r, int bits, size_t n_rows, ChannelModel& model) {
+  model.constant_symbol = 0;
+  model.eg_k = 0;
+  model.cost_fp = 0;
   const size_t n_syms = size_t{1} << bits;
   model.kind = static_cast<ChannelKind>(r.get(kKindBits, "channel model kind"));
   if (model.kind == ChannelKind::constant) {
@@ -241,7 +243,6 @@ ChannelModel read_channel_model(BitReader& r, int bits, size_t n_rows) {
         static_cast<uint16_t>(target - sum);
   }
   fill_cum(model.table);
-  return model;
 }
 
 }  // namespace cachegen::detail

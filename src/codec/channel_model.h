@@ -40,8 +40,9 @@ ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
                                   std::span<const uint32_t> delta_counts, size_t n_rows, int bits);
 
 void write_channel_model(BitWriter& w, const ChannelModel& model, int bits);
-// Reads and validates one model (corrupt_input on an impossible table).
-ChannelModel read_channel_model(BitReader& r, int bits, size_t n_rows);
+// Reads and validates one model (corrupt_input on an impossible table) into `model`, reusing
+// its tables' storage (decoders keep models between tensors instead of allocating per channel).
+void read_channel_model(BitReader& r, int bits, size_t n_rows, ChannelModel& model);
 
 // Symbol order of the frequency list: raw tables list codes 0..2^bits-1; delta tables list
 // signed deltas 0, -1, +1, -2, ... (mod 2^bits), so that the common small deltas come first.

@@ -51,6 +51,9 @@ struct DecodeTables {
   bool uses_search() const noexcept { return n_syms <= kMaxSearchSymbols; }
 };
 DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int precision);
+// The same into `tables`, reusing its storage.
+void build_decode_tables(std::span<const ChannelTable> channels, int precision,
+                         DecodeTables& tables);
 
 inline uint32_t pack_entry(uint32_t sym, uint32_t freq_t, uint32_t cum_t) {
   return sym | ((freq_t - 1) << 8) | (cum_t << 20);

@@ -13,6 +13,12 @@ namespace cachegen::detail {
 
 DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int precision) {
   DecodeTables tables;
+  build_decode_tables(channels, precision, tables);
+  return tables;
+}
+
+void build_decode_tables(std::span<const ChannelTable> channels, int precision,
+                         DecodeTables& tables) {
   tables.precision = precision;
   tables.n_syms = channels.empty() ? 0 : static_cast<int>(channels[0].freq.size());
   const size_t n_syms = static_cast<size_t>(tables.n_syms);
@@ -24,7 +30,12 @@ DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int pre
     for (size_t s = 0; s < n_syms; ++s) cum[s] = static_cast<uint16_t>(ch.cum[s] << up);
     cum[n_syms] = static_cast<uint16_t>(1u << precision);
   }
-  if (tables.uses_search()) return tables;
+  if (tables.uses_search()) {
+    tables.entries.clear();
+    tables.base.clear();
+    tables.shift.clear();
+    return;
+  }
   size_t total = 0;
   for (const auto& ch : channels) total += size_t{1} << ch.t;
   tables.entries.resize(total);
@@ -43,7 +54,6 @@ DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int pre
     }
     base += size_t{1} << ch.t;
   }
-  return tables;
 }
 
 void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t dim, int n_lanes,

@@ -130,7 +130,7 @@ ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
   h.models.resize(dim);
   h.is_delta.resize(dim);
   for (size_t c = 0; c < dim; ++c) {
-    h.models[c] = read_channel_model(bits_in, bits, n_rows);
+    read_channel_model(bits_in, bits, n_rows, h.models[c]);
     if (h.models[c].table.t > coder_precision)
       corrupt("channel " + std::to_string(c) + " table precision above coder_precision");
     h.is_delta[c] = h.models[c].kind == ChannelKind::delta_table;
