@@ -153,6 +153,14 @@ std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
   return out;
 }
 
+// Parsed heads kept per thread for the decoders into caller buffers (their parameters and
+// models reuse their storage from one batch to the next), resized to n.
+std::vector<detail::ParsedHead>& thread_heads(size_t n) {
+  thread_local std::vector<detail::ParsedHead> heads;
+  heads.resize(n);
+  return heads;
+}
+
 // One head record (no magic) at `offset` -> its CodeStream, padding rows restored.
 CodeStream decode_record(std::span<const uint8_t> record, size_t offset,
                          const DecodeOptions& options) {
@@ -302,10 +310,10 @@ std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
                                                bh.n_heads, options);
   }
   const auto records = batch_records(bytes, bh);
-  std::vector<detail::ParsedHead> heads(records.size());
+  std::vector<detail::ParsedHead>& heads = thread_heads(records.size());
   detail::parallel_for(records.size(), [&](size_t i) {
-    heads[i] = detail::parse_head(bytes.subspan(records[i].first, records[i].second),
-                                  records[i].first, options);
+    detail::parse_head_into(bytes.subspan(records[i].first, records[i].second), records[i].first,
+                            options, heads[i]);
   });
   for (const auto& h : heads) {
     if (h.stream.n_rows != heads[0].stream.n_rows || h.stream.dim != heads[0].stream.dim) {
@@ -345,10 +353,10 @@ void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shap
     return;
   }
   const auto records = batch_records(bytes, bh);
-  std::vector<detail::ParsedHead> heads(records.size());
+  std::vector<detail::ParsedHead>& heads = thread_heads(records.size());
   detail::parallel_for(records.size(), [&](size_t i) {
-    heads[i] = detail::parse_head(bytes.subspan(records[i].first, records[i].second),
-                                  records[i].first, options);
+    detail::parse_head_into(bytes.subspan(records[i].first, records[i].second), records[i].first,
+                            options, heads[i]);
   });
   for (size_t i = 0; i < heads.size(); ++i) detail::check_head_shape(heads[i].stream, i, shape);
   const size_t per_head = shape.n_rows * shape.dim;

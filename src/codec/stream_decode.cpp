@@ -64,11 +64,11 @@ std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8
   return bytes.subspan(5);
 }
 
-ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
-                      const DecodeOptions& options) {
+void parse_head_into(std::span<const uint8_t> record, size_t record_offset,
+                     const DecodeOptions& options, ParsedHead& h) {
   wire::Reader r(record, "codec stream", record_offset);
-  ParsedHead h;
   CodeStream& s = h.stream;
+  s.codes.clear();
   const uint64_t n_rows = r.varint("n_rows");
   const uint64_t dim = r.varint("dim");
   const uint64_t group_size = r.varint("group_size");
@@ -146,7 +146,6 @@ ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
   h.payload_offset = side_offset + side_bytes;
   if (n == 0 && !h.payload.empty())
     corrupt(std::to_string(h.payload.size()) + " trailing bytes after an empty stream");
-  return h;
 }
 
 void read_param_block(wire::Reader& r, CodeStream& s) {
@@ -181,9 +180,12 @@ void read_param_block(wire::Reader& r, CodeStream& s) {
 
 void decode_head_symbols(const ParsedHead& h, std::span<uint8_t> symbols) {
   if (symbols.empty()) return;
-  std::vector<ChannelTable> tables(h.models.size());
+  // Kept per thread: copy-assignment and build_decode_tables reuse their storage.
+  thread_local std::vector<ChannelTable> tables;
+  thread_local DecodeTables dt;
+  tables.resize(h.models.size());
   for (size_t c = 0; c < tables.size(); ++c) tables[c] = h.models[c].table;
-  const DecodeTables dt = build_decode_tables(tables, h.coder_precision);
+  build_decode_tables(tables, h.coder_precision, dt);
   rans_decode(h.payload, h.payload_offset, dt, h.stream.dim, h.n_lanes, symbols);
 }
 

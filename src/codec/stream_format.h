@@ -52,8 +52,15 @@ struct ParsedHead {
   size_t payload_offset = 0;
   size_t header_bytes = 0, param_bytes = 0, model_bytes = 0, payload_bytes = 0;
 };
-ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
-                      const DecodeOptions& options);
+// Parses into `h`, reusing its storage (decoders keep heads per thread).
+void parse_head_into(std::span<const uint8_t> record, size_t record_offset,
+                     const DecodeOptions& options, ParsedHead& h);
+inline ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offset,
+                             const DecodeOptions& options) {
+  ParsedHead h;
+  parse_head_into(record, record_offset, options, h);
+  return h;
+}
 // Decodes the payload to symbols [n_rows * dim].
 void decode_head_symbols(const ParsedHead& head, std::span<uint8_t> symbols);
 
