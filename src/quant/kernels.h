@@ -35,6 +35,9 @@ struct QuantKernels {
                         const float* base, float* out, size_t out_stride);
   // out[i] = fp16(clamp(in[i], -65504, 65504)) (NaN saturates like dequant_rows).
   void (*f32_to_f16_sat)(const float* in, uint16_t* out, size_t n);
+  // out[i] = float_to_half(in[i]): IEEE nearest-even, +-Inf past 65504, NaN to the quiet NaN
+  // 0x7e00 with its sign (exactly cachegen::float_to_half).
+  void (*f32_to_f16)(const float* in, uint16_t* out, size_t n);
 };
 
 const QuantKernels& quant_kernels_scalar();

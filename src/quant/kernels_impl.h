@@ -184,7 +184,22 @@ static void f32_to_f16_sat(const float* in, uint16_t* out, size_t n) {
   for (; i < n; ++i) out[i] = float_to_half(max_f(min_f(in[i], kHalfMax), -kHalfMax)).bits;
 }
 
-inline const QuantKernels kTable = {f16_to_f32,    bf16_to_f32,  all_finite,    minmax_rows,
-                                    quantize_rows, dequant_rows, basis_combine, f32_to_f16_sat};
+static void f32_to_f16(const float* in, uint16_t* out, size_t n) {
+  size_t i = 0;
+#if defined(CACHEGEN_HAVE_F16C)
+  for (; i + 8 <= n; i += 8) {
+    const __m256 y = _mm256_loadu_ps(in + i);
+    const __m256 nan = _mm256_cmp_ps(y, y, _CMP_UNORD_Q);
+    if (!_mm256_testz_ps(nan, nan)) break;  // NaNs: float_to_half's canonical one, below
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  for (; i < n; ++i) out[i] = float_to_half(in[i]).bits;
+}
+
+inline const QuantKernels kTable = {f16_to_f32,    bf16_to_f32,    all_finite,
+                                    minmax_rows,   quantize_rows,  dequant_rows,
+                                    basis_combine, f32_to_f16_sat, f32_to_f16};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

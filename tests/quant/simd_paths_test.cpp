@@ -2,10 +2,14 @@
 // is the reference twin).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <random>
+#include <vector>
 
 #include "cachegen/quant.h"
 #include "cachegen/runtime.h"
+#include "quant/kernels.h"
 #include "quant/test_inputs.h"
 
 namespace cachegen {
@@ -50,6 +54,53 @@ TEST(SimdPaths, F16cConversionMatchesSoftwareOnAllHalfPatterns) {
     const float f = half_to_float(h);
     if (std::isnan(f)) continue;
     ASSERT_EQ(float_to_half(f).bits, h.bits) << b;
+  }
+}
+
+TEST(SimdPaths, FloatToHalfKernelsMatchFloatToHalf) {
+  // Every path's f32_to_f16 is float_to_half: ties and neighbours of every fp16 value, the
+  // overflow and underflow edges, infinities and NaNs of both signs and any payload.
+  std::vector<float> in;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float f = half_to_float(Half{static_cast<uint16_t>(b)});
+    if (std::isnan(f)) continue;
+    for (float d : {-1.0f, 0.0f, 1.0f}) in.push_back(std::nextafter(f, f + d * INFINITY));
+    const float next = half_to_float(Half{static_cast<uint16_t>(b + 1)});
+    if (std::isfinite(next) && (b & 0x7fff) < 0x7bff) in.push_back(f + (next - f) / 2);  // a tie
+  }
+  for (float f : {65504.0f, 65519.0f, 65520.0f, 65536.0f, 1e30f, INFINITY, 1e-30f, 5.96e-8f,
+                  2.98e-8f, 2.99e-8f}) {
+    in.push_back(f);
+    in.push_back(-f);
+  }
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x7fbfffffu}) {
+    float f;
+    std::memcpy(&f, &nan, 4);
+    in.push_back(f);
+  }
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t u = bits(rng);
+    float f;
+    std::memcpy(&f, &u, 4);
+    in.push_back(f);
+  }
+  std::vector<uint16_t> want(in.size());
+  for (size_t i = 0; i < in.size(); ++i) want[i] = float_to_half(in[i]).bits;
+  std::vector<const detail::QuantKernels*> tables = {&detail::quant_kernels_scalar()};
+  if (static_cast<int>(best_supported_simd_path()) >= 1)
+    tables.push_back(&detail::quant_kernels_avx2());
+  if (best_supported_simd_path() == SimdPath::avx512)
+    tables.push_back(&detail::quant_kernels_avx512());
+  for (const detail::QuantKernels* k : tables) {
+    std::vector<uint16_t> got(in.size());
+    k->f32_to_f16(in.data(), got.data(), in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &in[i], 4);
+      ASSERT_EQ(got[i], want[i]) << "input bits " << std::hex << u;
+    }
   }
 }
 
