@@ -170,12 +170,14 @@ void run_decode(const DecodeOptions& o) {
   if (__builtin_mul_overflow(n_tensors * row * 2, ct, &chunk_bytes)) chunk_bytes = SIZE_MAX;
   const size_t chunks_per_window =
       std::max<size_t>(1, kWindowBytes / std::max<size_t>(1, chunk_bytes));
+  std::vector<Half> kv;  // one window's buffer, reused (touching fresh pages cost a quarter)
   for (size_t t0 = a; t0 < b;) {
     const size_t start = t0 / ct * ct;  // a window starts at t0's chunk
     const size_t t1 = __builtin_mul_overflow(ct, chunks_per_window, &span) || span >= b - start
                           ? b
                           : start + span;
-    const std::vector<Half> kv = r.read_tokens(t0, t1);
+    kv.resize(r.read_elements(t0, t1));
+    r.read_tokens_into(t0, t1, kv);
     const size_t w = t1 - t0;
     for (size_t t = 0; t < n_tensors; ++t) {
       const auto* p = reinterpret_cast<const uint8_t*>(kv.data() + t * w * row);
