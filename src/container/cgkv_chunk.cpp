@@ -77,11 +77,6 @@ CodeStream plane_stream(std::span<const Half> values, size_t width, size_t dim, 
   return s;
 }
 
-// Byte planes are coded with raw-symbol models only: a token-delta model of a plane (neighbouring
-// values' bytes differenced) is never the smaller (measured on both models' KV), and trying it
-// cost an eighth of the lossless encode's time.
-const EncodeOptions kPlaneOptions{.allow_delta = false};
-
 // Method 2's high-byte symbol: the channel's anchor minus the magnitude (exponent and two
 // mantissa bits), mod 128, then the sign. Anchored, every channel's symbols follow nearly one
 // distribution, so one table serves the whole tensor (per-channel tables of 512 tokens cost
@@ -345,7 +340,7 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
     rs.codes.resize(rs.n_groups() * rs.group_size, rs.codes.back());
     rs.scale.assign(rs.n_groups(), 1.0f);
     rs.zero.assign(rs.n_groups(), 0.0f);
-    const std::vector<uint8_t> coded = encode(rs, kPlaneOptions);
+    const std::vector<uint8_t> coded = encode(rs);
     w.varint(coded.size());
     w.bytes(coded);
   }
@@ -358,8 +353,7 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   uint8_t low_form = kLowRaw;
   if (low_byte_entropy(distinct) < kLowStreamEntropy) {
     low = encode(plane_stream(distinct, width, width,
-                              [](Half h, size_t) { return static_cast<uint8_t>(h.bits); }),
-                 kPlaneOptions);
+                              [](Half h, size_t) { return static_cast<uint8_t>(h.bits); }));
     low_form = low.size() < distinct.size() ? kLowStream : kLowRaw;
   }
   if (low_form == kLowRaw) {
@@ -372,11 +366,10 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   const auto symbol = [&anchor](Half h, size_t c) { return high_symbol(h, anchor[c]); };
   // One table for the tensor, unless a table per channel is smaller (channels whose anchored
   // shapes differ, as in synthetic data; real KV picks the pooled table).
-  std::vector<uint8_t> hi = encode(plane_stream(distinct, width, 1, symbol), kPlaneOptions);
+  std::vector<uint8_t> hi = encode(plane_stream(distinct, width, 1, symbol));
   uint8_t high_form = kHighPooled;
   if (width > 1 && per_channel_may_win(distinct, width, anchor)) {
-    std::vector<uint8_t> per_channel =
-        encode(plane_stream(distinct, width, width, symbol), kPlaneOptions);
+    std::vector<uint8_t> per_channel = encode(plane_stream(distinct, width, width, symbol));
     if (per_channel.size() < hi.size()) {
       hi.swap(per_channel);
       high_form = kHighPerChannel;

@@ -10,6 +10,7 @@
 #include "cachegen/profile.h"
 #include "container/cgkv_internal.h"
 #include "core/checks.h"
+#include "core/huge_pages.h"
 #include "core/parallel.h"
 #include "core/wire.h"
 #include "profile/transform_codec.h"
@@ -282,7 +283,8 @@ size_t CgkvReader::read_elements(size_t begin, size_t end) const {
 std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
   const size_t n_out = read_elements(begin, end);
   if (n_out > max_elements_) read_tokens_into(begin, end, {});  // throws, naming the limit
-  std::vector<Half> out(n_out);
+  std::vector<Half> out;
+  detail::resize_huge(out, n_out);
   read_tokens_into(begin, end, out);
   return out;
 }

@@ -11,6 +11,7 @@
 
 #include "cachegen/error.h"
 #include "container/cgkv_internal.h"
+#include "core/huge_pages.h"
 #include "core/input_file.h"
 #include "core/wire.h"
 
@@ -41,7 +42,8 @@ class FileSource final : public CgkvReader::Source {
   ~FileSource() override { ::close(fd_); }
   uint64_t size() const override { return size_; }
   std::vector<uint8_t> read(uint64_t offset, size_t n) const override {
-    std::vector<uint8_t> out(n);
+    std::vector<uint8_t> out;
+    resize_huge(out, n);
     size_t done = 0;
     while (done < n) {
       const ssize_t r =

@@ -5,6 +5,8 @@
 #include "cachegen/error.h"
 #include "container/cgkv_internal.h"
 #include "core/checks.h"
+#include "core/huge_pages.h"
+#include "core/parallel.h"
 #include "core/wire.h"
 
 namespace cachegen {
@@ -30,7 +32,10 @@ std::vector<uint8_t> detail::assemble_cgkv(CgkvInfo& info,
   }
   info.file_bytes = offset;
   std::vector<uint8_t> out = detail::serialize_header(info);
-  out.reserve(offset);
+  if (offset > out.capacity()) {
+    out.reserve(offset);
+    detail::advise_huge_pages(out.data(), offset);
+  }
   for (const auto& c : chunks) out.insert(out.end(), c.begin(), c.end());
   for (const CgkvBlob& b : blobs) out.insert(out.end(), b.bytes.begin(), b.bytes.end());
   return out;
@@ -135,22 +140,35 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
                     " values, expected n_attention_layers * 2 * n_tokens * heads * head_dim = " +
                     std::to_string(n_attn * 2 * plane));
   }
+  // Every chunk's tensors are packed in parallel (independent; the bytes do not depend on
+  // the order), then framed chunk by chunk.
+  const size_t n_tensors = n_attn * 2;
+  std::vector<std::vector<uint8_t>> packed(info.chunks.size() * n_tensors);
+  detail::parallel_for(packed.size(), [&](size_t task) {
+    const CgkvChunkInfo& ci = info.chunks[task / n_tensors];
+    const size_t t = task % n_tensors;
+    // Chunk rows of tensor t, token-major [rows, heads, dim] as stored in kv.
+    const auto chunk_rows = [&](size_t tensor) {
+      return kv.subspan(tensor * plane + ci.token_begin * row, ci.n_tokens * row);
+    };
+    // K rows whose V row repeats an earlier one (the same token) may be that K row rotated.
+    const std::vector<uint32_t> hint =
+        t % 2 == 0 ? detail::first_equal_rows(chunk_rows(t + 1), row) : std::vector<uint32_t>();
+    packed[task] = detail::pack_fp16_lossless(chunk_rows(t), row, zstd_level,
+                                              static_cast<size_t>(shape.head_dim), hint);
+  });
   std::vector<std::vector<uint8_t>> chunks(info.chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) {
-    const CgkvChunkInfo& ci = info.chunks[c];
+    size_t bytes = 0;
+    for (size_t t = 0; t < n_tensors; ++t) bytes += packed[c * n_tensors + t].size() + 10;
+    chunks[c].reserve(bytes);
+    detail::advise_huge_pages(chunks[c].data(), bytes);
     wire::Writer w(chunks[c]);
-    for (size_t t = 0; t < n_attn * 2; ++t) {
-      // Chunk rows of tensor t, token-major [rows, heads, dim] as stored in kv.
-      const auto chunk_rows = [&](size_t tensor) {
-        return kv.subspan(tensor * plane + ci.token_begin * row, ci.n_tokens * row);
-      };
-      // K rows whose V row repeats an earlier one (the same token) may be that K row rotated.
-      const std::vector<uint32_t> hint =
-          t % 2 == 0 ? detail::first_equal_rows(chunk_rows(t + 1), row) : std::vector<uint32_t>();
-      const std::vector<uint8_t> packed = detail::pack_fp16_lossless(
-          chunk_rows(t), row, zstd_level, static_cast<size_t>(shape.head_dim), hint);
-      w.varint(packed.size());
-      w.bytes(packed);
+    for (size_t t = 0; t < n_tensors; ++t) {
+      std::vector<uint8_t>& p = packed[c * n_tensors + t];
+      w.varint(p.size());
+      w.bytes(p);
+      std::vector<uint8_t>().swap(p);  // peak memory: the output once, not twice
     }
   }
   return detail::assemble_cgkv(info, chunks, blobs);

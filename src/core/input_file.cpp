@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "cachegen/error.h"
 
@@ -38,6 +39,25 @@ int open_regular_input(const std::string& path, uint64_t& size_bytes) {
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   size_bytes = static_cast<uint64_t>(st.st_size);
   return fd;
+}
+
+void read_exact(int fd, uint64_t offset, std::span<uint8_t> out, const std::string& path) {
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      throw Error(ErrorCode::io_error, "cannot read '" + path + "': " + std::strerror(e));
+    }
+    if (n == 0) {
+      throw Error(ErrorCode::io_error, "'" + path + "' shrank while being read (" +
+                                           std::to_string(offset + done) + " of " +
+                                           std::to_string(offset + out.size()) + " bytes)");
+    }
+    done += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace cachegen::detail

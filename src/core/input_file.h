@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace cachegen::detail {
@@ -12,5 +13,9 @@ namespace cachegen::detail {
 // returns the descriptor and the size fstat reports. Errors: not_found, io_error (the OS
 // refused), invalid_argument (not a regular file).
 int open_regular_input(const std::string& path, uint64_t& size_bytes);
+
+// Reads exactly out.size() bytes at `offset` of fd (opened from `path`, named in errors):
+// io_error when the OS fails or the file ends first (it shrank while being read).
+void read_exact(int fd, uint64_t offset, std::span<uint8_t> out, const std::string& path);
 
 }  // namespace cachegen::detail

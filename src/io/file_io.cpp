@@ -139,23 +139,10 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   std::vector<uint8_t> out;
   try {
     out.resize(static_cast<size_t>(size));
+    detail::read_exact(fd, 0, out, path);
   } catch (...) {
     ::close(fd);
     throw;
-  }
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      if (n < 0) io_fail("cannot read", path, e);
-      throw Error(ErrorCode::io_error, "'" + path + "' shrank while being read (" +
-                                           std::to_string(done) + " of " + std::to_string(size) +
-                                           " bytes)");
-    }
-    done += static_cast<size_t>(n);
   }
   ::close(fd);
   return out;

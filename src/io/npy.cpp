@@ -2,6 +2,8 @@
 // keys numpy writes ('descr', 'fortran_order', 'shape') and reject everything else.
 #include "cachegen/npy.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -10,6 +12,8 @@
 
 #include "cachegen/error.h"
 #include "core/checks.h"
+#include "core/huge_pages.h"
+#include "core/input_file.h"
 #include "core/wire.h"
 
 namespace cachegen {
@@ -130,7 +134,11 @@ void NpyArray::check_element_size(size_t bytes) const {
   }
 }
 
-NpyArray parse_npy(std::span<const uint8_t> b) {
+namespace {
+
+// Parses the magic and header of b (which may hold only a prefix of the data) into a (dtype
+// and shape); returns where the data starts and how many bytes it holds.
+size_t parse_npy_header(std::span<const uint8_t> b, NpyArray& a, size_t& bytes) {
   wire::Reader r(b, "npy");
   static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   const auto m = r.take(std::min<size_t>(6, b.size()), "magic");
@@ -148,7 +156,6 @@ NpyArray parse_npy(std::span<const uint8_t> b) {
   const auto header = r.take(header_len, "header");
   Cursor cur{std::string_view(reinterpret_cast<const char*>(header.data()), header.size())};
 
-  NpyArray a;
   bool have_descr = false, have_order = false, have_shape = false;
   cur.expect('{');
   while (!cur.eat('}')) {
@@ -202,25 +209,54 @@ NpyArray parse_npy(std::span<const uint8_t> b) {
   for (size_t d : a.shape) {
     if (__builtin_mul_overflow(n, d, &n)) corrupt("shape's element count overflows");
   }
-  size_t bytes;
   if (__builtin_mul_overflow(n, npy_dtype_size(a.dtype), &bytes)) corrupt("data size overflows");
-  const size_t data_start = header_start + header_len;
-  if (b.size() - data_start < bytes) {
-    throw Error(ErrorCode::truncated_input, "npy: data holds " +
-                                                std::to_string(b.size() - data_start) +
+  return header_start + header_len;
+}
+
+// The data after the header must be exactly the shape's bytes.
+void check_data_size(uint64_t available, size_t bytes) {
+  if (available < bytes) {
+    throw Error(ErrorCode::truncated_input, "npy: data holds " + std::to_string(available) +
                                                 " bytes, shape needs " + std::to_string(bytes));
   }
-  if (b.size() - data_start > bytes) corrupt("trailing bytes after the array data");
+  if (available > bytes) corrupt("trailing bytes after the array data");
+}
+
+}  // namespace
+
+NpyArray parse_npy(std::span<const uint8_t> b) {
+  NpyArray a;
+  size_t bytes = 0;
+  const size_t data_start = parse_npy_header(b, a, bytes);
+  check_data_size(b.size() - data_start, bytes);
   a.data.assign(b.begin() + static_cast<ptrdiff_t>(data_start), b.end());
   return a;
 }
 
 NpyArray read_npy(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_file_bytes(path);
+  // The header from a prefix, then the data read straight into the array (no second copy of
+  // a file that can be gigabytes).
+  uint64_t size = 0;
+  const int fd = detail::open_regular_input(path, size);
   try {
-    return parse_npy(bytes);
-  } catch (const Error& e) {
-    throw Error(e.code(), e.message() + " (in '" + path + "')");
+    NpyArray a;
+    std::vector<uint8_t> prefix(
+        static_cast<size_t>(std::min<uint64_t>(size, 12 + kMaxHeaderBytes)));
+    detail::read_exact(fd, 0, prefix, path);
+    size_t bytes = 0, data_start = 0;
+    try {
+      data_start = parse_npy_header(prefix, a, bytes);
+      check_data_size(size - data_start, bytes);
+    } catch (const Error& e) {
+      throw Error(e.code(), e.message() + " (in '" + path + "')");
+    }
+    detail::resize_huge(a.data, bytes);
+    detail::read_exact(fd, data_start, a.data, path);
+    ::close(fd);
+    return a;
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
 }
 
