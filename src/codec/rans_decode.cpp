@@ -46,11 +46,12 @@ void build_decode_tables(std::span<const ChannelTable> channels, int precision,
     const ChannelTable& ch = channels[c];
     tables.base[c] = static_cast<uint32_t>(base);
     tables.shift[c] = static_cast<uint32_t>(precision - ch.t);
+    // One run of equal entries per symbol (a vector fill): slot tables hold up to 2^12
+    // entries per channel, and building them took longer than decoding a short tensor.
     for (size_t s = 0; s < ch.freq.size(); ++s) {
-      for (uint32_t k = 0; k < ch.freq[s]; ++k) {
-        tables.entries[base + ch.cum[s] + k] =
-            pack_entry(static_cast<uint32_t>(s), ch.freq[s], ch.cum[s]);
-      }
+      if (ch.freq[s] == 0) continue;
+      std::fill_n(tables.entries.begin() + static_cast<ptrdiff_t>(base + ch.cum[s]), ch.freq[s],
+                  pack_entry(static_cast<uint32_t>(s), ch.freq[s], ch.cum[s]));
     }
     base += size_t{1} << ch.t;
   }
