@@ -52,19 +52,43 @@ uint32_t scale_index(float scale, const CompactGrid& g) {
 // reader accepts (prefix <= kMaxEgPrefix). A residual can be near 2^51 (a saturated prediction
 // next to an extreme zero), whose cheapest order may have a longer prefix; order 24 always
 // fits (zigzag values < 2^64, so (v >> 24) + 1 <= 2^40).
+//
+// Every order's exact total comes from two small histograms instead of a walk over the
+// residuals per order. With b the bit length of a zigzag value v and k < b, (v >> k) + 1 has
+// b - k bits, or b - k + 1 when the top b - k bits of v are all ones (the +1 carries out);
+// for k >= b it is 1. So v costs k + 1 + 2 * max(0, b - k - 1), plus 2 when k lies in
+// [b - r, b - 1] where r is the run of ones at the top of v.
 int best_eg_order(const std::vector<int64_t>& residuals) {
   uint64_t largest = 0;
-  for (int64_t v : residuals) largest = std::max(largest, BitWriter::zigzag(v));
+  uint64_t by_length[65] = {};   // values per bit length b
+  int64_t carry_delta[66] = {};  // difference array over k of the values whose code carries
+  for (int64_t r : residuals) {
+    const uint64_t v = BitWriter::zigzag(r);
+    largest = std::max(largest, v);
+    if (v == 0) {
+      ++by_length[0];
+      continue;
+    }
+    const int b = 64 - __builtin_clzll(v);
+    const uint64_t top = ~(v << (64 - b));  // leading ones of v become leading zeros
+    const int ones = top == 0 ? 64 : __builtin_clzll(top);
+    ++by_length[b];
+    ++carry_delta[b - ones];
+    --carry_delta[b];
+  }
+  const uint64_t n = residuals.size();
   // Past the largest value's bit length every residual costs k + 1 bits, which only grows
   // with k: the search can stop there and still find the same (first) minimum.
   const int last_k = std::min(24, 64 - __builtin_clzll(largest | 1) + 1);
   int best_k = 24;
   uint64_t best = UINT64_MAX;
+  int64_t carrying = 0;
   for (int k = 0; k <= last_k; ++k) {
+    carrying += carry_delta[k];
     if ((largest >> k) + 1 >= (uint64_t{1} << (kMaxEgPrefix + 1))) continue;
-    uint64_t n = 0;
-    for (int64_t v : residuals) n += BitWriter::exp_golomb_bits(BitWriter::zigzag(v), k);
-    if (n < best) best = n, best_k = k;
+    uint64_t bits = n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying);
+    for (int b = k + 2; b <= 64; ++b) bits += 2 * by_length[b] * static_cast<uint64_t>(b - k - 1);
+    if (bits < best) best = bits, best_k = k;
   }
   return best_k;
 }
