@@ -75,6 +75,28 @@ TEST_P(RoundTrip, EncodeValuesReproducesItsQuantization) {
 
 INSTANTIATE_TEST_SUITE_P(AllBits, RoundTrip, ::testing::Range(1, 9));
 
+TEST(Codec, BatchValuesFromHalfMatchWidenedFloats) {
+  // Heads of 8 x 33 values: the widening kernels' vector body and scalar tail both run, and a
+  // NaN is refused as from fp32.
+  const size_t heads = 3, rows = 33, dim = 8;
+  const auto x = test::random_walk(heads * rows, dim, 0.3f, 11);
+  std::vector<Half> h(x.size());
+  std::vector<float> widened(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    h[i] = float_to_half(x[i]);
+    widened[i] = half_to_float(h[i]);
+  }
+  for (const int bits : {2, 5}) {
+    set_thread_count(2);
+    EXPECT_EQ(encode_values_batch(h, heads, rows, dim, bits),
+              encode_values_batch(widened, heads, rows, dim, bits));
+    set_thread_count(0);
+  }
+  h[heads * rows * dim - 1] = Half{0x7e00};
+  EXPECT_THROW(encode_values_batch(h, heads, rows, dim, 3), Error);
+  EXPECT_THROW(encode_values_batch(std::span<const Half>(h).first(5), heads, rows, dim, 3), Error);
+}
+
 TEST(Codec, BatchRoundTripIndependentOfThreads) {
   const size_t heads = 5, rows = 300, dim = 8;
   const auto x = test::random_walk(heads * rows, dim, 0.1f, 3);
