@@ -35,10 +35,15 @@ void add_histograms(const uint8_t* symbols, size_t n_rows, size_t dim, size_t n_
   }
 }
 
-uint64_t model_cost_bytes(std::span<const ChannelModel> models) {
+// Bytes of models (and data) whose costs sum to `fp` bits in 16.16 fixed point.
+uint64_t fp_bytes(uint64_t fp) {
+  return ((fp >> 16) + 7) / 8;
+}
+
+uint64_t model_cost_fp(std::span<const ChannelModel> models) {
   uint64_t fp = 0;
   for (const auto& m : models) fp += m.cost_fp;
-  return ((fp >> 16) + 7) / 8;
+  return fp;
 }
 
 std::vector<ChannelModel> choose_models(const uint32_t* raw, const uint32_t* delta, size_t dim,
@@ -239,16 +244,6 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
       add_histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
     }
   });
-  // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
-  std::vector<uint64_t> head_cost(G);
-  parallel_for(G, [&](size_t h) {
-    const auto m =
-        choose_models(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr, dim,
-                      n_syms, first.n_rows, first.bits);
-    head_cost[h] = model_cost_bytes(m) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
-  });
-  uint64_t independent = 0;
-  for (uint64_t c : head_cost) independent += c;
   // Shared.
   std::vector<uint32_t> raw(dim * n_syms, 0), del(allow_delta ? dim * n_syms : 0, 0);
   for (size_t h = 0; h < G; ++h) {
@@ -260,12 +255,43 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
       raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits);
   const size_t heads_per_slice = std::min(G, std::max<size_t>(1, (kSliceElements + n - 1) / n));
   const size_t n_slices = (G + heads_per_slice - 1) / heads_per_slice;
-  uint64_t shared = model_cost_bytes(models) + 4;
+  uint64_t shared = fp_bytes(model_cost_fp(models)) + 4;
   for (size_t i = 0; i < n_slices; ++i) {
     const size_t heads = std::min(G, (i + 1) * heads_per_slice) - i * heads_per_slice;
     shared += 4 * static_cast<uint64_t>(choose_lanes(heads * n)) + 4;
   }
-  if (shared > independent) return false;
+  // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
+  // Their models' cost lower bounds settle the choice when the shared batch is no larger
+  // than even those (the usual case: the estimate's model search per head and channel was
+  // most of the encoder's model search); the search runs only when they do not.
+  auto record_bytes = [&](uint64_t model_fp) {
+    return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
+  };
+  std::vector<uint64_t> head_cost(G);
+  parallel_for(G, [&](size_t h) {
+    uint64_t fp = 0;
+    for (size_t c = 0; c < dim; ++c) {
+      fp += channel_cost_lower_bound(
+          std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
+          allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
+                      : std::span<const uint32_t>(),
+          first.n_rows, first.bits);
+    }
+    head_cost[h] = record_bytes(fp);
+  });
+  uint64_t independent = 0;
+  for (uint64_t c : head_cost) independent += c;
+  if (shared > independent) {
+    parallel_for(G, [&](size_t h) {
+      const auto m =
+          choose_models(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr, dim,
+                        n_syms, first.n_rows, first.bits);
+      head_cost[h] = record_bytes(model_cost_fp(m));
+    });
+    independent = 0;
+    for (uint64_t c : head_cost) independent += c;
+    if (shared > independent) return false;
+  }
 
   int precision = 1;
   std::vector<ChannelTable> tables(dim);
