@@ -7,6 +7,7 @@
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
 #include "core/checks.h"
+#include "quant/kernels.h"
 
 namespace cachegen {
 
@@ -47,11 +48,14 @@ std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
     }
     out.swap(t);
   }
-  for (size_t i = 0; i < n; ++i) {
-    if ((out[i].bits & 0x7c00u) == 0x7c00u) {
-      invalid(std::string(name) + " holds a NaN, Inf or a value beyond the fp16 range at element " +
-              std::to_string(i));
-    }
+  // One branch-free pass (it vectorises); the element is looked for only when one is bad.
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((out[i].bits & 0x7c00u) == 0x7c00u);
+  if (bad) {
+    size_t i = 0;
+    while ((out[i].bits & 0x7c00u) != 0x7c00u) ++i;
+    invalid(std::string(name) + " holds a NaN, Inf or a value beyond the fp16 range at element " +
+            std::to_string(i));
   }
   return out;
 }
@@ -194,7 +198,7 @@ CodeStream detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, in
     return quantize_to_codes(std::span<const Half>(x, n), rows, dim, bits, config.group_size);
   }
   std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = half_to_float(x[i]);
+  detail::quant_kernels().f16_to_f32(reinterpret_cast<const uint16_t*>(x), f.data(), n);
   EncodeOptions opt;
   opt.allow_delta = config.use_delta;
   return quantize_values(f, rows, dim, bits, config.group_size, opt);

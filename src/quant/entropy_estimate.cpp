@@ -1,5 +1,6 @@
 // The reference's Shannon-entropy size estimate (kept for compatibility and comparison:
 // the real coder lives in the codec layer).
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -13,11 +14,14 @@ namespace {
 constexpr int kOffset = 255;
 using Histogram = std::array<uint32_t, 511>;
 
-double entropy_of(const Histogram& h, size_t total) {
+// Bins [lo, hi] hold every nonzero count (the sum skips empty bins, so the range gives the
+// same result as the whole histogram).
+double entropy_of(const Histogram& h, size_t total, int lo = 0, int hi = 510) {
   if (total == 0) return 0.0;
   double bits = 0.0;
   const double inv = 1.0 / static_cast<double>(total);
-  for (uint32_t n : h) {
+  for (int i = lo; i <= hi; ++i) {
+    const uint32_t n = h[static_cast<size_t>(i)];
     if (n == 0) continue;
     const double p = n * inv;
     bits -= p * std::log2(p);
@@ -68,10 +72,19 @@ size_t entropy_coded_bytes(const CodeStream& s, bool use_delta, bool per_channel
   const double cap = s.bits;
   double total_bits = 0.0;
   if (per_channel) {
+    // One histogram for every channel, its used range only scanned and cleared: the channels
+    // of a head are many and their symbols few.
+    Histogram h{};
     for (size_t c = 0; c < dim; ++c) {
-      Histogram h{};
-      for (size_t r = 0; r < n; ++r) ++h[sym[r * dim + c] + kOffset];
-      total_bits += std::min(entropy_of(h, n), cap) * static_cast<double>(n);
+      int lo = 510, hi = 0;
+      for (size_t r = 0; r < n; ++r) {
+        const int b = sym[r * dim + c] + kOffset;
+        ++h[static_cast<size_t>(b)];
+        lo = std::min(lo, b);
+        hi = std::max(hi, b);
+      }
+      total_bits += std::min(entropy_of(h, n, lo, hi), cap) * static_cast<double>(n);
+      for (int i = lo; i <= hi; ++i) h[static_cast<size_t>(i)] = 0;
     }
   } else {
     Histogram h{};
