@@ -58,7 +58,11 @@ uint32_t scale_index(float scale, const CompactGrid& g) {
 // b - k bits, or b - k + 1 when the top b - k bits of v are all ones (the +1 carries out);
 // for k >= b it is 1. So v costs k + 1 + 2 * max(0, b - k - 1), plus 2 when k lies in
 // [b - r, b - 1] where r is the run of ones at the top of v.
-int best_eg_order(const std::vector<int64_t>& residuals) {
+struct EgOrder {
+  int k = 24;
+  uint64_t bits = UINT64_MAX;  // of every residual at order k
+};
+EgOrder best_eg_order(const std::vector<int64_t>& residuals) {
   uint64_t largest = 0;
   uint64_t by_length[65] = {};   // values per bit length b
   int64_t carry_delta[66] = {};  // difference array over k of the values whose code carries
@@ -80,17 +84,16 @@ int best_eg_order(const std::vector<int64_t>& residuals) {
   // Past the largest value's bit length every residual costs k + 1 bits, which only grows
   // with k: the search can stop there and still find the same (first) minimum.
   const int last_k = std::min(24, 64 - __builtin_clzll(largest | 1) + 1);
-  int best_k = 24;
-  uint64_t best = UINT64_MAX;
+  EgOrder best;
   int64_t carrying = 0;
   for (int k = 0; k <= last_k; ++k) {
     carrying += carry_delta[k];
     if ((largest >> k) + 1 >= (uint64_t{1} << (kMaxEgPrefix + 1))) continue;
     uint64_t bits = n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying);
     for (int b = k + 2; b <= 64; ++b) bits += 2 * by_length[b] * static_cast<uint64_t>(b - k - 1);
-    if (bits < best) best = bits, best_k = k;
+    if (bits < best.bits) best.bits = bits, best.k = k;
   }
-  return best_k;
+  return best;
 }
 
 // Rounds v up to a float with `mbits` fractional significand bits (v > 0, finite).
@@ -200,9 +203,12 @@ bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs,
   return true;
 }
 
-void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
-                          size_t n_groups, size_t dim, const CompactGrid& g) {
-  std::vector<int64_t> scale_res, zero_res;
+namespace {
+
+// Prediction residuals of the scale and zero indices, in coding order (channel by channel).
+void compact_residuals(std::span<const float> scale, std::span<const float> zero, size_t n_groups,
+                       size_t dim, const CompactGrid& g, std::vector<int64_t>& scale_res,
+                       std::vector<int64_t>& zero_res) {
   scale_res.reserve(scale.size());
   zero_res.reserve(zero.size());
   for (size_t c = 0; c < dim; ++c) {
@@ -219,13 +225,28 @@ void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<
       zero_res.push_back(k - (prev == SIZE_MAX ? 0 : predict_index(zero[prev], step)));
     }
   }
-  const int ks = best_eg_order(scale_res), kz = best_eg_order(zero_res);
+}
+
+}  // namespace
+
+void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
+                          size_t n_groups, size_t dim, const CompactGrid& g) {
+  std::vector<int64_t> scale_res, zero_res;
+  compact_residuals(scale, zero, n_groups, dim, g, scale_res, zero_res);
+  const int ks = best_eg_order(scale_res).k, kz = best_eg_order(zero_res).k;
   w.put(static_cast<uint64_t>(ks), 5);
   w.put(static_cast<uint64_t>(kz), 5);
   for (size_t i = 0; i < scale_res.size(); ++i) {
     w.signed_exp_golomb(scale_res[i], ks);
     w.signed_exp_golomb(zero_res[i], kz);
   }
+}
+
+size_t params_compact_bits(std::span<const float> scale, std::span<const float> zero,
+                           size_t n_groups, size_t dim, const CompactGrid& g) {
+  std::vector<int64_t> scale_res, zero_res;
+  compact_residuals(scale, zero, n_groups, dim, g, scale_res, zero_res);
+  return 10 + best_eg_order(scale_res).bits + best_eg_order(zero_res).bits;
 }
 
 void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,

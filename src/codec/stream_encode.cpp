@@ -139,11 +139,9 @@ ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& o
   ParamPrecision best = ParamPrecision::fp32;
   size_t best_bits = n_params * 64;
   if (params_fit_fp16(s.scale, s.zero)) best = ParamPrecision::fp16, best_bits = n_params * 32;
-  if (params_fit_compact(s.scale, s.zero, grid)) {
-    BitWriter trial;
-    write_params_compact(trial, s.scale, s.zero, s.n_groups(), s.dim, grid);
-    if (trial.bit_count() + 16 <= best_bits) best = ParamPrecision::compact;
-  }
+  if (params_fit_compact(s.scale, s.zero, grid) &&
+      params_compact_bits(s.scale, s.zero, s.n_groups(), s.dim, grid) + 16 <= best_bits)
+    best = ParamPrecision::compact;
   return best;
 }
 
