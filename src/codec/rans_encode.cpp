@@ -2,6 +2,7 @@
 // bytes, so the output is path-independent by construction.
 #include <cstring>
 
+#include "cachegen/runtime.h"
 #include "codec/rans.h"
 #include "core/wire.h"
 
@@ -51,9 +52,13 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   // and then copied once, already in decoding order.
   std::vector<uint16_t> words(n + 1);
   size_t w_pos = words.size();
+  // 32-lane payloads: the AVX-512 encoder takes every full step of 32 elements; the scalar
+  // loop below codes the partial step at the end (coded first).
+  const bool simd = n_lanes == kMaxLanes && n >= kMaxLanes && simd_path() == SimdPath::avx512;
+  const size_t scalar_end = simd ? n - n % kMaxLanes : 0;
   size_t lane = n == 0 ? 0 : (n - 1) % static_cast<size_t>(n_lanes);
   size_t channel = n == 0 ? 0 : (n - 1) % dim;
-  for (size_t i = n; i-- > 0;) {
+  for (size_t i = n; i-- > scalar_end;) {
     const EncSymbol& e = table[channel * n_syms + symbols[i]];
     uint32_t s = x[lane];
     // Branch-free renormalisation: whether a lane emits a word is data-dependent (about one
@@ -66,6 +71,17 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     x[lane] = s + e.bias + q * e.cmpl;
     lane = lane == 0 ? static_cast<size_t>(n_lanes) - 1 : lane - 1;
     channel = channel == 0 ? dim - 1 : channel - 1;
+  }
+  if (simd) {
+    std::vector<uint32_t> packed(table.size());
+    std::vector<double> inv_freq(table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+      const uint32_t f = (1u << precision) - table[i].cmpl;
+      packed[i] = f | (table[i].bias << 16);
+      inv_freq[i] = table[i].rcp == 0 ? 0.0 : 1.0 / static_cast<double>(f);
+    }
+    const RansEncodeTables t{packed.data(), inv_freq.data(), static_cast<int>(n_syms), precision};
+    w_pos = rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words.data(), w_pos);
   }
   const size_t n_words = words.size() - w_pos;
   const size_t at = out.size();
