@@ -32,6 +32,11 @@ int64_t predict_index(float value, float step) {
   if (!(q == q)) return 0;
   if (q > 1e15f) return static_cast<int64_t>(1e15);
   if (q < -1e15f) return -static_cast<int64_t>(1e15);
+  // Round half to even as nearbyint does in the default rounding mode, without its libm call
+  // (two per parameter on the encoder's hot path): for |q| < 2^22, q + 1.5 * 2^23 lies in
+  // [2^23, 2^24), where the float spacing is 1, so the addition itself rounds.
+  constexpr float kRoundMagic = 12582912.0f;
+  if (std::fabs(q) < 4194304.0f) return static_cast<int64_t>((q + kRoundMagic) - kRoundMagic);
   return static_cast<int64_t>(std::nearbyint(q));
 }
 
@@ -40,7 +45,10 @@ bool exact_zero_index(float zero, float step, int64_t& k) {
   if (!std::isfinite(zero) || !(step > 0) || !std::isfinite(step)) return false;
   const double q = static_cast<double>(zero) / static_cast<double>(step);
   if (!(std::fabs(q) < static_cast<double>(kMaxZeroIndex))) return false;
-  k = static_cast<int64_t>(std::nearbyint(q));
+  // Round half to even, as predict_index: |q| < 2^40 puts q + 1.5 * 2^52 where the double
+  // spacing is 1.
+  constexpr double kRoundMagic = 6755399441055744.0;
+  k = static_cast<int64_t>((q + kRoundMagic) - kRoundMagic);
   return float_bits(static_cast<float>(k) * step) == float_bits(zero);
 }
 
