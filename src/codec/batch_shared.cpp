@@ -229,9 +229,14 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   if (n == 0) return false;
   const size_t n_syms = size_t{1} << first.bits;
   const bool allow_delta = options.allow_delta;
-  // Per head: delta symbols and histograms.
+  // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
+  auto record_bytes = [&](uint64_t model_fp) {
+    return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
+  };
+  // Per head: delta symbols, histograms and the lower bound of its record's estimate.
   std::vector<std::vector<uint8_t>> delta(G);
   std::vector<std::vector<uint32_t>> raw_counts(G), delta_counts(G);
+  std::vector<uint64_t> head_cost(G);
   parallel_for(G, [&](size_t h) {
     const CodeStream& s = streams[h];
     raw_counts[h].assign(dim * n_syms, 0);
@@ -243,6 +248,15 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
       delta_counts[h].assign(dim * n_syms, 0);
       add_histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
     }
+    uint64_t fp = 0;
+    for (size_t c = 0; c < dim; ++c) {
+      fp += channel_cost_lower_bound(
+          std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
+          allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
+                      : std::span<const uint32_t>(),
+          s.n_rows, s.bits);
+    }
+    head_cost[h] = record_bytes(fp);
   });
   // Shared.
   std::vector<uint32_t> raw(dim * n_syms, 0), del(allow_delta ? dim * n_syms : 0, 0);
@@ -260,25 +274,9 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     const size_t heads = std::min(G, (i + 1) * heads_per_slice) - i * heads_per_slice;
     shared += 4 * static_cast<uint64_t>(choose_lanes(heads * n)) + 4;
   }
-  // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
-  // Their models' cost lower bounds settle the choice when the shared batch is no larger
+  // The independent records' lower bounds settle the choice when the shared batch is no larger
   // than even those (the usual case: the estimate's model search per head and channel was
   // most of the encoder's model search); the search runs only when they do not.
-  auto record_bytes = [&](uint64_t model_fp) {
-    return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
-  };
-  std::vector<uint64_t> head_cost(G);
-  parallel_for(G, [&](size_t h) {
-    uint64_t fp = 0;
-    for (size_t c = 0; c < dim; ++c) {
-      fp += channel_cost_lower_bound(
-          std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
-          allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
-                      : std::span<const uint32_t>(),
-          first.n_rows, first.bits);
-    }
-    head_cost[h] = record_bytes(fp);
-  });
   uint64_t independent = 0;
   for (uint64_t c : head_cost) independent += c;
   if (shared > independent) {
@@ -299,12 +297,17 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     precision = std::max(precision, models[c].table.t);
     tables[c] = models[c].table;
   }
-  std::vector<std::vector<uint8_t>> payloads(n_slices);
+  // Each slice's task also writes its heads' parameter blocks, which are otherwise the
+  // largest serial part of the batch.
+  const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
+  std::vector<std::vector<uint8_t>> payloads(n_slices), param_blocks(G);
   parallel_for(n_slices, [&](size_t i) {
     const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
     std::vector<uint8_t> symbols((h1 - h0) * n);
-    for (size_t h = h0; h < h1; ++h)
+    for (size_t h = h0; h < h1; ++h) {
       stream_symbols(streams[h], models, delta[h], symbols.data() + (h - h0) * n);
+      write_param_block(streams[h], precisions[h], grid, param_blocks[h]);
+    }
     rans_encode(symbols, dim, tables, precision, choose_lanes(symbols.size()), payloads[i]);
   });
 
@@ -313,8 +316,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   w.varint(dim);
   w.varint(first.group_size);
   w.u8(static_cast<uint8_t>(first.bits));
-  const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
-  for (size_t h = 0; h < G; ++h) write_param_block(streams[h], precisions[h], grid, out);
+  for (const auto& p : param_blocks) w.bytes(p);
   w.u8(static_cast<uint8_t>(precision));
   BitWriter bits;
   for (const auto& m : models) write_channel_model(bits, m, first.bits);
