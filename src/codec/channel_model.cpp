@@ -12,33 +12,45 @@ namespace {
 constexpr uint32_t kMaxLog2Table = 1u << kMaxPrecision;
 constexpr int kKindBits = 2, kPrecisionBits = 4, kEgOrderBits = 2;
 
+// What normalize needs of a histogram beyond the counts, the same at every precision: the
+// present symbols (ascending), the most frequent one (lowest on ties) and the total.
+struct Present {
+  uint16_t sym[256];
+  size_t n = 0, most = 0;
+  uint64_t total = 0;
+  explicit Present(std::span<const uint32_t> counts) {
+    for (size_t s = 0; s < counts.size(); ++s) {
+      if (counts[s] == 0) continue;
+      sym[n++] = static_cast<uint16_t>(s);
+      total += counts[s];
+      if (counts[s] > counts[most] || counts[most] == 0) most = s;
+    }
+  }
+};
+
 // Normalises counts to frequencies summing to 2^t, every present symbol >= 1. Deterministic
-// integer arithmetic; returns false when 2^t cannot hold every present symbol.
-bool normalize(std::span<const uint32_t> counts, uint64_t total, int t,
-               std::vector<uint16_t>& freq) {
+// integer arithmetic; returns false when 2^t cannot hold every present symbol. Writes the
+// present symbols' entries of freq only (the others must be 0).
+bool normalize(std::span<const uint32_t> counts, const Present& p, int t, uint16_t* freq) {
   const uint32_t target = 1u << t;
-  freq.assign(counts.size(), 0);
+  if (p.n > target) return false;
   uint32_t sum = 0;
-  size_t n_present = 0, most = 0;
-  for (size_t s = 0; s < counts.size(); ++s) {
-    if (counts[s] == 0) continue;
-    ++n_present;
-    uint64_t f = (static_cast<uint64_t>(counts[s]) * target + total / 2) / total;
+  for (size_t i = 0; i < p.n; ++i) {
+    const size_t s = p.sym[i];
+    uint64_t f = (static_cast<uint64_t>(counts[s]) * target + p.total / 2) / p.total;
     if (f == 0) f = 1;
     freq[s] = static_cast<uint16_t>(f > target ? target : f);
     sum += freq[s];
-    if (counts[s] > counts[most] || counts[most] == 0) most = s;
   }
-  if (n_present > target) return false;
   while (sum > target) {  // take from the largest frequency (lowest symbol on ties)
-    size_t big = most;
-    for (size_t s = 0; s < freq.size(); ++s)
-      if (freq[s] > freq[big]) big = s;
+    size_t big = p.most;
+    for (size_t i = 0; i < p.n; ++i)
+      if (freq[p.sym[i]] > freq[big]) big = p.sym[i];
     const uint32_t take = sum - target < freq[big] - 1u ? sum - target : freq[big] - 1u;
     freq[big] = static_cast<uint16_t>(freq[big] - take);
     sum -= take;
   }
-  freq[most] = static_cast<uint16_t>(freq[most] + (target - sum));
+  freq[p.most] = static_cast<uint16_t>(freq[p.most] + (target - sum));
   return true;
 }
 
@@ -51,41 +63,39 @@ void fill_cum(ChannelTable& table) {
   }
 }
 
-// Bits of the frequency list (after the kind/precision/order fields) for one table under
-// each Exp-Golomb order, given the frequencies in list order: one pass for all orders.
-std::array<uint64_t, 1 << kEgOrderBits> list_bits(const std::vector<uint16_t>& listed, int bits) {
-  uint32_t last = 0;
-  for (uint32_t j = 0; j < listed.size(); ++j)
-    if (listed[j] != 0) last = j;
-  std::array<uint64_t, 1 << kEgOrderBits> n;
-  n.fill(static_cast<uint64_t>(bits));
-  for (uint32_t j = 0; j < last; ++j) {
-    for (int k = 0; k < (1 << kEgOrderBits); ++k)
-      n[static_cast<size_t>(k)] += static_cast<uint64_t>(BitWriter::exp_golomb_bits(listed[j], k));
-  }
-  return n;
-}
-
-// Best table over one histogram: precision t and Exp-Golomb order k.
+// Best table over one histogram: precision t and Exp-Golomb order k. The frequency list's
+// bits are counted for every order in one pass per precision (the list ends at the last
+// present symbol in list order, the same at every precision); the winner's frequencies are
+// recomputed once at the end rather than copied at every improvement.
 ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
                         int bits) {
   ChannelModel best;
   best.kind = kind;
   best.cost_fp = UINT64_MAX;
-  uint64_t total = 0;
-  for (uint32_t c : counts) total += c;
-  std::vector<uint16_t> freq, listed(counts.size());
-  std::vector<uint32_t> order(counts.size());
-  for (uint32_t j = 0; j < order.size(); ++j) order[j] = table_order_symbol(kind, j, bits);
+  const Present present(counts);
+  uint16_t order[256];
+  uint32_t last = 0;
+  for (uint32_t j = 0; j < counts.size(); ++j) {
+    order[j] = static_cast<uint16_t>(table_order_symbol(kind, j, bits));
+    if (counts[order[j]] != 0) last = j;
+  }
+  uint16_t freq[256] = {};
+  int best_t = 0;
   for (int t = 1; t <= max_table_precision(n_rows); ++t) {
-    if (!normalize(counts, total, t, freq)) continue;
-    for (size_t j = 0; j < order.size(); ++j) listed[j] = freq[order[j]];
+    if (!normalize(counts, present, t, freq)) continue;
     uint64_t data = 0;
-    for (size_t s = 0; s < counts.size(); ++s) {
-      if (counts[s] != 0)
-        data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
+    for (size_t i = 0; i < present.n; ++i) {
+      const size_t s = present.sym[i];
+      data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
     }
-    const std::array<uint64_t, 1 << kEgOrderBits> list = list_bits(listed, bits);
+    std::array<uint64_t, 1 << kEgOrderBits> list;
+    list.fill(static_cast<uint64_t>(bits));
+    for (uint32_t j = 0; j < last; ++j) {
+      for (int k = 0; k < (1 << kEgOrderBits); ++k) {
+        list[static_cast<size_t>(k)] +=
+            static_cast<uint64_t>(BitWriter::exp_golomb_bits(freq[order[j]], k));
+      }
+    }
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
       const uint64_t desc =
           kKindBits + kPrecisionBits + kEgOrderBits + list[static_cast<size_t>(k)];
@@ -93,10 +103,14 @@ ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size
       if (cost < best.cost_fp) {
         best.cost_fp = cost;
         best.eg_k = k;
-        best.table.t = t;
-        best.table.freq = freq;
+        best_t = t;
       }
     }
+  }
+  if (best_t != 0) {
+    normalize(counts, present, best_t, freq);
+    best.table.t = best_t;
+    best.table.freq.assign(freq, freq + counts.size());
   }
   fill_cum(best.table);
   return best;
