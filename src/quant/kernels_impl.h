@@ -74,21 +74,35 @@ static bool minmax_rows(const float* x, size_t rows, size_t dim, float* mn, floa
   return bad == 0;
 }
 
+// n consecutive values with their own scale and zero each.
+static inline void quantize_span(const float* x, size_t n, const float* scale, const float* zero,
+                                 float max_code, uint8_t* out) {
+  const float hi = max_code + 1.0f;
+  for (size_t c = 0; c < n; ++c) {
+    float v = (x[c] - zero[c]) / scale[c];
+    // Pre-clamp keeps the rounding trick in range; the final clamp is the reference's.
+    v = min_f(max_f(v, -1.0f), hi);
+    float q = (v + kRoundMagic) - kRoundMagic;
+    q = min_f(max_f(q, 0.0f), max_code);
+    out[c] = static_cast<uint8_t>(static_cast<int32_t>(q));
+  }
+}
+
 static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,
                           const float* zero, float max_code, uint8_t* codes) {
-  const float hi = max_code + 1.0f;
-  for (size_t r = 0; r < rows; ++r) {
-    const float* row = x + r * dim;
-    uint8_t* out = codes + r * dim;
-    for (size_t c = 0; c < dim; ++c) {
-      float v = (row[c] - zero[c]) / scale[c];
-      // Pre-clamp keeps the rounding trick in range; the final clamp is the reference's.
-      v = min_f(max_f(v, -1.0f), hi);
-      float q = (v + kRoundMagic) - kRoundMagic;
-      q = min_f(max_f(q, 0.0f), max_code);
-      out[c] = static_cast<uint8_t>(static_cast<int32_t>(q));
-    }
+  size_t r = 0;
+  if (dim < 32) {
+    // Rows too short to fill vectors (head_dim 8, say): blocks of whole rows, at least 64
+    // values, as one span with the parameters repeated per row. The same operations per
+    // value, so the same codes.
+    constexpr size_t kBlock = 64;
+    const size_t per = (kBlock + dim - 1) / dim, len = per * dim;
+    float s_rep[kBlock + 32], z_rep[kBlock + 32];
+    for (size_t j = 0; j < len; ++j) s_rep[j] = scale[j % dim], z_rep[j] = zero[j % dim];
+    for (; r + per <= rows; r += per)
+      quantize_span(x + r * dim, len, s_rep, z_rep, max_code, codes + r * dim);
   }
+  for (; r < rows; ++r) quantize_span(x + r * dim, dim, scale, zero, max_code, codes + r * dim);
 }
 
 static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
