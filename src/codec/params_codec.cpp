@@ -91,14 +91,16 @@ EgOrder best_eg_order(const std::vector<int64_t>& residuals) {
   const uint64_t n = residuals.size();
   // Past the largest value's bit length every residual costs k + 1 bits, which only grows
   // with k: the search can stop there and still find the same (first) minimum.
-  const int last_k = std::min(24, 64 - __builtin_clzll(largest | 1) + 1);
+  const int max_length = 64 - __builtin_clzll(largest | 1);  // no value is longer
+  const int last_k = std::min(24, max_length + 1);
   EgOrder best;
   int64_t carrying = 0;
   for (int k = 0; k <= last_k; ++k) {
     carrying += carry_delta[k];
     if ((largest >> k) + 1 >= (uint64_t{1} << (kMaxEgPrefix + 1))) continue;
     uint64_t bits = n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying);
-    for (int b = k + 2; b <= 64; ++b) bits += 2 * by_length[b] * static_cast<uint64_t>(b - k - 1);
+    for (int b = k + 2; b <= max_length; ++b)
+      bits += 2 * by_length[b] * static_cast<uint64_t>(b - k - 1);
     if (bits < best.bits) best.bits = bits, best.k = k;
   }
   return best;

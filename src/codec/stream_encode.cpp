@@ -37,18 +37,21 @@ void stream_symbols(const CodeStream& s, std::span<const ChannelModel> models,
                     std::span<const uint8_t> delta, uint8_t* symbols) {
   const size_t n = s.n_rows * s.dim;
   std::memcpy(symbols, s.codes.data(), n);
-  std::vector<uint8_t> use_delta(s.dim);
   bool any = false;
-  for (size_t c = 0; c < s.dim; ++c) {
-    use_delta[c] = models[c].kind == ChannelKind::delta_table ? 0xff : 0;
-    any = any || use_delta[c];
-  }
+  for (size_t c = 0; c < s.dim; ++c) any = any || models[c].kind == ChannelKind::delta_table;
   if (!any) return;
-  for (size_t t = 0; t < s.n_rows; ++t) {
+  // The select runs over blocks of whole rows of at least 64 bytes, the channel mask repeated
+  // per row, so that it vectorises however short the rows are.
+  const size_t per = (64 + s.dim - 1) / s.dim, len = per * s.dim;
+  std::vector<uint8_t> use_delta(len);
+  for (size_t j = 0; j < len; ++j)
+    use_delta[j] = models[j % s.dim].kind == ChannelKind::delta_table ? 0xff : 0;
+  for (size_t t = 0; t < s.n_rows; t += per) {
+    const size_t m = std::min(per, s.n_rows - t) * s.dim;
     uint8_t* row = symbols + t * s.dim;
     const uint8_t* d = delta.data() + t * s.dim;
-    for (size_t c = 0; c < s.dim; ++c)
-      row[c] = static_cast<uint8_t>((d[c] & use_delta[c]) | (row[c] & ~use_delta[c]));
+    for (size_t j = 0; j < m; ++j)
+      row[j] = static_cast<uint8_t>((d[j] & use_delta[j]) | (row[j] & ~use_delta[j]));
   }
 }
 
