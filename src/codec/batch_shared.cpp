@@ -279,8 +279,13 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   // most of the encoder's model search); the search runs only when they do not.
   uint64_t independent = 0;
   for (uint64_t c : head_cost) independent += c;
-  if (shared > independent) {
-    parallel_for(G, [&](size_t h) {
+  // Otherwise the bounds become exact estimates an eighth of the heads at a time, until their
+  // sum reaches the shared size (shared wins) or every head is exact (the estimate decides).
+  const size_t chunk = (G + 7) / 8;
+  for (size_t h0 = 0; h0 < G && shared > independent; h0 += chunk) {
+    const size_t h1 = std::min(G, h0 + chunk);
+    parallel_for(h1 - h0, [&](size_t i) {
+      const size_t h = h0 + i;
       const auto m =
           choose_models(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr, dim,
                         n_syms, first.n_rows, first.bits);
@@ -288,8 +293,8 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     });
     independent = 0;
     for (uint64_t c : head_cost) independent += c;
-    if (shared > independent) return false;
   }
+  if (shared > independent) return false;
 
   int precision = 1;
   std::vector<ChannelTable> tables(dim);
