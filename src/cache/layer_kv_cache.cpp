@@ -18,12 +18,14 @@ namespace detail {
 // Widens or narrows one [heads, T, dim] view to fp16, checking every value is finite in fp16.
 std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
   const size_t n = x.n_kv_heads * x.n_tokens * x.head_dim;
-  std::vector<Half> out(n);
-  if (n == 0) return out;
+  if (n == 0) return {};
   if (x.data == nullptr) invalid(std::string(name) + ".data is null");
+  // fp16 is copied in at construction: std::vector<Half>(n) zero-fills one element at a time
+  // (the fill reads through a reference the compiler cannot prove outside the storage).
+  const Half* f16 = x.dtype == KVDType::f16 ? static_cast<const Half*>(x.data) : nullptr;
+  std::vector<Half> out = f16 ? std::vector<Half>(f16, f16 + n) : std::vector<Half>(n);
   switch (x.dtype) {
     case KVDType::f16:
-      std::memcpy(out.data(), x.data, n * sizeof(Half));
       break;
     case KVDType::bf16: {
       const auto* in = static_cast<const BFloat16*>(x.data);
@@ -39,7 +41,7 @@ std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
       invalid(std::string(name) + ".dtype is not f32, f16 or bf16");
   }
   if (x.token_major && x.n_kv_heads > 1) {  // to [heads, tokens, dim]
-    std::vector<Half> t(n);
+    std::vector<Half> t(out);  // every element is overwritten; a copy is cheaper than a fill
     const size_t H = x.n_kv_heads, T = x.n_tokens, D = x.head_dim;
     for (size_t tok = 0; tok < T; ++tok) {
       for (size_t h = 0; h < H; ++h) {
