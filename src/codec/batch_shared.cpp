@@ -12,6 +12,7 @@
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
 #include "core/parallel.h"
+#include "quant/kernels.h"
 
 namespace cachegen::detail {
 namespace {
@@ -24,15 +25,6 @@ constexpr size_t kMinElementsPerThread = size_t{1} << 18;
 
 [[noreturn]] void corrupt(const std::string& what) {
   fail(ErrorCode::corrupt_input, "codec batch: " + what);
-}
-
-// Per-channel histograms [dim][n_syms] of a [n_rows, dim] symbol matrix, added to `counts`.
-void add_histograms(const uint8_t* symbols, size_t n_rows, size_t dim, size_t n_syms,
-                    uint32_t* counts) {
-  for (size_t t = 0; t < n_rows; ++t) {
-    const uint8_t* row = symbols + t * dim;
-    for (size_t c = 0; c < dim; ++c) ++counts[c * n_syms + row[c]];
-  }
 }
 
 // Bytes of models (and data) whose costs sum to `fp` bits in 16.16 fixed point.
@@ -237,16 +229,17 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   std::vector<std::vector<uint8_t>> delta(G);
   std::vector<std::vector<uint32_t>> raw_counts(G), delta_counts(G);
   std::vector<uint64_t> head_cost(G);
+  const auto histograms = quant_kernels().channel_histograms;
   parallel_for(G, [&](size_t h) {
     const CodeStream& s = streams[h];
     raw_counts[h].assign(dim * n_syms, 0);
-    add_histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
+    histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
     if (allow_delta) {
       delta[h].resize(n);
       compute_delta_symbols(s.codes.data(), s.n_rows, dim, s.bits, s.group_size, s.scale, s.zero,
                             delta[h].data());
       delta_counts[h].assign(dim * n_syms, 0);
-      add_histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
+      histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
     }
     uint64_t fp = 0;
     for (size_t c = 0; c < dim; ++c) {

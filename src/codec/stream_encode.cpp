@@ -7,6 +7,7 @@
 #include "codec/rans.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
+#include "quant/kernels.h"
 
 namespace cachegen::detail {
 namespace {
@@ -86,15 +87,17 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
                           delta.data());
   }
   std::vector<ChannelModel> models(s.dim);
-  std::vector<uint32_t> raw_counts(n_syms), delta_counts(allow_delta ? n_syms : 0);
+  std::vector<uint32_t> raw_counts(s.dim * n_syms, 0),
+      delta_counts(allow_delta ? s.dim * n_syms : 0, 0);
+  const auto histograms = quant_kernels().channel_histograms;
+  histograms(s.codes.data(), s.n_rows, s.dim, n_syms, raw_counts.data());
+  if (allow_delta) histograms(delta.data(), s.n_rows, s.dim, n_syms, delta_counts.data());
   for (size_t c = 0; c < s.dim; ++c) {
-    std::fill(raw_counts.begin(), raw_counts.end(), 0);
-    std::fill(delta_counts.begin(), delta_counts.end(), 0);
-    for (size_t t = 0; t < s.n_rows; ++t) {
-      ++raw_counts[s.codes[t * s.dim + c]];
-      if (allow_delta) ++delta_counts[delta[t * s.dim + c]];
-    }
-    models[c] = choose_channel_model(raw_counts, delta_counts, s.n_rows, s.bits);
+    models[c] = choose_channel_model(
+        std::span<const uint32_t>(raw_counts).subspan(c * n_syms, n_syms),
+        allow_delta ? std::span<const uint32_t>(delta_counts).subspan(c * n_syms, n_syms)
+                    : std::span<const uint32_t>(),
+        s.n_rows, s.bits);
   }
   std::vector<uint8_t> symbols(n);
   if (n > 0) stream_symbols(s, models, delta, symbols.data());

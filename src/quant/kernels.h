@@ -35,6 +35,10 @@ struct QuantKernels {
                         const float* base, float* out, size_t out_stride);
   // out[i] = fp16(clamp(in[i], -65504, 65504)) (NaN saturates like dequant_rows).
   void (*f32_to_f16_sat)(const float* in, uint16_t* out, size_t n);
+  // Per-channel histograms of a [rows, dim] matrix of symbols < n_syms: adds to
+  // counts[c * n_syms + s] the rows whose channel c holds s (the codec's model search).
+  void (*channel_histograms)(const uint8_t* symbols, size_t rows, size_t dim, size_t n_syms,
+                             uint32_t* counts);
 };
 
 const QuantKernels& quant_kernels_scalar();

@@ -198,7 +198,40 @@ static void f32_to_f16_sat(const float* in, uint16_t* out, size_t n) {
   for (; i < n; ++i) out[i] = float_to_half(max_f(min_f(in[i], kHalfMax), -kHalfMax)).bits;
 }
 
-inline const QuantKernels kTable = {f16_to_f32,    bf16_to_f32,  all_finite,    minmax_rows,
-                                    quantize_rows, dequant_rows, basis_combine, f32_to_f16_sat};
+static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, size_t n_syms,
+                               uint32_t* counts) {
+  size_t r = 0;
+  if (n_syms <= 16 && dim >= 1 && dim <= 64) {
+    // Small alphabets: blocks of whole rows (up to 64 bytes) are compared with every symbol
+    // and the matches counted per block position in bytes, flushed every 255 blocks. Vector
+    // compares replace one increment per value, whose loads and stores were the cost.
+    constexpr size_t kRun = 255;
+    const size_t per = 64 / dim, len = per * dim;
+    uint8_t acc[16 * 64];
+    for (size_t blocks = rows / per; blocks > 0;) {
+      const size_t run = blocks < kRun ? blocks : kRun;
+      std::memset(acc, 0, sizeof acc);
+      for (size_t b = 0; b < run; ++b, r += per) {
+        const uint8_t* block = symbols + r * dim;
+        for (size_t v = 0; v < n_syms; ++v) {
+          uint8_t* a = acc + v * 64;
+          for (size_t j = 0; j < len; ++j)
+            a[j] = static_cast<uint8_t>(a[j] + (block[j] == v ? 1 : 0));
+        }
+      }
+      for (size_t v = 0; v < n_syms; ++v)
+        for (size_t j = 0; j < len; ++j) counts[(j % dim) * n_syms + v] += acc[v * 64 + j];
+      blocks -= run;
+    }
+  }
+  for (; r < rows; ++r) {
+    const uint8_t* row = symbols + r * dim;
+    for (size_t c = 0; c < dim; ++c) ++counts[c * n_syms + row[c]];
+  }
+}
+
+inline const QuantKernels kTable = {f16_to_f32,    bf16_to_f32,    all_finite,
+                                    minmax_rows,   quantize_rows,  dequant_rows,
+                                    basis_combine, f32_to_f16_sat, channel_histograms};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS
