@@ -215,12 +215,15 @@ static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
         const uint8_t* block = symbols + r * dim;
         for (size_t v = 0; v < n_syms; ++v) {
           uint8_t* a = acc + v * 64;
+          const uint8_t sym = static_cast<uint8_t>(v);  // a byte compare, not a widened one
           for (size_t j = 0; j < len; ++j)
-            a[j] = static_cast<uint8_t>(a[j] + (block[j] == v ? 1 : 0));
+            a[j] = static_cast<uint8_t>(a[j] + static_cast<uint8_t>(block[j] == sym));
         }
       }
-      for (size_t v = 0; v < n_syms; ++v)
-        for (size_t j = 0; j < len; ++j) counts[(j % dim) * n_syms + v] += acc[v * 64 + j];
+      for (size_t v = 0; v < n_syms; ++v) {
+        for (size_t j = 0, c = 0; j < len; ++j, c = c + 1 == dim ? 0 : c + 1)
+          counts[c * n_syms + v] += acc[v * 64 + j];
+      }
       blocks -= run;
     }
   }
