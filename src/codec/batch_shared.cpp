@@ -208,7 +208,8 @@ void decode_slices(const SharedBatch& b, Fn&& fn) {
 
 bool encode_batch_shared(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
-                         std::vector<uint8_t>& out) {
+                         std::vector<uint8_t>& out,
+                         std::span<const std::vector<uint8_t>> compact_sections) {
   const size_t G = streams.size();
   if (G < 2) return false;
   const CodeStream& first = streams[0];
@@ -304,7 +305,9 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     std::vector<uint8_t> symbols((h1 - h0) * n);
     for (size_t h = h0; h < h1; ++h) {
       stream_symbols(streams[h], models, delta[h], symbols.data() + (h - h0) * n);
-      write_param_block(streams[h], precisions[h], grid, param_blocks[h]);
+      write_param_block(streams[h], precisions[h], grid, param_blocks[h],
+                        compact_sections.empty() ? std::span<const uint8_t>()
+                                                 : std::span<const uint8_t>(compact_sections[h]));
     }
     rans_encode(symbols, dim, tables, precision, choose_lanes(symbols.size()), payloads[i]);
   });

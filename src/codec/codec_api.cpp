@@ -76,12 +76,15 @@ CodeStream quantize_for_codec(std::span<const float> x, size_t n_rows, size_t di
 }
 
 // Quantizes for the codec and picks the exact parameter precision that codes smallest.
+// compact_section (optional) receives the compact parameter bits when compact is chosen.
 CodeStream quantize_and_pick(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                              size_t group_size, const EncodeOptions& options,
-                             ParamPrecision& precision) {
+                             ParamPrecision& precision,
+                             std::vector<uint8_t>* compact_section = nullptr) {
   CodeStream s = quantize_for_codec(x, n_rows, dim, bits, group_size, options, precision);
   // fp16 parameters may still code smaller (e.g. tiny streams); both are exact here.
-  if (precision == ParamPrecision::compact) precision = detail::exact_param_precision(s, options);
+  if (precision == ParamPrecision::compact)
+    precision = detail::exact_param_precision(s, options, compact_section);
   return s;
 }
 
@@ -139,14 +142,16 @@ std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> by
 }
 
 // Shared layout when the heads share a shape and it is estimated smaller, else G records.
+// compact_sections: per head, the compact parameter bits the precision choice kept, or none.
 std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
                                      std::span<const ParamPrecision> precisions,
-                                     const EncodeOptions& options) {
+                                     const EncodeOptions& options,
+                                     std::span<const std::vector<uint8_t>> compact_sections) {
   std::vector<uint8_t> out = with_magic(detail::kBatchMagic);
   wire::Writer w(out);
   w.varint(streams.size());
   w.u8(detail::kBatchShared);
-  if (detail::encode_batch_shared(streams, precisions, options, out)) return out;
+  if (detail::encode_batch_shared(streams, precisions, options, out, compact_sections)) return out;
   out.back() = detail::kBatchIndependent;
   std::vector<std::vector<uint8_t>> heads(streams.size());
   detail::parallel_for(streams.size(), [&](size_t i) {
@@ -239,10 +244,11 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
   check_options(options);
   for (const auto& s : streams) validate(s);
   std::vector<ParamPrecision> precisions(streams.size());
+  std::vector<std::vector<uint8_t>> sections(streams.size());
   detail::parallel_for(streams.size(), [&](size_t i) {
-    precisions[i] = detail::exact_param_precision(streams[i], options);
+    precisions[i] = detail::exact_param_precision(streams[i], options, &sections[i]);
   });
-  return encode_batch_of(streams, precisions, options);
+  return encode_batch_of(streams, precisions, options, sections);
 }
 
 std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
@@ -256,11 +262,12 @@ std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_head
   }
   std::vector<CodeStream> streams(n_heads);
   std::vector<ParamPrecision> precisions(n_heads);
+  std::vector<std::vector<uint8_t>> sections(n_heads);
   detail::parallel_for(n_heads, [&](size_t h) {
     streams[h] = quantize_and_pick(x.subspan(h * per_head, per_head), n_rows, dim, bits, group_size,
-                                   options, precisions[h]);
+                                   options, precisions[h], &sections[h]);
   });
-  return encode_batch_of(streams, precisions, options);
+  return encode_batch_of(streams, precisions, options, sections);
 }
 
 std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads, size_t n_rows,
@@ -274,6 +281,7 @@ std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads
   }
   std::vector<CodeStream> streams(n_heads);
   std::vector<ParamPrecision> precisions(n_heads);
+  std::vector<std::vector<uint8_t>> sections(n_heads);
   const detail::QuantKernels& k = detail::quant_kernels();
   detail::parallel_for(n_heads, [&](size_t h) {
     // One head widened at a time into the thread's scratch: it stays in cache for the
@@ -281,9 +289,9 @@ std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads
     float* f32 = reinterpret_cast<float*>(detail::scratch_bytes(per_head * sizeof(float)));
     k.f16_to_f32(reinterpret_cast<const uint16_t*>(x.data() + h * per_head), f32, per_head);
     streams[h] = quantize_and_pick(std::span<const float>(f32, per_head), n_rows, dim, bits,
-                                   group_size, options, precisions[h]);
+                                   group_size, options, precisions[h], &sections[h]);
   });
-  return encode_batch_of(streams, precisions, options);
+  return encode_batch_of(streams, precisions, options, sections);
 }
 
 CodedSizeReport coded_size_report_batch(std::span<const uint8_t> batch_bytes) {

@@ -57,17 +57,21 @@ void stream_symbols(const CodeStream& s, std::span<const ChannelModel> models,
 }
 
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
-                       std::vector<uint8_t>& out) {
+                       std::vector<uint8_t>& out, std::span<const uint8_t> compact_section) {
   wire::Writer w(out);
   w.u8(static_cast<uint8_t>(precision));
   if (precision == ParamPrecision::compact) {
     w.u8(static_cast<uint8_t>(grid.scale_mantissa_bits));
     w.u8(static_cast<uint8_t>(grid.zero_step_log2));
-    BitWriter bits;
-    write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
-    const std::vector<uint8_t> side = bits.finish();
-    w.varint(side.size());
-    w.bytes(side);
+    std::vector<uint8_t> side;
+    if (compact_section.empty()) {
+      BitWriter bits;
+      write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+      side = bits.finish();
+      compact_section = side;
+    }
+    w.varint(compact_section.size());
+    w.bytes(compact_section);
   } else {
     write_float_params(w, s.scale, precision);
     write_float_params(w, s.zero, precision);
@@ -138,16 +142,26 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
   if (n > 0) rans_encode(symbols, s.dim, tables, precision_bits, n_lanes, out);
 }
 
-ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& options) {
+ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& options,
+                                     std::vector<uint8_t>* compact_section) {
   // Only the parameter section depends on the precision, so pick it by that section's size.
   const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
   const size_t n_params = s.scale.size();
   ParamPrecision best = ParamPrecision::fp32;
   size_t best_bits = n_params * 64;
   if (params_fit_fp16(s.scale, s.zero)) best = ParamPrecision::fp16, best_bits = n_params * 32;
-  if (params_fit_compact(s.scale, s.zero, grid) &&
-      params_compact_bits(s.scale, s.zero, s.n_groups(), s.dim, grid) + 16 <= best_bits)
+  if (!params_fit_compact(s.scale, s.zero, grid)) return best;
+  if (!compact_section) {  // counted, not written
+    if (params_compact_bits(s.scale, s.zero, s.n_groups(), s.dim, grid) + 16 <= best_bits)
+      best = ParamPrecision::compact;
+    return best;
+  }
+  BitWriter bits;
+  write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+  if (bits.bit_count() + 16 <= best_bits) {
     best = ParamPrecision::compact;
+    *compact_section = bits.finish();
+  }
   return best;
 }
 
