@@ -4,6 +4,7 @@
 // give SIMD decoders 32 lanes however short a head is, while keeping slices independent so
 // that threads decode them in parallel.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -273,22 +274,22 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   // most of the encoder's model search); the search runs only when they do not.
   uint64_t independent = 0;
   for (uint64_t c : head_cost) independent += c;
-  // Otherwise the bounds become exact estimates an eighth of the heads at a time, until their
-  // sum reaches the shared size (shared wins) or every head is exact (the estimate decides).
-  const size_t chunk = (G + 7) / 8;
-  for (size_t h0 = 0; h0 < G && shared > independent; h0 += chunk) {
-    const size_t h1 = std::min(G, h0 + chunk);
-    parallel_for(h1 - h0, [&](size_t i) {
-      const size_t h = h0 + i;
+  // Otherwise the bounds become exact estimates head by head, in one parallel loop, until
+  // their sum reaches the shared size (shared wins; the heads left are skipped) or every head
+  // is exact (the estimate decides). Exact estimates only raise the sum, so the outcome does
+  // not depend on which heads were evaluated.
+  if (shared > independent) {
+    std::atomic<uint64_t> bound{independent};
+    parallel_for(G, [&](size_t h) {
+      if (bound.load(std::memory_order_relaxed) >= shared) return;
       const auto m =
           choose_models(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr, dim,
                         n_syms, first.n_rows, first.bits);
-      head_cost[h] = record_bytes(model_cost_fp(m));
+      const uint64_t exact = record_bytes(model_cost_fp(m));
+      bound.fetch_add(exact - head_cost[h], std::memory_order_relaxed);
     });
-    independent = 0;
-    for (uint64_t c : head_cost) independent += c;
+    if (shared > bound.load()) return false;
   }
-  if (shared > independent) return false;
 
   int precision = 1;
   std::vector<ChannelTable> tables(dim);
