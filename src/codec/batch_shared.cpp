@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "cachegen/runtime.h"
@@ -303,14 +304,16 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   std::vector<std::vector<uint8_t>> payloads(n_slices), param_blocks(G);
   parallel_for(n_slices, [&](size_t i) {
     const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
-    std::vector<uint8_t> symbols((h1 - h0) * n);
+    // Every byte is written by stream_symbols: no zero fill first.
+    const std::unique_ptr<uint8_t[]> symbols(new uint8_t[(h1 - h0) * n]);
     for (size_t h = h0; h < h1; ++h) {
-      stream_symbols(streams[h], models, delta[h], symbols.data() + (h - h0) * n);
+      stream_symbols(streams[h], models, delta[h], symbols.get() + (h - h0) * n);
       write_param_block(streams[h], precisions[h], grid, param_blocks[h],
                         compact_sections.empty() ? std::span<const uint8_t>()
                                                  : std::span<const uint8_t>(compact_sections[h]));
     }
-    rans_encode(symbols, dim, tables, precision, choose_lanes(symbols.size()), payloads[i]);
+    rans_encode(std::span<const uint8_t>(symbols.get(), (h1 - h0) * n), dim, tables, precision,
+                choose_lanes((h1 - h0) * n), payloads[i]);
   });
 
   wire::Writer w(out);
