@@ -98,7 +98,10 @@ static void quantize_rows(const float* x, size_t rows, size_t dim, const float* 
     constexpr size_t kBlock = 64;
     const size_t per = (kBlock + dim - 1) / dim, len = per * dim;
     float s_rep[kBlock + 32], z_rep[kBlock + 32];
-    for (size_t j = 0; j < len; ++j) s_rep[j] = scale[j % dim], z_rep[j] = zero[j % dim];
+    for (size_t b = 0; b < per; ++b) {  // one copy per row, not a division per value
+      std::memcpy(s_rep + b * dim, scale, dim * sizeof(float));
+      std::memcpy(z_rep + b * dim, zero, dim * sizeof(float));
+    }
     for (; r + per <= rows; r += per)
       quantize_span(x + r * dim, len, s_rep, z_rep, max_code, codes + r * dim);
   }
