@@ -174,11 +174,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
                                  });
     benchmark::RegisterBenchmark(("encode_fp16" + sfx).c_str(), [&, threads](benchmark::State& st) {
       set_thread_count(threads);
-      std::vector<float> f32(n);
       for (auto _ : st) {
-        for (size_t i = 0; i < n; ++i) f32[i] = half_to_float(in.values[i]);
         benchmark::DoNotOptimize(
-            encode_values_batch(f32, in.n_heads, in.n_rows, in.dim, o.bits, o.group_size));
+            encode_values_batch(in.values, in.n_heads, in.n_rows, in.dim, o.bits, o.group_size));
       }
       items(st, n);
     });

@@ -109,6 +109,11 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
 std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
                                          size_t dim, int bits, size_t group_size = 32,
                                          const EncodeOptions& options = {});
+// The same from fp16 values (widened exactly to fp32 a head at a time): the bytes of
+// encode_values_batch over the widened array.
+std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads, size_t n_rows,
+                                         size_t dim, int bits, size_t group_size = 32,
+                                         const EncodeOptions& options = {});
 std::vector<CodeStream> decode_batch(std::span<const uint8_t> bytes,
                                      const DecodeOptions& options = {});
 // fp16 [G, n_rows, dim]; all heads must share n_rows and dim (corrupt_input otherwise).

@@ -7,6 +7,7 @@
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
 #include "core/checks.h"
+#include "quant/kernels.h"
 
 namespace cachegen {
 
@@ -17,12 +18,14 @@ namespace detail {
 // Widens or narrows one [heads, T, dim] view to fp16, checking every value is finite in fp16.
 std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
   const size_t n = x.n_kv_heads * x.n_tokens * x.head_dim;
-  std::vector<Half> out(n);
-  if (n == 0) return out;
+  if (n == 0) return {};
   if (x.data == nullptr) invalid(std::string(name) + ".data is null");
+  // fp16 is copied in at construction: std::vector<Half>(n) zero-fills one element at a time
+  // (the fill reads through a reference the compiler cannot prove outside the storage).
+  const Half* f16 = x.dtype == KVDType::f16 ? static_cast<const Half*>(x.data) : nullptr;
+  std::vector<Half> out = f16 ? std::vector<Half>(f16, f16 + n) : std::vector<Half>(n);
   switch (x.dtype) {
     case KVDType::f16:
-      std::memcpy(out.data(), x.data, n * sizeof(Half));
       break;
     case KVDType::bf16: {
       const auto* in = static_cast<const BFloat16*>(x.data);
@@ -38,7 +41,7 @@ std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
       invalid(std::string(name) + ".dtype is not f32, f16 or bf16");
   }
   if (x.token_major && x.n_kv_heads > 1) {  // to [heads, tokens, dim]
-    std::vector<Half> t(n);
+    std::vector<Half> t(out);  // every element is overwritten; a copy is cheaper than a fill
     const size_t H = x.n_kv_heads, T = x.n_tokens, D = x.head_dim;
     for (size_t tok = 0; tok < T; ++tok) {
       for (size_t h = 0; h < H; ++h) {
@@ -47,11 +50,14 @@ std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
     }
     out.swap(t);
   }
-  for (size_t i = 0; i < n; ++i) {
-    if ((out[i].bits & 0x7c00u) == 0x7c00u) {
-      invalid(std::string(name) + " holds a NaN, Inf or a value beyond the fp16 range at element " +
-              std::to_string(i));
-    }
+  // One branch-free pass (it vectorises); the element is looked for only when one is bad.
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((out[i].bits & 0x7c00u) == 0x7c00u);
+  if (bad) {
+    size_t i = 0;
+    while ((out[i].bits & 0x7c00u) != 0x7c00u) ++i;
+    invalid(std::string(name) + " holds a NaN, Inf or a value beyond the fp16 range at element " +
+            std::to_string(i));
   }
   return out;
 }
@@ -194,7 +200,7 @@ CodeStream detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, in
     return quantize_to_codes(std::span<const Half>(x, n), rows, dim, bits, config.group_size);
   }
   std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = half_to_float(x[i]);
+  detail::quant_kernels().f16_to_f32(reinterpret_cast<const uint16_t*>(x), f.data(), n);
   EncodeOptions opt;
   opt.allow_delta = config.use_delta;
   return quantize_values(f, rows, dim, bits, config.group_size, opt);

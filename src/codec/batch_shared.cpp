@@ -4,7 +4,9 @@
 // give SIMD decoders 32 lanes however short a head is, while keeping slices independent so
 // that threads decode them in parallel.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "cachegen/runtime.h"
@@ -12,6 +14,7 @@
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
 #include "core/parallel.h"
+#include "quant/kernels.h"
 
 namespace cachegen::detail {
 namespace {
@@ -26,19 +29,15 @@ constexpr size_t kMinElementsPerThread = size_t{1} << 14;
   fail(ErrorCode::corrupt_input, "codec batch: " + what);
 }
 
-// Per-channel histograms [dim][n_syms] of a [n_rows, dim] symbol matrix, added to `counts`.
-void add_histograms(const uint8_t* symbols, size_t n_rows, size_t dim, size_t n_syms,
-                    uint32_t* counts) {
-  for (size_t t = 0; t < n_rows; ++t) {
-    const uint8_t* row = symbols + t * dim;
-    for (size_t c = 0; c < dim; ++c) ++counts[c * n_syms + row[c]];
-  }
+// Bytes of models (and data) whose costs sum to `fp` bits in 16.16 fixed point.
+uint64_t fp_bytes(uint64_t fp) {
+  return ((fp >> 16) + 7) / 8;
 }
 
-uint64_t model_cost_bytes(std::span<const ChannelModel> models) {
+uint64_t model_cost_fp(std::span<const ChannelModel> models) {
   uint64_t fp = 0;
   for (const auto& m : models) fp += m.cost_fp;
-  return ((fp >> 16) + 7) / 8;
+  return fp;
 }
 
 std::vector<ChannelModel> choose_models(const uint32_t* raw, const uint32_t* delta, size_t dim,
@@ -219,7 +218,8 @@ void decode_slices(const SharedBatch& b, Fn&& fn) {
 
 bool encode_batch_shared(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
-                         std::vector<uint8_t>& out) {
+                         std::vector<uint8_t>& out,
+                         std::span<const std::vector<uint8_t>> compact_sections) {
   const size_t G = streams.size();
   if (G < 2) return false;
   const CodeStream& first = streams[0];
@@ -232,31 +232,36 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   if (n == 0) return false;
   const size_t n_syms = size_t{1} << first.bits;
   const bool allow_delta = options.allow_delta;
-  // Per head: delta symbols and histograms.
+  // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
+  auto record_bytes = [&](uint64_t model_fp) {
+    return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
+  };
+  // Per head: delta symbols, histograms and the lower bound of its record's estimate.
   std::vector<std::vector<uint8_t>> delta(G);
   std::vector<std::vector<uint32_t>> raw_counts(G), delta_counts(G);
+  std::vector<uint64_t> head_cost(G);
+  const auto histograms = quant_kernels().channel_histograms;
   parallel_for(G, [&](size_t h) {
     const CodeStream& s = streams[h];
     raw_counts[h].assign(dim * n_syms, 0);
-    add_histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
+    histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
     if (allow_delta) {
       delta[h].resize(n);
       compute_delta_symbols(s.codes.data(), s.n_rows, dim, s.bits, s.group_size, s.scale, s.zero,
                             delta[h].data());
       delta_counts[h].assign(dim * n_syms, 0);
-      add_histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
+      histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
     }
+    uint64_t fp = 0;
+    for (size_t c = 0; c < dim; ++c) {
+      fp += channel_cost_lower_bound(
+          std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
+          allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
+                      : std::span<const uint32_t>(),
+          s.n_rows, s.bits);
+    }
+    head_cost[h] = record_bytes(fp);
   });
-  // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
-  std::vector<uint64_t> head_cost(G);
-  parallel_for(G, [&](size_t h) {
-    const auto m =
-        choose_models(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr, dim,
-                      n_syms, first.n_rows, first.bits);
-    head_cost[h] = model_cost_bytes(m) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
-  });
-  uint64_t independent = 0;
-  for (uint64_t c : head_cost) independent += c;
   // Shared.
   std::vector<uint32_t> raw(dim * n_syms, 0), del(allow_delta ? dim * n_syms : 0, 0);
   for (size_t h = 0; h < G; ++h) {
@@ -268,12 +273,32 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
       raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits);
   const size_t heads_per_slice = std::min(G, std::max<size_t>(1, (kSliceElements + n - 1) / n));
   const size_t n_slices = (G + heads_per_slice - 1) / heads_per_slice;
-  uint64_t shared = model_cost_bytes(models) + 4;
+  uint64_t shared = fp_bytes(model_cost_fp(models)) + 4;
   for (size_t i = 0; i < n_slices; ++i) {
     const size_t heads = std::min(G, (i + 1) * heads_per_slice) - i * heads_per_slice;
     shared += 4 * static_cast<uint64_t>(choose_lanes(heads * n)) + 4;
   }
-  if (shared > independent) return false;
+  // The independent records' lower bounds settle the choice when the shared batch is no larger
+  // than even those (the usual case: the estimate's model search per head and channel was
+  // most of the encoder's model search); the search runs only when they do not.
+  uint64_t independent = 0;
+  for (uint64_t c : head_cost) independent += c;
+  // Otherwise the bounds become exact estimates head by head, in one parallel loop, until
+  // their sum reaches the shared size (shared wins; the heads left are skipped) or every head
+  // is exact (the estimate decides). Exact estimates only raise the sum, so the outcome does
+  // not depend on which heads were evaluated.
+  if (shared > independent) {
+    std::atomic<uint64_t> bound{independent};
+    parallel_for(G, [&](size_t h) {
+      if (bound.load(std::memory_order_relaxed) >= shared) return;
+      const auto m =
+          choose_models(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr, dim,
+                        n_syms, first.n_rows, first.bits);
+      const uint64_t exact = record_bytes(model_cost_fp(m));
+      bound.fetch_add(exact - head_cost[h], std::memory_order_relaxed);
+    });
+    if (shared > bound.load()) return false;
+  }
 
   int precision = 1;
   std::vector<ChannelTable> tables(dim);
@@ -281,13 +306,22 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     precision = std::max(precision, models[c].table.t);
     tables[c] = models[c].table;
   }
-  std::vector<std::vector<uint8_t>> payloads(n_slices);
+  // Each slice's task also writes its heads' parameter blocks, which are otherwise the
+  // largest serial part of the batch.
+  const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
+  std::vector<std::vector<uint8_t>> payloads(n_slices), param_blocks(G);
   parallel_for(n_slices, [&](size_t i) {
     const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
-    std::vector<uint8_t> symbols((h1 - h0) * n);
-    for (size_t h = h0; h < h1; ++h)
-      stream_symbols(streams[h], models, delta[h], symbols.data() + (h - h0) * n);
-    rans_encode(symbols, dim, tables, precision, choose_lanes(symbols.size()), payloads[i]);
+    // Every byte is written by stream_symbols: no zero fill first.
+    const std::unique_ptr<uint8_t[]> symbols(new uint8_t[(h1 - h0) * n]);
+    for (size_t h = h0; h < h1; ++h) {
+      stream_symbols(streams[h], models, delta[h], symbols.get() + (h - h0) * n);
+      write_param_block(streams[h], precisions[h], grid, param_blocks[h],
+                        compact_sections.empty() ? std::span<const uint8_t>()
+                                                 : std::span<const uint8_t>(compact_sections[h]));
+    }
+    rans_encode(std::span<const uint8_t>(symbols.get(), (h1 - h0) * n), dim, tables, precision,
+                choose_lanes((h1 - h0) * n), payloads[i]);
   });
 
   wire::Writer w(out);
@@ -295,8 +329,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   w.varint(dim);
   w.varint(first.group_size);
   w.u8(static_cast<uint8_t>(first.bits));
-  const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
-  for (size_t h = 0; h < G; ++h) write_param_block(streams[h], precisions[h], grid, out);
+  for (const auto& p : param_blocks) w.bytes(p);
   w.u8(static_cast<uint8_t>(precision));
   BitWriter bits;
   for (const auto& m : models) write_channel_model(bits, m, first.bits);

@@ -5,28 +5,11 @@
 
 namespace cachegen::detail {
 
-namespace {
-uint64_t low_bits(int n) {
-  return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
-}
-}  // namespace
-
-void BitWriter::put(uint64_t value, int n_bits) {
-  // Up to 56 bits at a time on top of the < 8 pending ones; whole bytes leave as they fill.
-  while (n_bits > 0) {
-    const int take = n_bits < 56 ? n_bits : 56;
-    n_bits -= take;
-    acc_ = (acc_ << take) | ((value >> n_bits) & low_bits(take));
-    fill_ += take;
-    while (fill_ >= 8) {
-      fill_ -= 8;
-      bytes_.push_back(static_cast<uint8_t>(acc_ >> fill_));
-    }
-    acc_ &= low_bits(fill_);
-  }
+void BitWriter::grow() {
+  bytes_.resize(bytes_.size() < 56 ? 64 : 2 * bytes_.size());
 }
 
-void BitWriter::exp_golomb(uint64_t v, int k) {
+void BitWriter::exp_golomb_long(uint64_t v, int k) {
   const uint64_t w = (v >> k) + 1;
   const int len = 63 - __builtin_clzll(w);
   put(0, len);
@@ -36,6 +19,8 @@ void BitWriter::exp_golomb(uint64_t v, int k) {
 
 std::vector<uint8_t> BitWriter::finish() {
   if (fill_ > 0) put(0, 8 - fill_);
+  bytes_.resize(pos_);
+  pos_ = 0;
   return std::move(bytes_);
 }
 

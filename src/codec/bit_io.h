@@ -15,16 +15,36 @@
 
 namespace cachegen::detail {
 
-// MSB-first bit writer; flush() pads the last byte with zero bits.
+// MSB-first bit writer; flush() pads the last byte with zero bits. The side information of a
+// stream is thousands of short fields (two Exp-Golomb codes per group parameter), so the
+// common case is inline: one shift into a 64-bit accumulator and, once a byte is complete,
+// one 8-byte big-endian store of the accumulator into a buffer kept 8 bytes ahead.
 class BitWriter {
  public:
-  void put(uint64_t value, int n_bits);  // n_bits in 0..57
-  // Exp-Golomb of order k for v >= 0 (k in 0..30).
-  void exp_golomb(uint64_t v, int k);
+  void put(uint64_t value, int n_bits) {  // n_bits in 0..57
+    if (n_bits > 56) [[unlikely]] {
+      put(value >> 28, n_bits - 28);
+      put(value, 28);
+      return;
+    }
+    acc_ = (acc_ << n_bits) | (value & ((uint64_t{1} << n_bits) - 1));
+    fill_ += n_bits;
+    if (fill_ >= 8) flush_bytes();
+  }
+  // Exp-Golomb of order k for v >= 0 (k in 0..30): len zeros, then (v >> k) + 1 in len + 1
+  // bits, then the low k bits of v; the last two together are the number v + 2^k.
+  void exp_golomb(uint64_t v, int k) {
+    const int n = exp_golomb_bits(v, k);
+    if (n <= 56) [[likely]] {
+      put(v + (uint64_t{1} << k), n);
+      return;
+    }
+    exp_golomb_long(v, k);
+  }
   // Signed value through the zigzag map (0, -1, 1, -2, ...).
   void signed_exp_golomb(int64_t v, int k) { exp_golomb(zigzag(v), k); }
   std::vector<uint8_t> finish();
-  size_t bit_count() const noexcept { return bytes_.size() * 8 + fill_; }
+  size_t bit_count() const noexcept { return pos_ * 8 + static_cast<size_t>(fill_); }
 
   static uint64_t zigzag(int64_t v) noexcept {
     return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
@@ -37,9 +57,22 @@ class BitWriter {
   }
 
  private:
-  std::vector<uint8_t> bytes_;
+  // Moves the whole bytes of acc_ (fill_ in 8..63 bits) to the buffer.
+  void flush_bytes() {
+    if (pos_ + 8 > bytes_.size()) grow();
+    const uint64_t w = __builtin_bswap64(acc_ << (64 - fill_));
+    std::memcpy(bytes_.data() + pos_, &w, 8);
+    pos_ += static_cast<size_t>(fill_ >> 3);
+    fill_ &= 7;
+    acc_ &= (uint64_t{1} << fill_) - 1;
+  }
+  void grow();
+  void exp_golomb_long(uint64_t v, int k);
+
+  std::vector<uint8_t> bytes_;  // pos_ bytes written, then at least 8 bytes of room
+  size_t pos_ = 0;
   uint64_t acc_ = 0;
-  int fill_ = 0;  // bits in acc_
+  int fill_ = 0;  // bits in acc_ (< 8 between calls)
 };
 
 // Reads what BitWriter wrote. Reading past the end throws truncated_input; the padding bits of

@@ -1,6 +1,8 @@
 #include "codec/channel_model.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -10,33 +12,54 @@ namespace {
 constexpr uint32_t kMaxLog2Table = 1u << kMaxPrecision;
 constexpr int kKindBits = 2, kPrecisionBits = 4, kEgOrderBits = 2;
 
+// What normalize needs of a histogram beyond the counts, the same at every precision: the
+// present symbols (ascending), the most frequent one (lowest on ties) and the total.
+struct Present {
+  uint16_t sym[256];
+  size_t n = 0, most = 0;
+  uint64_t total = 0;
+  double inv_total = 0;  // the double nearest 1 / total
+  explicit Present(std::span<const uint32_t> counts) {
+    for (size_t s = 0; s < counts.size(); ++s) {
+      if (counts[s] == 0) continue;
+      sym[n++] = static_cast<uint16_t>(s);
+      total += counts[s];
+      if (counts[s] > counts[most] || counts[most] == 0) most = s;
+    }
+    inv_total = total ? 1.0 / static_cast<double>(total) : 0.0;
+  }
+};
+
 // Normalises counts to frequencies summing to 2^t, every present symbol >= 1. Deterministic
-// integer arithmetic; returns false when 2^t cannot hold every present symbol.
-bool normalize(std::span<const uint32_t> counts, uint64_t total, int t,
-               std::vector<uint16_t>& freq) {
+// integer arithmetic; returns false when 2^t cannot hold every present symbol. Writes the
+// present symbols' entries of freq only (the others must be 0).
+bool normalize(std::span<const uint32_t> counts, const Present& p, int t, uint16_t* freq) {
   const uint32_t target = 1u << t;
-  freq.assign(counts.size(), 0);
+  if (p.n > target) return false;
   uint32_t sum = 0;
-  size_t n_present = 0, most = 0;
-  for (size_t s = 0; s < counts.size(); ++s) {
-    if (counts[s] == 0) continue;
-    ++n_present;
-    uint64_t f = (static_cast<uint64_t>(counts[s]) * target + total / 2) / total;
+  for (size_t i = 0; i < p.n; ++i) {
+    const size_t s = p.sym[i];
+    // floor(a / total) without a 64-bit division (its latency was half of this function):
+    // a / total <= 2^12 + 1/2 is an integer or at least 1 / total >= 2^-32 below the next
+    // one, a * inv_total is within 2^-39 of it (IEEE double, the same on every machine), so
+    // adding 2^-36 and truncating gives the same integer. (Totals above 2^32 divide.)
+    const uint64_t a = static_cast<uint64_t>(counts[s]) * target + p.total / 2;
+    uint64_t f = p.total <= (uint64_t{1} << 32)
+                     ? static_cast<uint64_t>(static_cast<double>(a) * p.inv_total + 0x1p-36)
+                     : a / p.total;
     if (f == 0) f = 1;
     freq[s] = static_cast<uint16_t>(f > target ? target : f);
     sum += freq[s];
-    if (counts[s] > counts[most] || counts[most] == 0) most = s;
   }
-  if (n_present > target) return false;
   while (sum > target) {  // take from the largest frequency (lowest symbol on ties)
-    size_t big = most;
-    for (size_t s = 0; s < freq.size(); ++s)
-      if (freq[s] > freq[big]) big = s;
+    size_t big = p.most;
+    for (size_t i = 0; i < p.n; ++i)
+      if (freq[p.sym[i]] > freq[big]) big = p.sym[i];
     const uint32_t take = sum - target < freq[big] - 1u ? sum - target : freq[big] - 1u;
     freq[big] = static_cast<uint16_t>(freq[big] - take);
     sum -= take;
   }
-  freq[most] = static_cast<uint16_t>(freq[most] + (target - sum));
+  freq[p.most] = static_cast<uint16_t>(freq[p.most] + (target - sum));
   return true;
 }
 
@@ -49,41 +72,39 @@ void fill_cum(ChannelTable& table) {
   }
 }
 
-// Bits of the frequency list (after the kind/precision/order fields) for one table under
-// each Exp-Golomb order, given the frequencies in list order: one pass for all orders.
-std::array<uint64_t, 1 << kEgOrderBits> list_bits(const std::vector<uint16_t>& listed, int bits) {
-  uint32_t last = 0;
-  for (uint32_t j = 0; j < listed.size(); ++j)
-    if (listed[j] != 0) last = j;
-  std::array<uint64_t, 1 << kEgOrderBits> n;
-  n.fill(static_cast<uint64_t>(bits));
-  for (uint32_t j = 0; j < last; ++j) {
-    for (int k = 0; k < (1 << kEgOrderBits); ++k)
-      n[static_cast<size_t>(k)] += static_cast<uint64_t>(BitWriter::exp_golomb_bits(listed[j], k));
-  }
-  return n;
-}
-
-// Best table over one histogram: precision t and Exp-Golomb order k.
+// Best table over one histogram: precision t and Exp-Golomb order k. The frequency list's
+// bits are counted for every order in one pass per precision (the list ends at the last
+// present symbol in list order, the same at every precision); the winner's frequencies are
+// recomputed once at the end rather than copied at every improvement.
 ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
                         int bits) {
   ChannelModel best;
   best.kind = kind;
   best.cost_fp = UINT64_MAX;
-  uint64_t total = 0;
-  for (uint32_t c : counts) total += c;
-  std::vector<uint16_t> freq, listed(counts.size());
-  std::vector<uint32_t> order(counts.size());
-  for (uint32_t j = 0; j < order.size(); ++j) order[j] = table_order_symbol(kind, j, bits);
+  const Present present(counts);
+  uint16_t order[256];
+  uint32_t last = 0;
+  for (uint32_t j = 0; j < counts.size(); ++j) {
+    order[j] = static_cast<uint16_t>(table_order_symbol(kind, j, bits));
+    if (counts[order[j]] != 0) last = j;
+  }
+  uint16_t freq[256] = {};
+  int best_t = 0;
   for (int t = 1; t <= max_table_precision(n_rows); ++t) {
-    if (!normalize(counts, total, t, freq)) continue;
-    for (size_t j = 0; j < order.size(); ++j) listed[j] = freq[order[j]];
+    if (!normalize(counts, present, t, freq)) continue;
     uint64_t data = 0;
-    for (size_t s = 0; s < counts.size(); ++s) {
-      if (counts[s] != 0)
-        data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
+    for (size_t i = 0; i < present.n; ++i) {
+      const size_t s = present.sym[i];
+      data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
     }
-    const std::array<uint64_t, 1 << kEgOrderBits> list = list_bits(listed, bits);
+    std::array<uint64_t, 1 << kEgOrderBits> list;
+    list.fill(static_cast<uint64_t>(bits));
+    for (uint32_t j = 0; j < last; ++j) {
+      for (int k = 0; k < (1 << kEgOrderBits); ++k) {
+        list[static_cast<size_t>(k)] +=
+            static_cast<uint64_t>(BitWriter::exp_golomb_bits(freq[order[j]], k));
+      }
+    }
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
       const uint64_t desc =
           kKindBits + kPrecisionBits + kEgOrderBits + list[static_cast<size_t>(k)];
@@ -91,13 +112,57 @@ ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size
       if (cost < best.cost_fp) {
         best.cost_fp = cost;
         best.eg_k = k;
-        best.table.t = t;
-        best.table.freq = freq;
+        best_t = t;
       }
     }
   }
+  if (best_t != 0) {
+    normalize(counts, present, best_t, freq);
+    best.table.t = best_t;
+    best.table.freq.assign(freq, freq + counts.size());
+  }
   fill_cum(best.table);
   return best;
+}
+
+// c * log2(c) for the small counts of one head's channels, from a table.
+double count_log2_count(uint32_t c) {
+  struct Table {
+    double v[4096];
+    Table() {
+      v[0] = 0;
+      for (uint32_t i = 1; i < 4096; ++i) v[i] = i * std::log2(static_cast<double>(i));
+    }
+  };
+  static const Table table;
+  return c < 4096 ? table.v[c] : c * std::log2(static_cast<double>(c));
+}
+
+// A lower bound on best_table(kind, counts, n_rows, bits).cost_fp, at a fraction of its cost.
+// Data: every table's frequencies f / 2^t form a distribution q, and log2_fixed(f) never
+// exceeds 2^16 * log2(f) (checked for every f <= 2^16), so a table's data cost is at least
+// 2^16 times the cross-entropy sum c * -log2 q(s) >= the empirical entropy N * H(counts)
+// (Gibbs' inequality). The entropy is computed in double, less a margin far above its
+// rounding error. Description: the fixed fields and `bits`, and per listed frequency before
+// the last at least 2 bits for a present symbol (its frequency is >= 1, and an Exp-Golomb
+// code of v >= 1 takes >= 2 bits) and 1 for an absent one.
+uint64_t table_cost_lower_bound(ChannelKind kind, std::span<const uint32_t> counts, int bits) {
+  uint64_t total = 0;
+  double sum_clog = 0;
+  for (uint32_t c : counts) {
+    total += c;
+    sum_clog += count_log2_count(c);
+  }
+  uint32_t last = 0;
+  for (uint32_t j = 0; j < counts.size(); ++j)
+    if (counts[table_order_symbol(kind, j, bits)] != 0) last = j;
+  uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + static_cast<uint64_t>(bits);
+  for (uint32_t j = 0; j < last; ++j) desc += counts[table_order_symbol(kind, j, bits)] ? 2 : 1;
+  const double n = static_cast<double>(total);
+  const double entropy_fp = (n * std::log2(n) - sum_clog) * 65536.0;
+  const double margin = entropy_fp * 1e-9 + 1024.0;
+  const uint64_t data = entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0;
+  return (desc << 16) + data;
 }
 
 }  // namespace
@@ -163,9 +228,14 @@ ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
   } else {
     best.kind = ChannelKind::uniform;
     best.cost_fp = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
-    ChannelModel raw = best_table(ChannelKind::raw_table, raw_counts, n_rows, bits);
-    if (raw.cost_fp < best.cost_fp) best = std::move(raw);
-    if (!delta_counts.empty()) {
+    // A table kind whose lower bound is not below the best so far cannot win (the first of
+    // equal costs wins): its search is skipped, with the same choice.
+    if (table_cost_lower_bound(ChannelKind::raw_table, raw_counts, bits) < best.cost_fp) {
+      ChannelModel raw = best_table(ChannelKind::raw_table, raw_counts, n_rows, bits);
+      if (raw.cost_fp < best.cost_fp) best = std::move(raw);
+    }
+    if (!delta_counts.empty() &&
+        table_cost_lower_bound(ChannelKind::delta_table, delta_counts, bits) < best.cost_fp) {
       ChannelModel delta = best_table(ChannelKind::delta_table, delta_counts, n_rows, bits);
       if (delta.cost_fp < best.cost_fp) best = std::move(delta);
     }
@@ -182,6 +252,19 @@ ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
     fill_cum(best.table);
   }
   return best;
+}
+
+uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,
+                                  std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
+  const size_t n_syms = size_t{1} << bits;
+  size_t n_present = 0;
+  for (size_t s = 0; s < n_syms; ++s) n_present += raw_counts[s] != 0;
+  if (n_present <= 1) return static_cast<uint64_t>(kKindBits + bits) << 16;  // exact
+  uint64_t bound = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
+  bound = std::min(bound, table_cost_lower_bound(ChannelKind::raw_table, raw_counts, bits));
+  if (!delta_counts.empty())
+    bound = std::min(bound, table_cost_lower_bound(ChannelKind::delta_table, delta_counts, bits));
+  return bound;
 }
 
 void write_channel_model(BitWriter& w, const ChannelModel& model, int bits) {

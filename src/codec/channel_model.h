@@ -39,6 +39,11 @@ uint32_t log2_fixed(uint32_t v);
 ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
                                   std::span<const uint32_t> delta_counts, size_t n_rows, int bits);
 
+// A lower bound on choose_channel_model(...).cost_fp for the same arguments (exact for a
+// constant channel), far cheaper than the search: it proves some choices without it.
+uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,
+                                  std::span<const uint32_t> delta_counts, size_t n_rows, int bits);
+
 void write_channel_model(BitWriter& w, const ChannelModel& model, int bits);
 // Reads and validates one model (corrupt_input on an impossible table) into `model`, reusing
 // its tables' storage (decoders keep models between tensors instead of allocating per channel).

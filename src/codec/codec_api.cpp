@@ -10,6 +10,7 @@
 #include "codec/stream_format.h"
 #include "core/checks.h"
 #include "core/parallel.h"
+#include "quant/kernels.h"
 
 namespace cachegen {
 namespace {
@@ -40,20 +41,24 @@ CodeStream quantize_for_codec(std::span<const float> x, size_t n_rows, size_t di
     detail::invalid("x has " + std::to_string(x.size()) +
                     " values, expected n_rows * dim = " + std::to_string(n));
   }
-  for (float v : x)
-    if (!std::isfinite(v)) detail::invalid("x contains NaN or Inf");
+  if (!detail::quant_kernels().all_finite(x.data(), n)) detail::invalid("x contains NaN or Inf");
   const size_t n_groups = (n_rows + group_size - 1) / group_size;
   std::vector<float> mins(n_groups * dim), maxs(n_groups * dim);
   for (size_t g = 0; g < n_groups; ++g) {
+    // Row by row, so that the channel loop vectorises. std::min/std::max keep the first of
+    // equal values (-0 and +0), which fp16 parameters preserve: not the quant kernels'
+    // minmax_rows, which keeps the last.
+    float* lo = mins.data() + g * dim;
+    float* hi = maxs.data() + g * dim;
     const size_t end = std::min(n_rows, (g + 1) * group_size);
-    for (size_t c = 0; c < dim; ++c) {
-      float lo = x[g * group_size * dim + c], hi = lo;
-      for (size_t t = g * group_size + 1; t < end; ++t) {
-        lo = std::min(lo, x[t * dim + c]);
-        hi = std::max(hi, x[t * dim + c]);
+    std::copy_n(x.data() + g * group_size * dim, dim, lo);
+    std::copy_n(x.data() + g * group_size * dim, dim, hi);
+    for (size_t t = g * group_size + 1; t < end; ++t) {
+      const float* row = x.data() + t * dim;
+      for (size_t c = 0; c < dim; ++c) {
+        lo[c] = std::min(lo[c], row[c]);
+        hi[c] = std::max(hi[c], row[c]);
       }
-      mins[g * dim + c] = lo;
-      maxs[g * dim + c] = hi;
     }
   }
   const detail::CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
@@ -71,12 +76,15 @@ CodeStream quantize_for_codec(std::span<const float> x, size_t n_rows, size_t di
 }
 
 // Quantizes for the codec and picks the exact parameter precision that codes smallest.
+// compact_section (optional) receives the compact parameter bits when compact is chosen.
 CodeStream quantize_and_pick(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                              size_t group_size, const EncodeOptions& options,
-                             ParamPrecision& precision) {
+                             ParamPrecision& precision,
+                             std::vector<uint8_t>* compact_section = nullptr) {
   CodeStream s = quantize_for_codec(x, n_rows, dim, bits, group_size, options, precision);
   // fp16 parameters may still code smaller (e.g. tiny streams); both are exact here.
-  if (precision == ParamPrecision::compact) precision = detail::exact_param_precision(s, options);
+  if (precision == ParamPrecision::compact)
+    precision = detail::exact_param_precision(s, options, compact_section);
   return s;
 }
 
@@ -134,14 +142,16 @@ std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> by
 }
 
 // Shared layout when the heads share a shape and it is estimated smaller, else G records.
+// compact_sections: per head, the compact parameter bits the precision choice kept, or none.
 std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
                                      std::span<const ParamPrecision> precisions,
-                                     const EncodeOptions& options) {
+                                     const EncodeOptions& options,
+                                     std::span<const std::vector<uint8_t>> compact_sections) {
   std::vector<uint8_t> out = with_magic(detail::kBatchMagic);
   wire::Writer w(out);
   w.varint(streams.size());
   w.u8(detail::kBatchShared);
-  if (detail::encode_batch_shared(streams, precisions, options, out)) return out;
+  if (detail::encode_batch_shared(streams, precisions, options, out, compact_sections)) return out;
   out.back() = detail::kBatchIndependent;
   std::vector<std::vector<uint8_t>> heads(streams.size());
   detail::parallel_for(streams.size(), [&](size_t i) {
@@ -242,10 +252,11 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
   check_options(options);
   for (const auto& s : streams) validate(s);
   std::vector<ParamPrecision> precisions(streams.size());
+  std::vector<std::vector<uint8_t>> sections(streams.size());
   detail::parallel_for(streams.size(), [&](size_t i) {
-    precisions[i] = detail::exact_param_precision(streams[i], options);
+    precisions[i] = detail::exact_param_precision(streams[i], options, &sections[i]);
   });
-  return encode_batch_of(streams, precisions, options);
+  return encode_batch_of(streams, precisions, options, sections);
 }
 
 std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
@@ -259,11 +270,36 @@ std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_head
   }
   std::vector<CodeStream> streams(n_heads);
   std::vector<ParamPrecision> precisions(n_heads);
+  std::vector<std::vector<uint8_t>> sections(n_heads);
   detail::parallel_for(n_heads, [&](size_t h) {
     streams[h] = quantize_and_pick(x.subspan(h * per_head, per_head), n_rows, dim, bits, group_size,
-                                   options, precisions[h]);
+                                   options, precisions[h], &sections[h]);
   });
-  return encode_batch_of(streams, precisions, options);
+  return encode_batch_of(streams, precisions, options, sections);
+}
+
+std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads, size_t n_rows,
+                                         size_t dim, int bits, size_t group_size,
+                                         const EncodeOptions& options) {
+  check_options(options);
+  const size_t per_head = detail::checked_mul(n_rows, dim, "n_rows * dim");
+  if (x.size() != detail::checked_mul(n_heads, per_head, "n_heads * n_rows * dim")) {
+    detail::invalid("x has " + std::to_string(x.size()) +
+                    " values, expected n_heads * n_rows * dim");
+  }
+  std::vector<CodeStream> streams(n_heads);
+  std::vector<ParamPrecision> precisions(n_heads);
+  std::vector<std::vector<uint8_t>> sections(n_heads);
+  const detail::QuantKernels& k = detail::quant_kernels();
+  detail::parallel_for(n_heads, [&](size_t h) {
+    // One head widened at a time into the thread's scratch: it stays in cache for the
+    // quantizer, and no array of the whole batch's floats is allocated.
+    float* f32 = reinterpret_cast<float*>(detail::scratch_bytes(per_head * sizeof(float)));
+    k.f16_to_f32(reinterpret_cast<const uint16_t*>(x.data() + h * per_head), f32, per_head);
+    streams[h] = quantize_and_pick(std::span<const float>(f32, per_head), n_rows, dim, bits,
+                                   group_size, options, precisions[h], &sections[h]);
+  });
+  return encode_batch_of(streams, precisions, options, sections);
 }
 
 CodedSizeReport coded_size_report_batch(std::span<const uint8_t> batch_bytes) {

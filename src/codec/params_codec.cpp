@@ -32,6 +32,11 @@ int64_t predict_index(float value, float step) {
   if (!(q == q)) return 0;
   if (q > 1e15f) return static_cast<int64_t>(1e15);
   if (q < -1e15f) return -static_cast<int64_t>(1e15);
+  // Round half to even as nearbyint does in the default rounding mode, without its libm call
+  // (two per parameter on the encoder's hot path): for |q| < 2^22, q + 1.5 * 2^23 lies in
+  // [2^23, 2^24), where the float spacing is 1, so the addition itself rounds.
+  constexpr float kRoundMagic = 12582912.0f;
+  if (std::fabs(q) < 4194304.0f) return static_cast<int64_t>((q + kRoundMagic) - kRoundMagic);
   return static_cast<int64_t>(std::nearbyint(q));
 }
 
@@ -40,7 +45,10 @@ bool exact_zero_index(float zero, float step, int64_t& k) {
   if (!std::isfinite(zero) || !(step > 0) || !std::isfinite(step)) return false;
   const double q = static_cast<double>(zero) / static_cast<double>(step);
   if (!(std::fabs(q) < static_cast<double>(kMaxZeroIndex))) return false;
-  k = static_cast<int64_t>(std::nearbyint(q));
+  // Round half to even, as predict_index: |q| < 2^40 puts q + 1.5 * 2^52 where the double
+  // spacing is 1.
+  constexpr double kRoundMagic = 6755399441055744.0;
+  k = static_cast<int64_t>((q + kRoundMagic) - kRoundMagic);
   return float_bits(static_cast<float>(k) * step) == float_bits(zero);
 }
 
@@ -52,21 +60,50 @@ uint32_t scale_index(float scale, const CompactGrid& g) {
 // reader accepts (prefix <= kMaxEgPrefix). A residual can be near 2^51 (a saturated prediction
 // next to an extreme zero), whose cheapest order may have a longer prefix; order 24 always
 // fits (zigzag values < 2^64, so (v >> 24) + 1 <= 2^40).
-int best_eg_order(const std::vector<int64_t>& residuals) {
+//
+// Every order's exact total comes from two small histograms instead of a walk over the
+// residuals per order. With b the bit length of a zigzag value v and k < b, (v >> k) + 1 has
+// b - k bits, or b - k + 1 when the top b - k bits of v are all ones (the +1 carries out);
+// for k >= b it is 1. So v costs k + 1 + 2 * max(0, b - k - 1), plus 2 when k lies in
+// [b - r, b - 1] where r is the run of ones at the top of v.
+struct EgOrder {
+  int k = 24;
+  uint64_t bits = UINT64_MAX;  // of every residual at order k
+};
+EgOrder best_eg_order(const std::vector<int64_t>& residuals) {
   uint64_t largest = 0;
-  for (int64_t v : residuals) largest = std::max(largest, BitWriter::zigzag(v));
+  uint64_t by_length[65] = {};   // values per bit length b
+  int64_t carry_delta[66] = {};  // difference array over k of the values whose code carries
+  for (int64_t r : residuals) {
+    const uint64_t v = BitWriter::zigzag(r);
+    largest = std::max(largest, v);
+    if (v == 0) {
+      ++by_length[0];
+      continue;
+    }
+    const int b = 64 - __builtin_clzll(v);
+    const uint64_t top = ~(v << (64 - b));  // leading ones of v become leading zeros
+    const int ones = top == 0 ? 64 : __builtin_clzll(top);
+    ++by_length[b];
+    ++carry_delta[b - ones];
+    --carry_delta[b];
+  }
+  const uint64_t n = residuals.size();
   // Past the largest value's bit length every residual costs k + 1 bits, which only grows
   // with k: the search can stop there and still find the same (first) minimum.
-  const int last_k = std::min(24, 64 - __builtin_clzll(largest | 1) + 1);
-  int best_k = 24;
-  uint64_t best = UINT64_MAX;
+  const int max_length = 64 - __builtin_clzll(largest | 1);  // no value is longer
+  const int last_k = std::min(24, max_length + 1);
+  EgOrder best;
+  int64_t carrying = 0;
   for (int k = 0; k <= last_k; ++k) {
+    carrying += carry_delta[k];
     if ((largest >> k) + 1 >= (uint64_t{1} << (kMaxEgPrefix + 1))) continue;
-    uint64_t n = 0;
-    for (int64_t v : residuals) n += BitWriter::exp_golomb_bits(BitWriter::zigzag(v), k);
-    if (n < best) best = n, best_k = k;
+    uint64_t bits = n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying);
+    for (int b = k + 2; b <= max_length; ++b)
+      bits += 2 * by_length[b] * static_cast<uint64_t>(b - k - 1);
+    if (bits < best.bits) best.bits = bits, best.k = k;
   }
-  return best_k;
+  return best;
 }
 
 // Rounds v up to a float with `mbits` fractional significand bits (v > 0, finite).
@@ -176,9 +213,12 @@ bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs,
   return true;
 }
 
-void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
-                          size_t n_groups, size_t dim, const CompactGrid& g) {
-  std::vector<int64_t> scale_res, zero_res;
+namespace {
+
+// Prediction residuals of the scale and zero indices, in coding order (channel by channel).
+void compact_residuals(std::span<const float> scale, std::span<const float> zero, size_t n_groups,
+                       size_t dim, const CompactGrid& g, std::vector<int64_t>& scale_res,
+                       std::vector<int64_t>& zero_res) {
   scale_res.reserve(scale.size());
   zero_res.reserve(zero.size());
   for (size_t c = 0; c < dim; ++c) {
@@ -195,13 +235,28 @@ void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<
       zero_res.push_back(k - (prev == SIZE_MAX ? 0 : predict_index(zero[prev], step)));
     }
   }
-  const int ks = best_eg_order(scale_res), kz = best_eg_order(zero_res);
+}
+
+}  // namespace
+
+void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
+                          size_t n_groups, size_t dim, const CompactGrid& g) {
+  std::vector<int64_t> scale_res, zero_res;
+  compact_residuals(scale, zero, n_groups, dim, g, scale_res, zero_res);
+  const int ks = best_eg_order(scale_res).k, kz = best_eg_order(zero_res).k;
   w.put(static_cast<uint64_t>(ks), 5);
   w.put(static_cast<uint64_t>(kz), 5);
   for (size_t i = 0; i < scale_res.size(); ++i) {
     w.signed_exp_golomb(scale_res[i], ks);
     w.signed_exp_golomb(zero_res[i], kz);
   }
+}
+
+size_t params_compact_bits(std::span<const float> scale, std::span<const float> zero,
+                           size_t n_groups, size_t dim, const CompactGrid& g) {
+  std::vector<int64_t> scale_res, zero_res;
+  compact_residuals(scale, zero, n_groups, dim, g, scale_res, zero_res);
+  return 10 + best_eg_order(scale_res).bits + best_eg_order(zero_res).bits;
 }
 
 void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,

@@ -39,6 +39,10 @@ bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs,
 // Compact parameters, [n_groups, dim] row-major, coded channel by channel.
 void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
                           size_t n_groups, size_t dim, const CompactGrid& g);
+// The bits write_params_compact writes, without writing them (the orders' searches count
+// them exactly).
+size_t params_compact_bits(std::span<const float> scale, std::span<const float> zero,
+                           size_t n_groups, size_t dim, const CompactGrid& g);
 void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
                          std::vector<float>& scale, std::vector<float>& zero);
 

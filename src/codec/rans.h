@@ -65,6 +65,23 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                  std::span<const ChannelTable> channels, int precision, int n_lanes,
                  std::vector<uint8_t>& out);
 
+// The AVX-512 encoder's view of the models, entry [channel * n_syms + symbol]: packed holds
+// f | start << 16 at precision p, inv_freq the double nearest 1 / f. With x < 2^32 and
+// f <= 2^12, x / f lies at least 1 / (2f) from the next integer once 1/2 is added to x, far
+// more than the error of (x + 1/2) * inv_freq (below 2^-19), so truncating that product
+// gives floor(x / f) exactly.
+struct RansEncodeTables {
+  const uint32_t* packed = nullptr;
+  const double* inv_freq = nullptr;
+  int n_syms = 0;
+  int precision = 0;
+};
+// Encodes elements [0, end) of a 32-lane payload (end a multiple of 32) backwards from the
+// states x[32], writing words downwards from words + w_pos; returns the new w_pos. The same
+// steps and bytes as the scalar encoder.
+size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
+                          uint32_t* x, uint16_t* words, size_t w_pos);
+
 // Decodes n symbols from `payload` (states + words, exactly as rans_encode wrote them; any
 // other length or a final state other than kRansLow is corrupt_input). `payload_offset` is
 // only used in error messages. Uses cachegen::simd_path().

@@ -1,7 +1,9 @@
 // Scalar rANS encoder. There is one encoder for every SIMD path: decoders must match its
 // bytes, so the output is path-independent by construction.
 #include <cstring>
+#include <memory>
 
+#include "cachegen/runtime.h"
 #include "codec/rans.h"
 #include "core/wire.h"
 
@@ -49,11 +51,18 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   for (int l = 0; l < n_lanes; ++l) x[l] = kRansLow;
   // Words are written backwards into a buffer of the worst-case size (one word per element)
   // and then copied once, already in decoding order.
-  std::vector<uint16_t> words(n + 1);
-  size_t w_pos = words.size();
+  // Not value-initialised (a zero fill of it was a visible share of encoding): the slots the
+  // copy below reads have all been written.
+  const std::unique_ptr<uint16_t[]> words(new uint16_t[n + 1]);
+  const size_t words_end = n + 1;
+  size_t w_pos = words_end;
+  // 32-lane payloads: the AVX-512 encoder takes every full step of 32 elements; the scalar
+  // loop below codes the partial step at the end (coded first).
+  const bool simd = n_lanes == kMaxLanes && n >= kMaxLanes && simd_path() == SimdPath::avx512;
+  const size_t scalar_end = simd ? n - n % kMaxLanes : 0;
   size_t lane = n == 0 ? 0 : (n - 1) % static_cast<size_t>(n_lanes);
   size_t channel = n == 0 ? 0 : (n - 1) % dim;
-  for (size_t i = n; i-- > 0;) {
+  for (size_t i = n; i-- > scalar_end;) {
     const EncSymbol& e = table[channel * n_syms + symbols[i]];
     uint32_t s = x[lane];
     // Branch-free renormalisation: whether a lane emits a word is data-dependent (about one
@@ -67,12 +76,23 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     lane = lane == 0 ? static_cast<size_t>(n_lanes) - 1 : lane - 1;
     channel = channel == 0 ? dim - 1 : channel - 1;
   }
-  const size_t n_words = words.size() - w_pos;
+  if (simd) {
+    std::vector<uint32_t> packed(table.size());
+    std::vector<double> inv_freq(table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+      const uint32_t f = (1u << precision) - table[i].cmpl;
+      packed[i] = f | (table[i].bias << 16);
+      inv_freq[i] = table[i].rcp == 0 ? 0.0 : 1.0 / static_cast<double>(f);
+    }
+    const RansEncodeTables t{packed.data(), inv_freq.data(), static_cast<int>(n_syms), precision};
+    w_pos = rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words.get(), w_pos);
+  }
+  const size_t n_words = words_end - w_pos;
   const size_t at = out.size();
   out.resize(at + static_cast<size_t>(n_lanes) * 4 + n_words * 2);
   uint8_t* o = out.data() + at;
   for (int l = 0; l < n_lanes; ++l, o += 4) wire::store_le(o, x[l], 4);
-  for (size_t w = w_pos; w < words.size(); ++w) {
+  for (size_t w = w_pos; w < words_end; ++w) {
     *o++ = static_cast<uint8_t>(words[w]);
     *o++ = static_cast<uint8_t>(words[w] >> 8);
   }

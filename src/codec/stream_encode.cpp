@@ -7,6 +7,7 @@
 #include "codec/rans.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
+#include "quant/kernels.h"
 
 namespace cachegen::detail {
 namespace {
@@ -37,33 +38,40 @@ void stream_symbols(const CodeStream& s, std::span<const ChannelModel> models,
                     std::span<const uint8_t> delta, uint8_t* symbols) {
   const size_t n = s.n_rows * s.dim;
   std::memcpy(symbols, s.codes.data(), n);
-  std::vector<uint8_t> use_delta(s.dim);
   bool any = false;
-  for (size_t c = 0; c < s.dim; ++c) {
-    use_delta[c] = models[c].kind == ChannelKind::delta_table ? 0xff : 0;
-    any = any || use_delta[c];
-  }
+  for (size_t c = 0; c < s.dim; ++c) any = any || models[c].kind == ChannelKind::delta_table;
   if (!any) return;
-  for (size_t t = 0; t < s.n_rows; ++t) {
+  // The select runs over blocks of whole rows of at least 64 bytes, the channel mask repeated
+  // per row, so that it vectorises however short the rows are.
+  const size_t per = (64 + s.dim - 1) / s.dim, len = per * s.dim;
+  std::vector<uint8_t> use_delta(len);
+  for (size_t j = 0; j < len; ++j)
+    use_delta[j] = models[j % s.dim].kind == ChannelKind::delta_table ? 0xff : 0;
+  for (size_t t = 0; t < s.n_rows; t += per) {
+    const size_t m = std::min(per, s.n_rows - t) * s.dim;
     uint8_t* row = symbols + t * s.dim;
     const uint8_t* d = delta.data() + t * s.dim;
-    for (size_t c = 0; c < s.dim; ++c)
-      row[c] = static_cast<uint8_t>((d[c] & use_delta[c]) | (row[c] & ~use_delta[c]));
+    for (size_t j = 0; j < m; ++j)
+      row[j] = static_cast<uint8_t>((d[j] & use_delta[j]) | (row[j] & ~use_delta[j]));
   }
 }
 
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
-                       std::vector<uint8_t>& out) {
+                       std::vector<uint8_t>& out, std::span<const uint8_t> compact_section) {
   wire::Writer w(out);
   w.u8(static_cast<uint8_t>(precision));
   if (precision == ParamPrecision::compact) {
     w.u8(static_cast<uint8_t>(grid.scale_mantissa_bits));
     w.u8(static_cast<uint8_t>(grid.zero_step_log2));
-    BitWriter bits;
-    write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
-    const std::vector<uint8_t> side = bits.finish();
-    w.varint(side.size());
-    w.bytes(side);
+    std::vector<uint8_t> side;
+    if (compact_section.empty()) {
+      BitWriter bits;
+      write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+      side = bits.finish();
+      compact_section = side;
+    }
+    w.varint(compact_section.size());
+    w.bytes(compact_section);
   } else {
     write_float_params(w, s.scale, precision);
     write_float_params(w, s.zero, precision);
@@ -83,15 +91,17 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
                           delta.data());
   }
   std::vector<ChannelModel> models(s.dim);
-  std::vector<uint32_t> raw_counts(n_syms), delta_counts(allow_delta ? n_syms : 0);
+  std::vector<uint32_t> raw_counts(s.dim * n_syms, 0),
+      delta_counts(allow_delta ? s.dim * n_syms : 0, 0);
+  const auto histograms = quant_kernels().channel_histograms;
+  histograms(s.codes.data(), s.n_rows, s.dim, n_syms, raw_counts.data());
+  if (allow_delta) histograms(delta.data(), s.n_rows, s.dim, n_syms, delta_counts.data());
   for (size_t c = 0; c < s.dim; ++c) {
-    std::fill(raw_counts.begin(), raw_counts.end(), 0);
-    std::fill(delta_counts.begin(), delta_counts.end(), 0);
-    for (size_t t = 0; t < s.n_rows; ++t) {
-      ++raw_counts[s.codes[t * s.dim + c]];
-      if (allow_delta) ++delta_counts[delta[t * s.dim + c]];
-    }
-    models[c] = choose_channel_model(raw_counts, delta_counts, s.n_rows, s.bits);
+    models[c] = choose_channel_model(
+        std::span<const uint32_t>(raw_counts).subspan(c * n_syms, n_syms),
+        allow_delta ? std::span<const uint32_t>(delta_counts).subspan(c * n_syms, n_syms)
+                    : std::span<const uint32_t>(),
+        s.n_rows, s.bits);
   }
   std::vector<uint8_t> symbols(n);
   if (n > 0) stream_symbols(s, models, delta, symbols.data());
@@ -132,17 +142,25 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
   if (n > 0) rans_encode(symbols, s.dim, tables, precision_bits, n_lanes, out);
 }
 
-ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& options) {
+ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& options,
+                                     std::vector<uint8_t>* compact_section) {
   // Only the parameter section depends on the precision, so pick it by that section's size.
   const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
   const size_t n_params = s.scale.size();
   ParamPrecision best = ParamPrecision::fp32;
   size_t best_bits = n_params * 64;
   if (params_fit_fp16(s.scale, s.zero)) best = ParamPrecision::fp16, best_bits = n_params * 32;
-  if (params_fit_compact(s.scale, s.zero, grid)) {
-    BitWriter trial;
-    write_params_compact(trial, s.scale, s.zero, s.n_groups(), s.dim, grid);
-    if (trial.bit_count() + 16 <= best_bits) best = ParamPrecision::compact;
+  if (!params_fit_compact(s.scale, s.zero, grid)) return best;
+  if (!compact_section) {  // counted, not written
+    if (params_compact_bits(s.scale, s.zero, s.n_groups(), s.dim, grid) + 16 <= best_bits)
+      best = ParamPrecision::compact;
+    return best;
+  }
+  BitWriter bits;
+  write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+  if (bits.bit_count() + 16 <= best_bits) {
+    best = ParamPrecision::compact;
+    *compact_section = bits.finish();
   }
   return best;
 }

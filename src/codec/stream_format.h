@@ -32,8 +32,10 @@ void encode_head(const CodeStream& stream, ParamPrecision precision, int scale_m
                  int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out);
 
 // The smallest exact parameter precision for this stream (compact, fp16, fp32 in that order
-// of preference when they code equally).
-ParamPrecision exact_param_precision(const CodeStream& stream, const EncodeOptions& options);
+// of preference when they code equally). With compact_section, a compact choice also leaves
+// there the finished compact bits (write_param_block's section), written once for both.
+ParamPrecision exact_param_precision(const CodeStream& stream, const EncodeOptions& options,
+                                     std::vector<uint8_t>* compact_section = nullptr);
 void encode_head_exact(const CodeStream& stream, const EncodeOptions& options,
                        std::vector<uint8_t>& out);
 
@@ -87,16 +89,19 @@ void dequant_real_rows_strided(const CodeStream& params, const uint8_t* codes, H
 void check_head_shape(const CodeStream& head, size_t index, const BatchShape& shape);
 
 // Per-head parameter block of a shared batch.
+// compact_section: the compact bits exact_param_precision left, or empty (written here).
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
-                       std::vector<uint8_t>& out);
+                       std::vector<uint8_t>& out, std::span<const uint8_t> compact_section = {});
 void read_param_block(wire::Reader& r, CodeStream& s);
 
 // Shared-model batch (layout 1): heads must share n_rows, dim, bits and group_size.
 // Returns false (writing nothing) when the heads cannot or should not share: mismatched
-// shapes, or when independent records are estimated to code smaller.
+// shapes, or when independent records are estimated to code smaller. compact_sections: per
+// head, exact_param_precision's compact bits, or empty (none kept).
 bool encode_batch_shared(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
-                         std::vector<uint8_t>& out);
+                         std::vector<uint8_t>& out,
+                         std::span<const std::vector<uint8_t>> compact_sections = {});
 // `body` starts after the layout byte; offsets are relative to the batch start.
 std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
                                             size_t n_heads, const DecodeOptions& options);

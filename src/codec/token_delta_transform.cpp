@@ -25,16 +25,14 @@ void compute_delta_symbols(const uint8_t* codes, size_t n_rows, size_t dim, int 
                            std::span<const float> zero, uint8_t* symbols) {
   const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
   const uint8_t first = static_cast<uint8_t>(1u << (bits - 1));
-  for (size_t t = 0; t < n_rows; ++t) {
-    const uint8_t* row = codes + t * dim;
-    uint8_t* out = symbols + t * dim;
-    if (t == 0) {
+  for (size_t t0 = 0; t0 < n_rows; t0 += group_size) {
+    // A group's first row: against the middle code, or predicted across the boundary.
+    const uint8_t* row = codes + t0 * dim;
+    uint8_t* out = symbols + t0 * dim;
+    if (t0 == 0) {
       for (size_t c = 0; c < dim; ++c) out[c] = static_cast<uint8_t>(row[c] - first) & mask;
-    } else if (t % group_size != 0) {
-      for (size_t c = 0; c < dim; ++c)
-        out[c] = static_cast<uint8_t>(row[c] - (row - dim)[c]) & mask;
     } else {
-      const size_t g = t / group_size;
+      const size_t g = t0 / group_size;
       for (size_t c = 0; c < dim; ++c) {
         const size_t i = g * dim + c;
         const uint8_t pred = boundary_prediction((row - dim)[c], scale[i - dim], zero[i - dim],
@@ -42,6 +40,11 @@ void compute_delta_symbols(const uint8_t* codes, size_t n_rows, size_t dim, int 
         out[c] = static_cast<uint8_t>(row[c] - pred) & mask;
       }
     }
+    // Its other rows against the row above: one run over the group, which vectorises
+    // however short the rows are.
+    const size_t m = (std::min(n_rows, t0 + group_size) - t0 - 1) * dim;
+    const uint8_t* next = row + dim;
+    for (size_t i = 0; i < m; ++i) out[dim + i] = static_cast<uint8_t>(next[i] - row[i]) & mask;
   }
 }
 

@@ -1,5 +1,6 @@
 // The reference's Shannon-entropy size estimate (kept for compatibility and comparison:
 // the real coder lives in the codec layer).
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -13,16 +14,22 @@ namespace {
 constexpr int kOffset = 255;
 using Histogram = std::array<uint32_t, 511>;
 
-double entropy_of(const Histogram& h, size_t total) {
+// Entropy of the counts of consecutive symbols (empty bins skipped, so any run of bins that
+// holds every nonzero count gives the same result as the whole histogram).
+double entropy_of(const uint32_t* h, size_t n_bins, size_t total) {
   if (total == 0) return 0.0;
   double bits = 0.0;
   const double inv = 1.0 / static_cast<double>(total);
-  for (uint32_t n : h) {
+  for (size_t i = 0; i < n_bins; ++i) {
+    const uint32_t n = h[i];
     if (n == 0) continue;
     const double p = n * inv;
     bits -= p * std::log2(p);
   }
   return bits > 0.0 ? bits : 0.0;  // a single symbol gives -0.0 in the sum
+}
+double entropy_of(const Histogram& h, size_t total) {
+  return entropy_of(h.data(), h.size(), total);
 }
 
 template <typename T>
@@ -68,10 +75,19 @@ size_t entropy_coded_bytes(const CodeStream& s, bool use_delta, bool per_channel
   const double cap = s.bits;
   double total_bits = 0.0;
   if (per_channel) {
+    // Symbols lie in [lowest, max_code] (validated codes, or their differences): one narrow
+    // histogram per channel, filled row by row, so that consecutive increments go to
+    // different channels rather than waiting on one another in a single channel's bins.
+    const int max_code = (1 << s.bits) - 1, lowest = use_delta ? -max_code : 0;
+    const size_t width = static_cast<size_t>(max_code - lowest + 1);
+    std::vector<uint32_t> counts(dim * width, 0);
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t c = 0; c < dim; ++c)
+        ++counts[c * width + static_cast<size_t>(sym[r * dim + c] - lowest)];
+    }
     for (size_t c = 0; c < dim; ++c) {
-      Histogram h{};
-      for (size_t r = 0; r < n; ++r) ++h[sym[r * dim + c] + kOffset];
-      total_bits += std::min(entropy_of(h, n), cap) * static_cast<double>(n);
+      total_bits +=
+          std::min(entropy_of(counts.data() + c * width, width, n), cap) * static_cast<double>(n);
     }
   } else {
     Histogram h{};

@@ -38,6 +38,10 @@ struct QuantKernels {
   // out[i] = float_to_half(in[i]): IEEE nearest-even, +-Inf past 65504, NaN to the quiet NaN
   // 0x7e00 with its sign (exactly cachegen::float_to_half).
   void (*f32_to_f16)(const float* in, uint16_t* out, size_t n);
+  // Per-channel histograms of a [rows, dim] matrix of symbols < n_syms: adds to
+  // counts[c * n_syms + s] the rows whose channel c holds s (the codec's model search).
+  void (*channel_histograms)(const uint8_t* symbols, size_t rows, size_t dim, size_t n_syms,
+                             uint32_t* counts);
 };
 
 const QuantKernels& quant_kernels_scalar();

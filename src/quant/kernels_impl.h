@@ -74,21 +74,38 @@ static bool minmax_rows(const float* x, size_t rows, size_t dim, float* mn, floa
   return bad == 0;
 }
 
+// n consecutive values with their own scale and zero each.
+static inline void quantize_span(const float* x, size_t n, const float* scale, const float* zero,
+                                 float max_code, uint8_t* out) {
+  const float hi = max_code + 1.0f;
+  for (size_t c = 0; c < n; ++c) {
+    float v = (x[c] - zero[c]) / scale[c];
+    // Pre-clamp keeps the rounding trick in range; the final clamp is the reference's.
+    v = min_f(max_f(v, -1.0f), hi);
+    float q = (v + kRoundMagic) - kRoundMagic;
+    q = min_f(max_f(q, 0.0f), max_code);
+    out[c] = static_cast<uint8_t>(static_cast<int32_t>(q));
+  }
+}
+
 static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,
                           const float* zero, float max_code, uint8_t* codes) {
-  const float hi = max_code + 1.0f;
-  for (size_t r = 0; r < rows; ++r) {
-    const float* row = x + r * dim;
-    uint8_t* out = codes + r * dim;
-    for (size_t c = 0; c < dim; ++c) {
-      float v = (row[c] - zero[c]) / scale[c];
-      // Pre-clamp keeps the rounding trick in range; the final clamp is the reference's.
-      v = min_f(max_f(v, -1.0f), hi);
-      float q = (v + kRoundMagic) - kRoundMagic;
-      q = min_f(max_f(q, 0.0f), max_code);
-      out[c] = static_cast<uint8_t>(static_cast<int32_t>(q));
+  size_t r = 0;
+  if (dim < 32) {
+    // Rows too short to fill vectors (head_dim 8, say): blocks of whole rows, at least 64
+    // values, as one span with the parameters repeated per row. The same operations per
+    // value, so the same codes.
+    constexpr size_t kBlock = 64;
+    const size_t per = (kBlock + dim - 1) / dim, len = per * dim;
+    float s_rep[kBlock + 32], z_rep[kBlock + 32];
+    for (size_t b = 0; b < per; ++b) {  // one copy per row, not a division per value
+      std::memcpy(s_rep + b * dim, scale, dim * sizeof(float));
+      std::memcpy(z_rep + b * dim, zero, dim * sizeof(float));
     }
+    for (; r + per <= rows; r += per)
+      quantize_span(x + r * dim, len, s_rep, z_rep, max_code, codes + r * dim);
   }
+  for (; r < rows; ++r) quantize_span(x + r * dim, dim, scale, zero, max_code, codes + r * dim);
 }
 
 static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
@@ -198,8 +215,43 @@ static void f32_to_f16(const float* in, uint16_t* out, size_t n) {
   for (; i < n; ++i) out[i] = float_to_half(in[i]).bits;
 }
 
-inline const QuantKernels kTable = {f16_to_f32,    bf16_to_f32,    all_finite,
-                                    minmax_rows,   quantize_rows,  dequant_rows,
-                                    basis_combine, f32_to_f16_sat, f32_to_f16};
+static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, size_t n_syms,
+                               uint32_t* counts) {
+  size_t r = 0;
+  if (n_syms <= 16 && dim >= 1 && dim <= 64) {
+    // Small alphabets: blocks of whole rows (up to 64 bytes) are compared with every symbol
+    // and the matches counted per block position in bytes, flushed every 255 blocks. Vector
+    // compares replace one increment per value, whose loads and stores were the cost.
+    constexpr size_t kRun = 255;
+    const size_t per = 64 / dim, len = per * dim;
+    uint8_t acc[16 * 64];
+    for (size_t blocks = rows / per; blocks > 0;) {
+      const size_t run = blocks < kRun ? blocks : kRun;
+      std::memset(acc, 0, sizeof acc);
+      for (size_t b = 0; b < run; ++b, r += per) {
+        const uint8_t* block = symbols + r * dim;
+        for (size_t v = 0; v < n_syms; ++v) {
+          uint8_t* a = acc + v * 64;
+          const uint8_t sym = static_cast<uint8_t>(v);  // a byte compare, not a widened one
+          for (size_t j = 0; j < len; ++j)
+            a[j] = static_cast<uint8_t>(a[j] + static_cast<uint8_t>(block[j] == sym));
+        }
+      }
+      for (size_t v = 0; v < n_syms; ++v) {
+        for (size_t j = 0, c = 0; j < len; ++j, c = c + 1 == dim ? 0 : c + 1)
+          counts[c * n_syms + v] += acc[v * 64 + j];
+      }
+      blocks -= run;
+    }
+  }
+  for (; r < rows; ++r) {
+    const uint8_t* row = symbols + r * dim;
+    for (size_t c = 0; c < dim; ++c) ++counts[c * n_syms + row[c]];
+  }
+}
+
+inline const QuantKernels kTable = {f16_to_f32,    bf16_to_f32,       all_finite,    minmax_rows,
+                                    quantize_rows, dequant_rows,      basis_combine, f32_to_f16_sat,
+                                    f32_to_f16,    channel_histograms};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

@@ -75,6 +75,56 @@ TEST_P(RoundTrip, EncodeValuesReproducesItsQuantization) {
 
 INSTANTIATE_TEST_SUITE_P(AllBits, RoundTrip, ::testing::Range(1, 9));
 
+TEST(Codec, EncodeBytesIndependentOfSimdPath) {
+  // 32-lane payloads (>= 16384 elements) whose length is not a multiple of 32 (a scalar tail
+  // step), with channel counts below, not dividing and dividing 16, a constant channel
+  // (precision 0 when alone) and every alphabet width class.
+  struct Shape {
+    size_t rows, dim;
+    int bits;
+  };
+  for (const Shape sh : {Shape{16391, 1, 3}, Shape{2341, 7, 4}, Shape{520, 64, 2},
+                         Shape{3000, 6, 8}, Shape{16384, 1, 1}}) {
+    auto x = test::random_walk(sh.rows, sh.dim, 0.2f, static_cast<uint32_t>(sh.rows));
+    for (size_t t = 0; t < sh.rows; ++t) x[t * sh.dim] = sh.dim > 1 ? 0.5f : x[t * sh.dim];
+    const CodeStream s = quantize_to_codes(x, sh.rows, sh.dim, sh.bits, 32);
+    set_simd_path(SimdPath::scalar);
+    const auto scalar = encode(s);
+    set_simd_path(best_supported_simd_path());
+    EXPECT_EQ(encode(s), scalar) << sh.rows << "x" << sh.dim << " at " << sh.bits << " bits";
+    expect_same_stream(decode(scalar), s);
+  }
+  {  // every channel constant: coder precision 0
+    const CodeStream s = quantize_to_codes(std::vector<float>(20000, 1.0f), 20000, 1, 3, 32);
+    set_simd_path(SimdPath::scalar);
+    const auto scalar = encode(s);
+    set_simd_path(best_supported_simd_path());
+    EXPECT_EQ(encode(s), scalar);
+  }
+}
+
+TEST(Codec, BatchValuesFromHalfMatchWidenedFloats) {
+  // Heads of 8 x 33 values: the widening kernels' vector body and scalar tail both run, and a
+  // NaN is refused as from fp32.
+  const size_t heads = 3, rows = 33, dim = 8;
+  const auto x = test::random_walk(heads * rows, dim, 0.3f, 11);
+  std::vector<Half> h(x.size());
+  std::vector<float> widened(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    h[i] = float_to_half(x[i]);
+    widened[i] = half_to_float(h[i]);
+  }
+  for (const int bits : {2, 5}) {
+    set_thread_count(2);
+    EXPECT_EQ(encode_values_batch(h, heads, rows, dim, bits),
+              encode_values_batch(widened, heads, rows, dim, bits));
+    set_thread_count(0);
+  }
+  h[heads * rows * dim - 1] = Half{0x7e00};
+  EXPECT_THROW(encode_values_batch(h, heads, rows, dim, 3), Error);
+  EXPECT_THROW(encode_values_batch(std::span<const Half>(h).first(5), heads, rows, dim, 3), Error);
+}
+
 TEST(Codec, BatchRoundTripIndependentOfThreads) {
   const size_t heads = 5, rows = 300, dim = 8;
   const auto x = test::random_walk(heads * rows, dim, 0.1f, 3);
