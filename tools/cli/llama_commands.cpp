@@ -181,7 +181,7 @@ void add_calibrate(CLI::App& app) {
 }
 
 void add_inspect(CLI::App& llama_cmd) {
-  auto* path = new std::string;
+  auto path = std::make_shared<std::string>();
   CLI::App* cmd = llama_cmd.add_subcommand("inspect", "describe a llama.cpp state file");
   cmd->add_option("STATE", *path, "file from llama_state_seq_save_file / llama_state_save_file")
       ->required();
