@@ -259,9 +259,15 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
   return encode_batch_of(streams, precisions, options, sections);
 }
 
-std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
-                                         size_t dim, int bits, size_t group_size,
-                                         const EncodeOptions& options) {
+namespace {
+
+// encode_values_batch for fp32 or fp16 values: head h's values, as fp32, come from
+// head_values(h, per_head).
+template <typename T, typename HeadValues>
+std::vector<uint8_t> encode_values_batch_of(std::span<const T> x, size_t n_heads, size_t n_rows,
+                                            size_t dim, int bits, size_t group_size,
+                                            const EncodeOptions& options,
+                                            HeadValues&& head_values) {
   check_options(options);
   const size_t per_head = detail::checked_mul(n_rows, dim, "n_rows * dim");
   if (x.size() != detail::checked_mul(n_heads, per_head, "n_heads * n_rows * dim")) {
@@ -272,34 +278,34 @@ std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_head
   std::vector<ParamPrecision> precisions(n_heads);
   std::vector<std::vector<uint8_t>> sections(n_heads);
   detail::parallel_for(n_heads, [&](size_t h) {
-    streams[h] = quantize_and_pick(x.subspan(h * per_head, per_head), n_rows, dim, bits, group_size,
-                                   options, precisions[h], &sections[h]);
+    streams[h] = quantize_and_pick(head_values(h, per_head), n_rows, dim, bits, group_size, options,
+                                   precisions[h], &sections[h]);
   });
   return encode_batch_of(streams, precisions, options, sections);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
+                                         size_t dim, int bits, size_t group_size,
+                                         const EncodeOptions& options) {
+  return encode_values_batch_of(
+      x, n_heads, n_rows, dim, bits, group_size, options,
+      [&](size_t h, size_t per_head) { return x.subspan(h * per_head, per_head); });
 }
 
 std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads, size_t n_rows,
                                          size_t dim, int bits, size_t group_size,
                                          const EncodeOptions& options) {
-  check_options(options);
-  const size_t per_head = detail::checked_mul(n_rows, dim, "n_rows * dim");
-  if (x.size() != detail::checked_mul(n_heads, per_head, "n_heads * n_rows * dim")) {
-    detail::invalid("x has " + std::to_string(x.size()) +
-                    " values, expected n_heads * n_rows * dim");
-  }
-  std::vector<CodeStream> streams(n_heads);
-  std::vector<ParamPrecision> precisions(n_heads);
-  std::vector<std::vector<uint8_t>> sections(n_heads);
   const detail::QuantKernels& k = detail::quant_kernels();
-  detail::parallel_for(n_heads, [&](size_t h) {
-    // One head widened at a time into the thread's scratch: it stays in cache for the
-    // quantizer, and no array of the whole batch's floats is allocated.
-    float* f32 = reinterpret_cast<float*>(detail::scratch_bytes(per_head * sizeof(float)));
-    k.f16_to_f32(reinterpret_cast<const uint16_t*>(x.data() + h * per_head), f32, per_head);
-    streams[h] = quantize_and_pick(std::span<const float>(f32, per_head), n_rows, dim, bits,
-                                   group_size, options, precisions[h], &sections[h]);
-  });
-  return encode_batch_of(streams, precisions, options, sections);
+  return encode_values_batch_of(
+      x, n_heads, n_rows, dim, bits, group_size, options, [&](size_t h, size_t per_head) {
+        // One head widened at a time into the thread's scratch: it stays in cache for the
+        // quantizer, and no array of the whole batch's floats is allocated.
+        float* f32 = reinterpret_cast<float*>(detail::scratch_bytes(per_head * sizeof(float)));
+        k.f16_to_f32(reinterpret_cast<const uint16_t*>(x.data() + h * per_head), f32, per_head);
+        return std::span<const float>(f32, per_head);
+      });
 }
 
 CodedSizeReport coded_size_report_batch(std::span<const uint8_t> batch_bytes) {

@@ -48,9 +48,8 @@ TEST_F(ParallelFor, TheFirstErrorIsRethrownAfterEveryThreadStops) {
 
 TEST_F(ParallelFor, NestedCallsRunEveryItem) {
   std::atomic<size_t> sum{0};
-  detail::parallel_for(8, [&](size_t i) {
-    detail::parallel_for(8, [&](size_t j) { sum.fetch_add(i * 8 + j); });
-  });
+  detail::parallel_for(
+      8, [&](size_t i) { detail::parallel_for(8, [&](size_t j) { sum.fetch_add(i * 8 + j); }); });
   EXPECT_EQ(sum.load(), size_t{64 * 63 / 2});
 }
 
