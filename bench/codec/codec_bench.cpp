@@ -204,16 +204,22 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       benchmark::DoNotOptimize(write_cgkv_lossless(in.shape, in.kv, kv_tokens, 1024));
     items(st, n);
   });
-  benchmark::RegisterBenchmark("lossless_decode/1t", [&](benchmark::State& st) {
-    set_thread_count(1);
-    const CgkvReader reader = CgkvReader::from_bytes(lossless);
-    std::vector<Half> out(reader.read_elements(0, kv_tokens));
-    for (auto _ : st) {
-      reader.read_tokens_into(0, kv_tokens, out);
-      benchmark::ClobberMemory();
-    }
-    items(st, n);
-  });
+  // Decoding a whole .cgkv into one caller's buffer (CgkvReader::read_tokens_into) on `threads`.
+  const auto read_whole_file = [&](const std::vector<uint8_t>& bytes, size_t threads,
+                                   std::shared_ptr<const KvProfile> with) {
+    return [&bytes, threads, with, n](benchmark::State& st) {
+      set_thread_count(threads);
+      CgkvReader reader = CgkvReader::from_bytes(bytes);
+      if (with) reader.set_profile(with);
+      std::vector<Half> out(reader.read_elements(0, reader.info().n_tokens));
+      for (auto _ : st) {
+        reader.read_tokens_into(0, reader.info().n_tokens, out);
+        benchmark::ClobberMemory();
+      }
+      items(st, n);
+    };
+  };
+  benchmark::RegisterBenchmark("lossless_decode/1t", read_whole_file(lossless, 1, nullptr));
   // The file path: the same KV as a quantized .cgkv (`cachegen encode --bits B --group-size G
   // --layer-groups 1`, or the input .cgkv itself), decoded whole into the caller's buffer
   // (CgkvReader::read_tokens_into) and encoded from the array (encode_kv_array), next to the
@@ -232,29 +238,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
                           static_cast<size_t>(l) * 2 * in.n_rows * view.n_kv_heads * in.dim);
   const std::vector<uint8_t> file =
       in.cgkv.empty() ? encode_kv_array(view, in.shape, file_options) : in.cgkv;
-  benchmark::RegisterBenchmark("file_decode/1t", [&](benchmark::State& st) {
-    set_thread_count(1);
-    CgkvReader reader = CgkvReader::from_bytes(file);
-    reader.set_profile(profile);
-    std::vector<Half> out(reader.info().n_tokens * 2 * static_cast<size_t>(in.shape.n_layers) *
-                          view.n_kv_heads * in.dim);
-    for (auto _ : st) {
-      reader.read_tokens_into(0, reader.info().n_tokens, out);
-      benchmark::ClobberMemory();
-    }
-    items(st, n);
-  });
-  benchmark::RegisterBenchmark("file_decode/mt", [&](benchmark::State& st) {
-    set_thread_count(all_threads);
-    CgkvReader reader = CgkvReader::from_bytes(file);
-    reader.set_profile(profile);
-    std::vector<Half> out(reader.read_elements(0, reader.info().n_tokens));
-    for (auto _ : st) {
-      reader.read_tokens_into(0, reader.info().n_tokens, out);
-      benchmark::ClobberMemory();
-    }
-    items(st, n);
-  });
+  benchmark::RegisterBenchmark("file_decode/1t", read_whole_file(file, 1, profile));
+  benchmark::RegisterBenchmark("file_decode/mt", read_whole_file(file, all_threads, profile));
   // A quality level's file with keys quantized before RoPE (`cachegen encode --level high
   // --rope-base 10000`): the reader re-rotates every key after decoding.
   KVEncodeOptions level_options;
@@ -263,16 +248,7 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   const std::vector<uint8_t> level_file =
       in.cgkv.empty() ? encode_kv_array(view, in.shape, level_options) : std::vector<uint8_t>{};
   if (!level_file.empty()) {
-    benchmark::RegisterBenchmark("file_decode_level/1t", [&](benchmark::State& st) {
-      set_thread_count(1);
-      const CgkvReader reader = CgkvReader::from_bytes(level_file);
-      std::vector<Half> out(reader.read_elements(0, reader.info().n_tokens));
-      for (auto _ : st) {
-        reader.read_tokens_into(0, reader.info().n_tokens, out);
-        benchmark::ClobberMemory();
-      }
-      items(st, n);
-    });
+    benchmark::RegisterBenchmark("file_decode_level/1t", read_whole_file(level_file, 1, nullptr));
     benchmark::RegisterBenchmark("file_encode_level/1t", [&](benchmark::State& st) {
       set_thread_count(1);
       for (auto _ : st) benchmark::DoNotOptimize(encode_kv_array(view, in.shape, level_options));
@@ -301,17 +277,7 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     transform_options.level.clear();
     const std::vector<float> unit = profile->steps(1.0);
     transform_options.scale = tr.info().layers[0].key_step / unit[0];
-    benchmark::RegisterBenchmark("transform_decode/1t", [&](benchmark::State& st) {
-      set_thread_count(1);
-      CgkvReader reader = CgkvReader::from_bytes(transform);
-      reader.set_profile(profile);
-      std::vector<Half> out(reader.read_elements(0, reader.info().n_tokens));
-      for (auto _ : st) {
-        reader.read_tokens_into(0, reader.info().n_tokens, out);
-        benchmark::ClobberMemory();
-      }
-      items(st, n);
-    });
+    benchmark::RegisterBenchmark("transform_decode/1t", read_whole_file(transform, 1, profile));
     benchmark::RegisterBenchmark("transform_encode/1t", [&](benchmark::State& st) {
       set_thread_count(1);
       for (auto _ : st) {

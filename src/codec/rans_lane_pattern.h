@@ -18,8 +18,9 @@ inline constexpr size_t kMaxLanePeriod = 4096;
 // Lanes of the narrow kernels (payloads of 4 K..16 K elements, see choose_lanes).
 inline constexpr size_t kNarrowLanes = 8;
 
-inline size_t lane_period(size_t dim) {
-  const size_t period = dim / std::gcd(dim, size_t{kMaxLanes});
+// Steps after which the channels of `lanes` consecutive elements repeat; 0 = too long.
+inline size_t lane_period(size_t dim, size_t lanes = size_t{kMaxLanes}) {
+  const size_t period = dim / std::gcd(dim, lanes);
   return period > kMaxLanePeriod ? 0 : period;
 }
 
@@ -33,8 +34,8 @@ struct LanePattern {
 inline LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin,
                                      size_t lanes = kMaxLanes) {
   LanePattern p;
-  const size_t period = dim == 0 ? 0 : dim / std::gcd(dim, lanes);
-  if (period == 0 || period > kMaxLanePeriod) return p;
+  const size_t period = lane_period(dim, lanes);
+  if (period == 0) return p;
   p.period = period;
   p.base.resize(period * lanes);
   p.shift.resize(period * lanes);
@@ -137,8 +138,8 @@ inline const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size
     return cache.pattern;
   ThresholdPattern32& p = cache.pattern;
   p = ThresholdPattern32{};
-  const size_t period = dim == 0 ? 0 : dim / std::gcd(dim, kNarrowLanes);
-  if (period > 0 && period <= kMaxLanePeriod) {
+  const size_t period = lane_period(dim, kNarrowLanes);
+  if (period > 0) {
     p.period = period;
     p.n_thresholds = t.n_syms - 1;
     const size_t nt = static_cast<size_t>(p.n_thresholds);
