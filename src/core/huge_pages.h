@@ -1,7 +1,8 @@
 // Internal: transparent huge pages for large buffers. Where the kernel leaves them to
 // madvise (Debian's default), every 4 KiB page of a fresh buffer faults on first touch and
-// costs a TLB entry; asking for 2 MiB pages before a buffer is touched took a lossless encode
-// of a 128 MB array from 3.6 to 1.7 s and its decode from 1.8 to 0.3 s on this machine.
+// costs a TLB entry; asking for 2 MiB pages before the large buffers are touched took a
+// lossless encode of a 128 MiB array from 3.6 to 1.7 s and its decode from 1.8 to 0.9 s on the
+// project's 2-core VM (docs/PERFORMANCE.md, "At scale").
 #pragma once
 
 #include <cstddef>
