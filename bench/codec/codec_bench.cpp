@@ -342,6 +342,10 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     const auto it = r.find(name);
     return it == r.end() ? 0.0 : it->second.items_per_second;
   };
+  // a's speed over b's; 0 when either did not run (a --filter left it out).
+  auto speed_ratio = [&](const std::string& a, const std::string& b) {
+    return ips(b) > 0 ? ips(a) / ips(b) : 0.0;
+  };
   nlohmann::json j;
   j["input"] = in.source;
   j["heads"] = in.n_heads;
@@ -373,13 +377,12 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["zstd19_decode_elems_per_s"] = ips("zstd19_decode/1t");
   j["memcpy_bytes_per_s"] =
       r.count("memcpy_codes/1t") ? r.at("memcpy_codes/1t").bytes_per_second : 0.0;
-  j["decode_over_zstd1_decode"] = ips("decode_codes/1t") / std::max(1.0, ips("zstd1_decode/1t"));
-  j["encode_over_zstd1_encode"] = ips("encode_codes/1t") / std::max(1.0, ips("zstd1_encode/1t"));
-  j["decode_fp16_over_zstd1_decode"] =
-      ips("decode_fp16/1t") / std::max(1.0, ips("zstd1_decode/1t"));
-  j["decode_mt_over_1t"] = ips("decode_codes/mt") / std::max(1.0, ips("decode_codes/1t"));
-  j["decode_fp16_mt_over_1t"] = ips("decode_fp16/mt") / std::max(1.0, ips("decode_fp16/1t"));
-  j["encode_mt_over_1t"] = ips("encode_codes/mt") / std::max(1.0, ips("encode_codes/1t"));
+  j["decode_over_zstd1_decode"] = speed_ratio("decode_codes/1t", "zstd1_decode/1t");
+  j["encode_over_zstd1_encode"] = speed_ratio("encode_codes/1t", "zstd1_encode/1t");
+  j["decode_fp16_over_zstd1_decode"] = speed_ratio("decode_fp16/1t", "zstd1_decode/1t");
+  j["decode_mt_over_1t"] = speed_ratio("decode_codes/mt", "decode_codes/1t");
+  j["decode_fp16_mt_over_1t"] = speed_ratio("decode_fp16/mt", "decode_fp16/1t");
+  j["encode_mt_over_1t"] = speed_ratio("encode_codes/mt", "encode_codes/1t");
   const double bits_n = 8.0 / static_cast<double>(n);
   j["lossless_bytes"] = lossless.size();
   j["lossless_bits_per_value"] = static_cast<double>(lossless.size()) * bits_n;
@@ -390,36 +393,31 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["lossless_decode_elems_per_s"] = ips("lossless_decode/1t");
   j["zstd1_fp16_encode_elems_per_s"] = ips("zstd1_fp16_encode/1t");
   j["zstd1_fp16_decode_elems_per_s"] = ips("zstd1_fp16_decode/1t");
-  j["lossless_encode_over_zstd1_fp16"] =
-      ips("lossless_encode/1t") / std::max(1.0, ips("zstd1_fp16_encode/1t"));
-  j["lossless_decode_over_zstd1_fp16"] =
-      ips("lossless_decode/1t") / std::max(1.0, ips("zstd1_fp16_decode/1t"));
+  j["lossless_encode_over_zstd1_fp16"] = speed_ratio("lossless_encode/1t", "zstd1_fp16_encode/1t");
+  j["lossless_decode_over_zstd1_fp16"] = speed_ratio("lossless_decode/1t", "zstd1_fp16_decode/1t");
   j["file_bytes"] = file.size();
   j["file_decode_elems_per_s"] = ips("file_decode/1t");
   j["file_encode_elems_per_s"] = ips("file_encode/1t");
   // Aim (issue 10): the file path within 1.3x the fused kernel's time, i.e. ratio >= 0.77.
   j["decode_values_fp16_elems_per_s"] = ips("decode_values_fp16/1t");
-  j["file_decode_over_decode_fp16"] = ips("file_decode/1t") / std::max(1.0, ips("decode_fp16/1t"));
-  j["file_decode_over_decode_values_fp16"] =
-      ips("file_decode/1t") / std::max(1.0, ips("decode_values_fp16/1t"));
-  j["file_encode_over_encode_fp16"] = ips("file_encode/1t") / std::max(1.0, ips("encode_fp16/1t"));
-  j["file_decode_mt_over_1t"] = ips("file_decode/mt") / std::max(1.0, ips("file_decode/1t"));
+  j["file_decode_over_decode_fp16"] = speed_ratio("file_decode/1t", "decode_fp16/1t");
+  j["file_decode_over_decode_values_fp16"] = speed_ratio("file_decode/1t", "decode_values_fp16/1t");
+  j["file_encode_over_encode_fp16"] = speed_ratio("file_encode/1t", "encode_fp16/1t");
+  j["file_decode_mt_over_1t"] = speed_ratio("file_decode/mt", "file_decode/1t");
   if (!level_file.empty()) {
     j["file_level_bytes"] = level_file.size();
     j["file_level_decode_elems_per_s"] = ips("file_decode_level/1t");
     j["file_level_encode_elems_per_s"] = ips("file_encode_level/1t");
     j["file_level_decode_over_decode_values_fp16"] =
-        ips("file_decode_level/1t") / std::max(1.0, ips("decode_values_fp16/1t"));
+        speed_ratio("file_decode_level/1t", "decode_values_fp16/1t");
   }
   if (profile) {
     // Aim (issue 9): the transform path within 2x of the quantized file path's time.
     j["transform_bytes"] = transform.size();
     j["transform_decode_elems_per_s"] = ips("transform_decode/1t");
     j["transform_encode_elems_per_s"] = ips("transform_encode/1t");
-    j["transform_decode_over_file_decode"] =
-        ips("transform_decode/1t") / std::max(1.0, ips("file_decode/1t"));
-    j["transform_encode_over_file_encode"] =
-        ips("transform_encode/1t") / std::max(1.0, ips("file_encode/1t"));
+    j["transform_decode_over_file_decode"] = speed_ratio("transform_decode/1t", "file_decode/1t");
+    j["transform_encode_over_file_encode"] = speed_ratio("transform_encode/1t", "file_encode/1t");
   }
   j["coded_param_bytes"] = batch_report.param_bytes;
   j["coded_model_bytes"] = batch_report.model_bytes;

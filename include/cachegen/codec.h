@@ -21,6 +21,11 @@
 //
 // Thread safety: all functions are re-entrant. *_batch functions use cachegen::thread_count()
 // threads; their output does not depend on the thread count.
+//
+// Memory: encoders and decoders keep per-thread scratch between calls (at most about the
+// largest batch's codes and symbols, 2-4 bytes per value, on each thread that ran it), so
+// that repeated calls reuse warm pages instead of faulting in fresh ones; it is freed when
+// the thread exits.
 #pragma once
 
 #include <cstddef>

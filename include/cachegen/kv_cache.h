@@ -44,6 +44,9 @@ struct KVCacheConfig {
   size_t block_tokens = 256;  // tokens per entropy-coded block: a multiple of group_size
   bool use_delta = true;      // let the coder use token-delta models (and the estimate)
   bool per_channel = true;    // the reference estimate per channel (else pooled)
+  // Compute the reference estimate of every block (stats().estimated_bytes; a tenth of the
+  // encoding time): off where only the bytes are wanted (encode_kv_array), the estimates 0.
+  bool size_estimate = true;
   ParamMode params = ParamMode::compact;
   // Optional per-attention-layer bit widths for K (and V unless value_layer_bits is set); when
   // set they are used as given instead of the schedule. Sizes must equal the number of
@@ -176,6 +179,11 @@ class LayerKVCache {
   // group) coded now. kind 0 = K, 1 = V (pre-RoPE keys when config().key_pre_rope). Does not
   // modify the cache.
   std::vector<CompressedBlock> snapshot_blocks(int kind) const;
+  // The same in two parts, for writers that need not copy the sealed blocks: the sealed
+  // blocks by reference (valid until the cache changes), then the pending and residual
+  // tokens coded now as one block (n_tokens 0 when there are none).
+  const std::vector<CompressedBlock>& sealed_blocks(int kind) const;
+  CompressedBlock tail_block(int kind) const;
 
  private:
   struct PlaneState {

@@ -69,6 +69,10 @@ void quantize_to_codes_into(std::span<const BFloat16> x, size_t n_rows, size_t d
 CodeStream quantize_with_params(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                                 size_t group_size, std::span<const float> scale,
                                 std::span<const float> zero);
+// Same, into `out`, reusing its buffers' capacity.
+void quantize_with_params_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                               size_t group_size, std::span<const float> scale,
+                               std::span<const float> zero, CodeStream& out);
 
 // Checks a stream's internal consistency (sizes, bits, codes in range); throws
 // Error(invalid_argument) otherwise. Every function taking a CodeStream calls it.

@@ -212,7 +212,14 @@ void LayerKVCache::quantize_group(int kind) {
   for (size_t h = 0; h < heads_; ++h) {
     const CodeStream g = detail::quantize_rows_half(p.residual.data() + h * gs * dim_, gs, dim_,
                                                     bits_[kind], config_);
-    detail::append_stream(p.pending[h], g);
+    CodeStream& dst = p.pending[h];
+    if (dst.n_rows == 0) {  // room for a block (up to 4,096 rows), kept by seal_block
+      const size_t rows = std::min<size_t>(config_.block_tokens, 4096);
+      dst.codes.reserve(rows * dim_);
+      dst.scale.reserve(rows / gs * dim_);
+      dst.zero.reserve(rows / gs * dim_);
+    }
+    detail::append_stream(dst, g);
   }
 }
 
@@ -224,7 +231,8 @@ CompressedBlock detail::code_block(const std::vector<CodeStream>& streams, size_
   EncodeOptions opt;
   opt.allow_delta = config.use_delta;
   b.bytes = encode_batch(streams, opt);
-  b.estimated_bytes = entropy_coded_bytes_batch(streams, config.use_delta, config.per_channel);
+  if (config.size_estimate)
+    b.estimated_bytes = entropy_coded_bytes_batch(streams, config.use_delta, config.per_channel);
   b.fixed_bytes = fixed_width_bytes_batch(streams);
   return b;
 }
@@ -233,7 +241,12 @@ void LayerKVCache::seal_block(int kind) {
   PlaneState& p = plane_[kind];
   const size_t begin = n_tokens_ - residual_rows_ - pending_rows_;
   p.blocks.push_back(detail::code_block(p.pending, begin, config_));
-  for (CodeStream& s : p.pending) s = CodeStream{};
+  for (CodeStream& s : p.pending) {  // emptied, its buffers kept for the next block
+    s.n_rows = 0;
+    s.codes.clear();
+    s.scale.clear();
+    s.zero.clear();
+  }
 }
 
 void LayerKVCache::rotate_keys(std::vector<Half>& x, size_t n_tokens, size_t first,
@@ -243,12 +256,16 @@ void LayerKVCache::rotate_keys(std::vector<Half>& x, size_t n_tokens, size_t fir
   for (size_t t = 0; t < n_tokens; ++t) {
     pos[t] = config_.rope_position_offset + static_cast<int32_t>(first + t);
   }
+  // The angles once for every head; the conversions through the SIMD kernels (the same
+  // values as half_to_float / float_to_half).
+  const RopeAngles angles = rope_angles(pos, dim_, config_.rope, inverse);
+  const detail::QuantKernels& k = detail::quant_kernels();
   std::vector<float> f(n_tokens * dim_);
   for (size_t h = 0; h < heads_; ++h) {  // [heads, T, dim]: one head's rows at a time
-    Half* head = x.data() + h * n_tokens * dim_;
-    for (size_t i = 0; i < f.size(); ++i) f[i] = half_to_float(head[i]);
-    rope_rows(f, n_tokens, 1, dim_, pos, config_.rope, inverse);
-    for (size_t i = 0; i < f.size(); ++i) head[i] = float_to_half(f[i]);
+    uint16_t* head = reinterpret_cast<uint16_t*>(x.data() + h * n_tokens * dim_);
+    k.f16_to_f32(head, f.data(), f.size());
+    rope_rows(f, n_tokens, 1, dim_, angles, 0, config_.rope.neox);
+    k.f32_to_f16(f.data(), head, f.size());
   }
 }
 
@@ -263,11 +280,18 @@ std::vector<CodeStream> LayerKVCache::quantize_residual(int kind) const {
   return out;
 }
 
-std::vector<CompressedBlock> LayerKVCache::snapshot_blocks(int kind) const {
+const std::vector<CompressedBlock>& LayerKVCache::sealed_blocks(int kind) const {
   if (kind != 0 && kind != 1) invalid("kind must be 0 (K) or 1 (V)");
-  if (recomputed()) return {};
-  std::vector<CompressedBlock> out = plane_[kind].blocks;
-  if (pending_rows_ + residual_rows_ == 0) return out;
+  return plane_[kind].blocks;  // none when recomputed
+}
+
+CompressedBlock LayerKVCache::tail_block(int kind) const {
+  if (kind != 0 && kind != 1) invalid("kind must be 0 (K) or 1 (V)");
+  if (recomputed() || pending_rows_ + residual_rows_ == 0) {
+    CompressedBlock none;
+    none.token_begin = n_tokens_;
+    return none;
+  }
   std::vector<CodeStream> tail(heads_);
   const std::vector<CodeStream> res = quantize_residual(kind);
   for (size_t h = 0; h < heads_; ++h) {
@@ -278,7 +302,13 @@ std::vector<CompressedBlock> LayerKVCache::snapshot_blocks(int kind) const {
       detail::append_stream(tail[h], res[h]);
     }
   }
-  out.push_back(detail::code_block(tail, n_tokens_ - pending_rows_ - residual_rows_, config_));
+  return detail::code_block(tail, n_tokens_ - pending_rows_ - residual_rows_, config_);
+}
+
+std::vector<CompressedBlock> LayerKVCache::snapshot_blocks(int kind) const {
+  std::vector<CompressedBlock> out = sealed_blocks(kind);
+  CompressedBlock tail = tail_block(kind);
+  if (tail.n_tokens > 0) out.push_back(std::move(tail));
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include "cachegen/runtime.h"
 #include "codec/rans.h"
+#include "codec/scratch.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
 #include "core/parallel.h"
@@ -237,7 +238,13 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
   };
   // Per head: delta symbols, histograms and the lower bound of its record's estimate.
-  std::vector<std::vector<uint8_t>> delta(G);
+  // Kept per calling thread with the payloads below: fresh ones page-faulted on every batch.
+  // (Named through references: a lambda names a thread_local directly, i.e. each pool
+  // thread's own instance.)
+  thread_local std::vector<std::vector<uint8_t>> kept_delta, kept_payloads;
+  std::vector<std::vector<uint8_t>>& delta = kept_delta;
+  std::vector<std::vector<uint8_t>>& payloads = kept_payloads;
+  if (delta.size() < G) delta.resize(G);
   std::vector<std::vector<uint32_t>> raw_counts(G), delta_counts(G);
   std::vector<uint64_t> head_cost(G);
   const auto histograms = quant_kernels().channel_histograms;
@@ -245,6 +252,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     const CodeStream& s = streams[h];
     raw_counts[h].assign(dim * n_syms, 0);
     histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
+    delta[h].clear();
     if (allow_delta) {
       delta[h].resize(n);
       compute_delta_symbols(s.codes.data(), s.n_rows, dim, s.bits, s.group_size, s.scale, s.zero,
@@ -309,21 +317,31 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   // Each slice's task also writes its heads' parameter blocks, which are otherwise the
   // largest serial part of the batch.
   const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
-  std::vector<std::vector<uint8_t>> payloads(n_slices), param_blocks(G);
+  if (payloads.size() < n_slices) payloads.resize(n_slices);
+  std::vector<std::vector<uint8_t>> param_blocks(G);
   parallel_for(n_slices, [&](size_t i) {
     const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
-    // Every byte is written by stream_symbols: no zero fill first.
-    const std::unique_ptr<uint8_t[]> symbols(new uint8_t[(h1 - h0) * n]);
+    payloads[i].clear();
+    // Every byte is written by stream_symbols.
+    uint8_t* const symbols = scratch_bytes((h1 - h0) * n, Scratch::symbols);
     for (size_t h = h0; h < h1; ++h) {
-      stream_symbols(streams[h], models, delta[h], symbols.get() + (h - h0) * n);
+      stream_symbols(streams[h], models, delta[h], symbols + (h - h0) * n);
       write_param_block(streams[h], precisions[h], grid, param_blocks[h],
                         compact_sections.empty() ? std::span<const uint8_t>()
                                                  : std::span<const uint8_t>(compact_sections[h]));
     }
-    rans_encode(std::span<const uint8_t>(symbols.get(), (h1 - h0) * n), dim, tables, precision,
+    rans_encode(std::span<const uint8_t>(symbols, (h1 - h0) * n), dim, tables, precision,
                 choose_lanes((h1 - h0) * n), payloads[i]);
   });
 
+  BitWriter bits;
+  for (const auto& m : models) write_channel_model(bits, m, first.bits);
+  const std::vector<uint8_t> side = bits.finish();
+  // The output grows once (each regrowth copied and page-faulted the whole batch again).
+  size_t total = out.size() + 64 + side.size() + 12 * n_slices;
+  for (const auto& p : param_blocks) total += p.size();
+  for (size_t i = 0; i < n_slices; ++i) total += payloads[i].size();
+  out.reserve(total);
   wire::Writer w(out);
   w.varint(first.n_rows);
   w.varint(dim);
@@ -331,9 +349,6 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   w.u8(static_cast<uint8_t>(first.bits));
   for (const auto& p : param_blocks) w.bytes(p);
   w.u8(static_cast<uint8_t>(precision));
-  BitWriter bits;
-  for (const auto& m : models) write_channel_model(bits, m, first.bits);
-  const std::vector<uint8_t> side = bits.finish();
   w.varint(side.size());
   w.bytes(side);
   w.varint(heads_per_slice);
@@ -342,7 +357,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     w.u8(static_cast<uint8_t>(choose_lanes(heads * n)));
     w.varint(payloads[i].size());
   }
-  for (const auto& p : payloads) w.bytes(p);
+  for (size_t i = 0; i < n_slices; ++i) w.bytes(payloads[i]);
   return true;
 }
 

@@ -51,13 +51,26 @@ bool normalize(std::span<const uint32_t> counts, const Present& p, int t, uint16
     freq[s] = static_cast<uint16_t>(f > target ? target : f);
     sum += freq[s];
   }
-  while (sum > target) {  // take from the largest frequency (lowest symbol on ties)
-    size_t big = p.most;
-    for (size_t i = 0; i < p.n; ++i)
-      if (freq[p.sym[i]] > freq[big]) big = p.sym[i];
-    const uint32_t take = sum - target < freq[big] - 1u ? sum - target : freq[big] - 1u;
-    freq[big] = static_cast<uint16_t>(freq[big] - take);
+  // Over the target: take from the largest frequency (the most frequent symbol first, then
+  // the lowest symbol among equal ones), down to 1 at most, until the sum fits. The most
+  // frequent symbol's frequency is the largest (rounding is monotone), so it goes first; when
+  // that is not enough, the others follow in descending order of frequency, sorted once
+  // (a scan per step was most of the model search when many symbols were raised to 1).
+  const auto take_from = [&](size_t s) {
+    const uint32_t take = sum - target < freq[s] - 1u ? sum - target : freq[s] - 1u;
+    freq[s] = static_cast<uint16_t>(freq[s] - take);
     sum -= take;
+  };
+  if (sum > target) take_from(p.most);
+  if (sum > target) {
+    uint16_t rest[256];
+    size_t m = 0;
+    for (size_t i = 0; i < p.n; ++i)
+      if (freq[p.sym[i]] > 1) rest[m++] = p.sym[i];
+    std::sort(rest, rest + m, [&](uint16_t a, uint16_t b) {
+      return freq[a] != freq[b] ? freq[a] > freq[b] : a < b;
+    });
+    for (size_t j = 0; j < m && sum > target; ++j) take_from(rest[j]);
   }
   freq[p.most] = static_cast<uint16_t>(freq[p.most] + (target - sum));
   return true;
@@ -70,6 +83,26 @@ void fill_cum(ChannelTable& table) {
     table.cum[s] = static_cast<uint16_t>(c);
     c += table.freq[s];
   }
+}
+
+// Exp-Golomb bits of a frequency f <= 2^kMaxPrecision at orders 0..3, packed as four 16-bit
+// fields (order k at bits 16k): a frequency list's cost at every order is then one load and
+// one add per entry (four bit-length computations per entry were 80% of best_table). A field
+// sums at most 256 entries of <= 25 bits: no carry into the next.
+uint64_t eg_bits_packed(uint32_t f) {
+  static_assert(1 << kEgOrderBits == 4 && (256 * 25) < (1 << 16));
+  struct Table {
+    uint64_t v[kMaxLog2Table + 1];
+    Table() {
+      for (uint32_t i = 0; i <= kMaxLog2Table; ++i) {
+        v[i] = 0;
+        for (int k = 0; k < 4; ++k)
+          v[i] |= static_cast<uint64_t>(BitWriter::exp_golomb_bits(i, k)) << (16 * k);
+      }
+    }
+  };
+  static const Table table;
+  return table.v[f];
 }
 
 // Best table over one histogram: precision t and Exp-Golomb order k. The frequency list's
@@ -97,17 +130,11 @@ ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size
       const size_t s = present.sym[i];
       data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
     }
-    std::array<uint64_t, 1 << kEgOrderBits> list;
-    list.fill(static_cast<uint64_t>(bits));
-    for (uint32_t j = 0; j < last; ++j) {
-      for (int k = 0; k < (1 << kEgOrderBits); ++k) {
-        list[static_cast<size_t>(k)] +=
-            static_cast<uint64_t>(BitWriter::exp_golomb_bits(freq[order[j]], k));
-      }
-    }
+    uint64_t list = 0;  // the list's bits at each order, packed as eg_bits_packed's fields
+    for (uint32_t j = 0; j < last; ++j) list += eg_bits_packed(freq[order[j]]);
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
-      const uint64_t desc =
-          kKindBits + kPrecisionBits + kEgOrderBits + list[static_cast<size_t>(k)];
+      const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits +
+                            static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff);
       const uint64_t cost = (desc << 16) + data;
       if (cost < best.cost_fp) {
         best.cost_fp = cost;
@@ -205,13 +232,6 @@ struct Log2Table {
 uint32_t log2_fixed(uint32_t v) {
   static const Log2Table table;
   return v <= kMaxLog2Table ? table.v[v] : log2_fixed_compute(v);
-}
-
-uint32_t table_order_symbol(ChannelKind kind, uint32_t index, int bits) {
-  if (kind != ChannelKind::delta_table) return index;
-  const int32_t signed_delta =
-      (index & 1) ? -static_cast<int32_t>((index + 1) >> 1) : static_cast<int32_t>(index >> 1);
-  return static_cast<uint32_t>(signed_delta) & ((1u << bits) - 1);
 }
 
 ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,

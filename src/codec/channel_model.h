@@ -51,6 +51,11 @@ void read_channel_model(BitReader& r, int bits, size_t n_rows, ChannelModel& mod
 
 // Symbol order of the frequency list: raw tables list codes 0..2^bits-1; delta tables list
 // signed deltas 0, -1, +1, -2, ... (mod 2^bits), so that the common small deltas come first.
-uint32_t table_order_symbol(ChannelKind kind, uint32_t index, int bits);
+inline uint32_t table_order_symbol(ChannelKind kind, uint32_t index, int bits) {
+  if (kind != ChannelKind::delta_table) return index;
+  const int32_t signed_delta =
+      (index & 1) ? -static_cast<int32_t>((index + 1) >> 1) : static_cast<int32_t>(index >> 1);
+  return static_cast<uint32_t>(signed_delta) & ((1u << bits) - 1);
+}
 
 }  // namespace cachegen::detail

@@ -7,6 +7,7 @@
 #include "cachegen/codec.h"
 #include "codec/bit_io.h"
 #include "codec/params_codec.h"
+#include "codec/scratch.h"
 #include "codec/stream_format.h"
 #include "core/checks.h"
 #include "core/parallel.h"
@@ -30,10 +31,10 @@ std::vector<uint8_t> with_magic(const uint8_t (&magic)[4]) {
   return out;
 }
 
-// Quantizes against codec-rounded parameters; returns the stream and its param precision.
-CodeStream quantize_for_codec(std::span<const float> x, size_t n_rows, size_t dim, int bits,
-                              size_t group_size, const EncodeOptions& options,
-                              ParamPrecision& precision) {
+// Quantizes against codec-rounded parameters into s (its buffers reused); returns the
+// parameters' precision.
+ParamPrecision quantize_for_codec(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                                  size_t group_size, const EncodeOptions& options, CodeStream& s) {
   detail::check_bits(bits);
   if (group_size == 0) detail::invalid("group_size must be >= 1");
   const size_t n = detail::checked_mul(n_rows, dim, "n_rows * dim");
@@ -43,7 +44,10 @@ CodeStream quantize_for_codec(std::span<const float> x, size_t n_rows, size_t di
   }
   if (!detail::quant_kernels().all_finite(x.data(), n)) detail::invalid("x contains NaN or Inf");
   const size_t n_groups = (n_rows + group_size - 1) / group_size;
-  std::vector<float> mins(n_groups * dim), maxs(n_groups * dim);
+  // Per thread, as the stream's buffers: fresh allocations page-fault on every call.
+  thread_local std::vector<float> mins, maxs, scale, zero;
+  mins.resize(n_groups * dim);
+  maxs.resize(n_groups * dim);
   for (size_t g = 0; g < n_groups; ++g) {
     // Row by row, so that the channel loop vectorises. std::min/std::max keep the first of
     // equal values (-0 and +0), which fp16 parameters preserve: not the quant kernels'
@@ -62,30 +66,28 @@ CodeStream quantize_for_codec(std::span<const float> x, size_t n_rows, size_t di
     }
   }
   const detail::CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
-  std::vector<float> scale, zero;
-  precision = ParamPrecision::compact;
+  ParamPrecision precision = ParamPrecision::compact;
   if (!detail::round_params_compact(mins, maxs, bits, grid, scale, zero)) {
     precision = ParamPrecision::fp16;
     if (!detail::round_params_fp16(mins, maxs, bits, scale, zero)) {
       // Neither grid holds these values: keep the reference parameters, stored losslessly.
-      precision = ParamPrecision::fp32;
-      return quantize_to_codes(x, n_rows, dim, bits, group_size);
+      quantize_to_codes_into(x, n_rows, dim, bits, group_size, s);
+      return ParamPrecision::fp32;
     }
   }
-  return quantize_with_params(x, n_rows, dim, bits, group_size, scale, zero);
+  quantize_with_params_into(x, n_rows, dim, bits, group_size, scale, zero, s);
+  return precision;
 }
 
 // Quantizes for the codec and picks the exact parameter precision that codes smallest.
 // compact_section (optional) receives the compact parameter bits when compact is chosen.
-CodeStream quantize_and_pick(std::span<const float> x, size_t n_rows, size_t dim, int bits,
-                             size_t group_size, const EncodeOptions& options,
-                             ParamPrecision& precision,
-                             std::vector<uint8_t>* compact_section = nullptr) {
-  CodeStream s = quantize_for_codec(x, n_rows, dim, bits, group_size, options, precision);
+ParamPrecision quantize_and_pick(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                                 size_t group_size, const EncodeOptions& options, CodeStream& s,
+                                 std::vector<uint8_t>* compact_section = nullptr) {
+  const ParamPrecision precision = quantize_for_codec(x, n_rows, dim, bits, group_size, options, s);
   // fp16 parameters may still code smaller (e.g. tiny streams); both are exact here.
-  if (precision == ParamPrecision::compact)
-    precision = detail::exact_param_precision(s, options, compact_section);
-  return s;
+  if (precision != ParamPrecision::compact) return precision;
+  return detail::exact_param_precision(s, options, compact_section);
 }
 
 struct BatchHeader {
@@ -199,8 +201,9 @@ std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& optio
 CodeStream quantize_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                            size_t group_size, const EncodeOptions& options) {
   check_options(options);
-  ParamPrecision precision;
-  return quantize_for_codec(x, n_rows, dim, bits, group_size, options, precision);
+  CodeStream s;
+  quantize_for_codec(x, n_rows, dim, bits, group_size, options, s);
+  return s;
 }
 
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
@@ -208,8 +211,8 @@ std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size
                                    CodeStream* quantized) {
   check_options(options);
   std::vector<uint8_t> out = with_magic(detail::kStreamMagic);
-  ParamPrecision precision;
-  CodeStream s = quantize_and_pick(x, n_rows, dim, bits, group_size, options, precision);
+  CodeStream s;
+  const ParamPrecision precision = quantize_and_pick(x, n_rows, dim, bits, group_size, options, s);
   detail::encode_head(s, precision, options.scale_mantissa_bits, options.zero_step_log2,
                       options.allow_delta, out);
   if (quantized) *quantized = std::move(s);
@@ -274,14 +277,25 @@ std::vector<uint8_t> encode_values_batch_of(std::span<const T> x, size_t n_heads
     detail::invalid("x has " + std::to_string(x.size()) +
                     " values, expected n_heads * n_rows * dim");
   }
-  std::vector<CodeStream> streams(n_heads);
+  // The heads' codes live only until the batch is written: kept per calling thread, so a
+  // later batch reuses their pages (fresh ones page-faulted on every call: most of a 1-thread
+  // encode of 8 M values went to faults).
+  // (Named through references: a lambda names a thread_local directly, i.e. each pool
+  // thread's own instance.)
+  thread_local std::vector<CodeStream> kept_streams;
+  thread_local std::vector<std::vector<uint8_t>> kept_sections;
+  std::vector<CodeStream>& streams = kept_streams;
+  std::vector<std::vector<uint8_t>>& sections = kept_sections;
+  if (streams.size() < n_heads) streams.resize(n_heads);
+  if (sections.size() < n_heads) sections.resize(n_heads);
   std::vector<ParamPrecision> precisions(n_heads);
-  std::vector<std::vector<uint8_t>> sections(n_heads);
   detail::parallel_for(n_heads, [&](size_t h) {
-    streams[h] = quantize_and_pick(head_values(h, per_head), n_rows, dim, bits, group_size, options,
-                                   precisions[h], &sections[h]);
+    sections[h].clear();
+    precisions[h] = quantize_and_pick(head_values(h, per_head), n_rows, dim, bits, group_size,
+                                      options, streams[h], &sections[h]);
   });
-  return encode_batch_of(streams, precisions, options, sections);
+  return encode_batch_of(std::span<const CodeStream>(streams.data(), n_heads), precisions, options,
+                         std::span<const std::vector<uint8_t>>(sections.data(), n_heads));
 }
 
 }  // namespace
@@ -302,7 +316,8 @@ std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads
       x, n_heads, n_rows, dim, bits, group_size, options, [&](size_t h, size_t per_head) {
         // One head widened at a time into the thread's scratch: it stays in cache for the
         // quantizer, and no array of the whole batch's floats is allocated.
-        float* f32 = reinterpret_cast<float*>(detail::scratch_bytes(per_head * sizeof(float)));
+        float* f32 = reinterpret_cast<float*>(
+            detail::scratch_bytes(per_head * sizeof(float), detail::Scratch::values));
         k.f16_to_f32(reinterpret_cast<const uint16_t*>(x.data() + h * per_head), f32, per_head);
         return std::span<const float>(f32, per_head);
       });

@@ -5,6 +5,7 @@
 
 #include "cachegen/runtime.h"
 #include "codec/rans.h"
+#include "codec/scratch.h"
 #include "core/wire.h"
 
 namespace cachegen::detail {
@@ -50,10 +51,10 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   uint32_t x[kMaxLanes];
   for (int l = 0; l < n_lanes; ++l) x[l] = kRansLow;
   // Words are written backwards into a buffer of the worst-case size (one word per element)
-  // and then copied once, already in decoding order.
-  // Not value-initialised (a zero fill of it was a visible share of encoding): the slots the
-  // copy below reads have all been written.
-  const std::unique_ptr<uint16_t[]> words(new uint16_t[n + 1]);
+  // and then copied once, already in decoding order. Per-thread scratch, not zero-filled:
+  // the slots the copy below reads have all been written.
+  uint16_t* const words =
+      reinterpret_cast<uint16_t*>(scratch_bytes((n + 1) * sizeof(uint16_t), Scratch::rans_words));
   const size_t words_end = n + 1;
   size_t w_pos = words_end;
   // 32-lane payloads: the AVX-512 encoder takes every full step of 32 elements; the scalar
@@ -85,7 +86,7 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
       inv_freq[i] = table[i].rcp == 0 ? 0.0 : 1.0 / static_cast<double>(f);
     }
     const RansEncodeTables t{packed.data(), inv_freq.data(), static_cast<int>(n_syms), precision};
-    w_pos = rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words.get(), w_pos);
+    w_pos = rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words, w_pos);
   }
   const size_t n_words = words_end - w_pos;
   const size_t at = out.size();

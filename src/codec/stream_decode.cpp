@@ -341,10 +341,4 @@ std::vector<Half> zeroed_halves(size_t n) {
   return std::vector<Half>(ZeroHalfIterator{0}, ZeroHalfIterator{n});
 }
 
-uint8_t* scratch_bytes(size_t n) {
-  thread_local std::vector<uint8_t> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
-}
-
 }  // namespace cachegen::detail

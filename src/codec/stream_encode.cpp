@@ -5,6 +5,7 @@
 #include "codec/bit_io.h"
 #include "codec/params_codec.h"
 #include "codec/rans.h"
+#include "codec/scratch.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
 #include "quant/kernels.h"
@@ -85,7 +86,9 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
   const CompactGrid grid{scale_mantissa_bits, zero_step_log2};
 
   // Representations and models.
-  std::vector<uint8_t> delta(allow_delta ? n : 0);
+  // Delta symbols and the coded symbols in per-thread scratch (every byte written first).
+  const std::span<uint8_t> delta(allow_delta ? scratch_bytes(n, Scratch::delta) : nullptr,
+                                 allow_delta ? n : 0);
   if (allow_delta) {
     compute_delta_symbols(s.codes.data(), s.n_rows, s.dim, s.bits, s.group_size, s.scale, s.zero,
                           delta.data());
@@ -103,7 +106,7 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
                     : std::span<const uint32_t>(),
         s.n_rows, s.bits);
   }
-  std::vector<uint8_t> symbols(n);
+  const std::span<uint8_t> symbols(scratch_bytes(n, Scratch::symbols), n);
   if (n > 0) stream_symbols(s, models, delta, symbols.data());
   int precision_bits = 0;
   std::vector<ChannelTable> tables(s.dim);

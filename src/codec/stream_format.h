@@ -134,7 +134,4 @@ std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8
 // showed up at ~10% of a decode.
 std::vector<Half> zeroed_halves(size_t n);
 
-// Thread-local scratch that keeps its pages between calls (fresh large vectors page-fault).
-uint8_t* scratch_bytes(size_t n);
-
 }  // namespace cachegen::detail

@@ -44,6 +44,12 @@ std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path);
 // the file.
 std::vector<uint8_t> assemble_cgkv(CgkvInfo& info, const std::vector<std::vector<uint8_t>>& chunks,
                                    std::span<const CgkvBlob> blobs);
+// The same with each chunk given as framed parts (per part: its size as a varint, then its
+// bytes: the quantized and lossless payloads), written straight into the file: no chunk is
+// assembled apart first.
+std::vector<uint8_t> assemble_cgkv_framed(
+    CgkvInfo& info, const std::vector<std::vector<std::span<const uint8_t>>>& chunk_parts,
+    std::span<const CgkvBlob> blobs);
 // Serialises a complete header (preamble, body, checksum) for `info`, whose chunk and blob
 // ranges must already be final.
 std::vector<uint8_t> serialize_header(const CgkvInfo& info);

@@ -1,5 +1,6 @@
 // Writing .cgkv files: quantized (from a KVCache) and lossless (from fp16 arrays).
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "cachegen/error.h"
@@ -11,19 +12,23 @@
 
 namespace cachegen {
 
-std::vector<uint8_t> detail::assemble_cgkv(CgkvInfo& info,
-                                           const std::vector<std::vector<uint8_t>>& chunks,
-                                           std::span<const CgkvBlob> blobs) {
+namespace {
+
+// assemble_cgkv's one body: chunk c is chunk_sizes[c] bytes that write_chunk(c, dst) writes.
+// The file is allocated once and every chunk written in place (copying chunks assembled
+// apart page-faulted the file's bytes in twice); the header goes in last, its size known.
+template <typename WriteChunk>
+std::vector<uint8_t> assemble(CgkvInfo& info, std::span<const uint64_t> chunk_sizes,
+                              WriteChunk&& write_chunk, std::span<const CgkvBlob> blobs) {
   if (blobs.size() > detail::kMaxBlobs) detail::invalid("at most 64 blobs per file");
-  info.header_bytes = detail::header_size(info.layers.size(), chunks.size(), blobs.size(),
+  info.header_bytes = detail::header_size(info.layers.size(), chunk_sizes.size(), blobs.size(),
                                           info.has_rope, info.codec == ContainerCodec::transform);
   if (info.header_bytes > detail::kMaxHeaderBytes)
     detail::invalid("too many chunks for one header");
   uint64_t offset = info.header_bytes;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    info.chunks[c].range = {offset, chunks[c].size(),
-                            detail::chunk_checksum(info.version, c, info.chunks[c], chunks[c])};
-    offset += chunks[c].size();
+  for (size_t c = 0; c < chunk_sizes.size(); ++c) {
+    info.chunks[c].range = {offset, chunk_sizes[c], 0};
+    offset += chunk_sizes[c];
   }
   info.blobs.clear();
   for (const CgkvBlob& b : blobs) {
@@ -31,14 +36,61 @@ std::vector<uint8_t> detail::assemble_cgkv(CgkvInfo& info,
     offset += b.bytes.size();
   }
   info.file_bytes = offset;
-  std::vector<uint8_t> out = detail::serialize_header(info);
-  if (offset > out.capacity()) {
-    out.reserve(offset);
-    detail::advise_huge_pages(out.data(), offset);
+  std::vector<uint8_t> out;
+  detail::resize_huge(out, offset);
+  for (size_t c = 0; c < chunk_sizes.size(); ++c) {
+    CgkvRange& r = info.chunks[c].range;
+    uint8_t* dst = out.data() + r.offset;
+    write_chunk(c, dst);
+    r.xxh64 = detail::chunk_checksum(info.version, c, info.chunks[c],
+                                     std::span<const uint8_t>(dst, r.bytes));
   }
-  for (const auto& c : chunks) out.insert(out.end(), c.begin(), c.end());
-  for (const CgkvBlob& b : blobs) out.insert(out.end(), b.bytes.begin(), b.bytes.end());
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    if (!blobs[i].bytes.empty())
+      std::memcpy(out.data() + info.blobs[i].range.offset, blobs[i].bytes.data(),
+                  blobs[i].bytes.size());
+  }
+  // serialize_header checks that it fills header_bytes exactly.
+  const std::vector<uint8_t> header = detail::serialize_header(info);
+  std::memcpy(out.data(), header.data(), header.size());
   return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> detail::assemble_cgkv(CgkvInfo& info,
+                                           const std::vector<std::vector<uint8_t>>& chunks,
+                                           std::span<const CgkvBlob> blobs) {
+  std::vector<uint64_t> sizes(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) sizes[c] = chunks[c].size();
+  return assemble(
+      info, sizes,
+      [&](size_t c, uint8_t* dst) {
+        if (!chunks[c].empty()) std::memcpy(dst, chunks[c].data(), chunks[c].size());
+      },
+      blobs);
+}
+
+std::vector<uint8_t> detail::assemble_cgkv_framed(
+    CgkvInfo& info, const std::vector<std::vector<std::span<const uint8_t>>>& chunk_parts,
+    std::span<const CgkvBlob> blobs) {
+  std::vector<uint64_t> sizes(chunk_parts.size());
+  for (size_t c = 0; c < chunk_parts.size(); ++c)
+    for (std::span<const uint8_t> p : chunk_parts[c])
+      sizes[c] += wire::varint_size(p.size()) + p.size();
+  return assemble(
+      info, sizes,
+      [&](size_t c, uint8_t* dst) {
+        for (std::span<const uint8_t> p : chunk_parts[c]) {
+          for (uint64_t v = p.size();; v >>= 7) {  // wire::Writer::varint's encoding
+            *dst++ = static_cast<uint8_t>(v >= 0x80 ? (v & 0x7f) | 0x80 : v);
+            if (v < 0x80) break;
+          }
+          if (!p.empty()) std::memcpy(dst, p.data(), p.size());
+          dst += p.size();
+        }
+      },
+      blobs);
 }
 
 namespace {
@@ -107,20 +159,23 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
     info.rope = cache.config.rope;
     info.rope_position_offset = cache.config.rope_position_offset;
   }
-  std::vector<std::vector<uint8_t>> chunks(info.chunks.size());
+  // Chunk c is every (layer, K/V)'s block c, framed: the sealed blocks are written into the
+  // file from the cache itself (copies of them page-faulted the file's bytes in again).
+  std::vector<CompressedBlock> tails;
+  tails.reserve(2 * cache.layers.size());  // the parts below point into it
+  std::vector<std::vector<std::span<const uint8_t>>> parts(info.chunks.size());
   for (const LayerKVCache& layer : cache.layers) {
     if (layer.recomputed()) continue;  // flagged in the header, nothing in the chunks
     for (int kind = 0; kind < 2; ++kind) {
-      const std::vector<CompressedBlock> blocks = layer.snapshot_blocks(kind);
-      if (blocks.size() != chunks.size()) detail::invalid("write_cgkv: block layout mismatch");
-      for (size_t c = 0; c < chunks.size(); ++c) {
-        wire::Writer w(chunks[c]);
-        w.varint(blocks[c].bytes.size());
-        w.bytes(blocks[c].bytes);
-      }
+      const std::vector<CompressedBlock>& sealed = layer.sealed_blocks(kind);
+      tails.push_back(layer.tail_block(kind));
+      const size_t n_blocks = sealed.size() + (tails.back().n_tokens > 0);
+      if (n_blocks != parts.size()) detail::invalid("write_cgkv: block layout mismatch");
+      for (size_t c = 0; c < sealed.size(); ++c) parts[c].push_back(sealed[c].bytes);
+      if (sealed.size() < parts.size()) parts.back().push_back(tails.back().bytes);
     }
   }
-  return detail::assemble_cgkv(info, chunks, blobs);
+  return detail::assemble_cgkv_framed(info, parts, blobs);
 }
 
 std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
@@ -157,21 +212,10 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
     packed[task] = detail::pack_fp16_lossless(chunk_rows(t), row, zstd_level,
                                               static_cast<size_t>(shape.head_dim), hint);
   });
-  std::vector<std::vector<uint8_t>> chunks(info.chunks.size());
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    size_t bytes = 0;
-    for (size_t t = 0; t < n_tensors; ++t) bytes += packed[c * n_tensors + t].size() + 10;
-    chunks[c].reserve(bytes);
-    detail::advise_huge_pages(chunks[c].data(), bytes);
-    wire::Writer w(chunks[c]);
-    for (size_t t = 0; t < n_tensors; ++t) {
-      std::vector<uint8_t>& p = packed[c * n_tensors + t];
-      w.varint(p.size());
-      w.bytes(p);
-      std::vector<uint8_t>().swap(p);  // peak memory: the output once, not twice
-    }
-  }
-  return detail::assemble_cgkv(info, chunks, blobs);
+  std::vector<std::vector<std::span<const uint8_t>>> parts(info.chunks.size());
+  for (size_t c = 0; c < parts.size(); ++c)
+    for (size_t t = 0; t < n_tensors; ++t) parts[c].push_back(packed[c * n_tensors + t]);
+  return detail::assemble_cgkv_framed(info, parts, blobs);
 }
 
 CgkvBlob token_ids_blob(std::span<const int32_t> tokens) {

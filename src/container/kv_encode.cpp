@@ -50,6 +50,7 @@ KVCacheConfig quantized_config(const KVEncodeOptions& o, const ModelShape& shape
     cfg.params = ParamMode::reference;
   else if (o.params != "compact")
     throw Error(ErrorCode::invalid_argument, "options.params must be compact or reference");
+  cfg.size_estimate = false;  // the file does not hold it
   return cfg;
 }
 

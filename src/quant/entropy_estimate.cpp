@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "cachegen/quant.h"
 #include "core/checks.h"
@@ -63,15 +64,13 @@ size_t fixed_width_bytes(const CodeStream& s) {
 size_t entropy_coded_bytes(const CodeStream& s, bool use_delta, bool per_channel) {
   validate(s);
   const size_t n = s.n_rows, dim = s.dim;
-  // Symbols of the real rows: codes, or their token deltas.
-  std::vector<int16_t> sym(n * dim);
-  for (size_t r = 0; r < n; ++r) {
-    for (size_t c = 0; c < dim; ++c) {
-      const int cur = s.codes[r * dim + c];
-      const int prev = (use_delta && r > 0) ? s.codes[(r - 1) * dim + c] : 0;
-      sym[r * dim + c] = static_cast<int16_t>(cur - prev);
-    }
-  }
+  // Symbols of the real rows: codes, or their token deltas, counted straight from the codes
+  // (no array of them: a fresh one per call page-faulted in every block the cache sealed).
+  const uint8_t* codes = s.codes.data();
+  const auto symbol = [&](size_t r, size_t c) {
+    const int cur = codes[r * dim + c];
+    return (use_delta && r > 0) ? cur - codes[(r - 1) * dim + c] : cur;
+  };
   const double cap = s.bits;
   double total_bits = 0.0;
   if (per_channel) {
@@ -83,7 +82,7 @@ size_t entropy_coded_bytes(const CodeStream& s, bool use_delta, bool per_channel
     std::vector<uint32_t> counts(dim * width, 0);
     for (size_t r = 0; r < n; ++r) {
       for (size_t c = 0; c < dim; ++c)
-        ++counts[c * width + static_cast<size_t>(sym[r * dim + c] - lowest)];
+        ++counts[c * width + static_cast<size_t>(symbol(r, c) - lowest)];
     }
     for (size_t c = 0; c < dim; ++c) {
       total_bits +=
@@ -91,8 +90,9 @@ size_t entropy_coded_bytes(const CodeStream& s, bool use_delta, bool per_channel
     }
   } else {
     Histogram h{};
-    for (int16_t v : sym) ++h[v + kOffset];
-    total_bits = std::min(entropy_of(h, sym.size()), cap) * static_cast<double>(sym.size());
+    for (size_t r = 0; r < n; ++r)
+      for (size_t c = 0; c < dim; ++c) ++h[static_cast<size_t>(symbol(r, c) + kOffset)];
+    total_bits = std::min(entropy_of(h, n * dim), cap) * static_cast<double>(n * dim);
   }
   return static_cast<size_t>(std::ceil(total_bits / 8.0)) + s.n_groups() * dim * 4;
 }

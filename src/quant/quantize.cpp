@@ -133,6 +133,13 @@ CodeStream quantize_with_params(std::span<const float> x, size_t n_rows, size_t 
                                 size_t group_size, std::span<const float> scale,
                                 std::span<const float> zero) {
   CodeStream s;
+  quantize_with_params_into(x, n_rows, dim, bits, group_size, scale, zero, s);
+  return s;
+}
+
+void quantize_with_params_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                               size_t group_size, std::span<const float> scale,
+                               std::span<const float> zero, CodeStream& s) {
   make_stream(x.size(), n_rows, dim, bits, group_size, s);
   if (scale.size() != s.scale.size() || zero.size() != s.zero.size()) {
     invalid("scale/zero must have n_groups * dim = " + std::to_string(s.scale.size()) +
@@ -159,7 +166,6 @@ CodeStream quantize_with_params(std::span<const float> x, size_t n_rows, size_t 
                     s.codes.data() + row0 * dim);
   }
   pad_last_group(s);
-  return s;
 }
 
 void validate(const CodeStream& s) {

@@ -1,0 +1,158 @@
+// The encoder's model search (choose_channel_model) against a direct statement of what it
+// must choose: every precision and Exp-Golomb order tried, frequencies normalised by taking
+// from the current largest one step at a time. The search's shortcuts (sorted take order,
+// packed Exp-Golomb bit counts, lower bounds that skip kinds) must not change the choice:
+// the files encoders write depend on it.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "codec/channel_model.h"
+
+namespace cachegen::detail {
+namespace {
+
+struct Choice {
+  ChannelKind kind = ChannelKind::uniform;
+  int t = 0, eg_k = 0;
+  uint64_t cost_fp = 0;
+  std::vector<uint16_t> freq;
+};
+
+// The normalisation FORMAT.md's encoder performs, one largest frequency at a time.
+bool reference_normalize(const std::vector<uint32_t>& counts, int t, std::vector<uint16_t>& freq) {
+  const uint32_t target = 1u << t;
+  uint64_t total = 0;
+  size_t present = 0, most = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    if (counts[s] == 0) continue;
+    ++present;
+    total += counts[s];
+    if (counts[s] > counts[most] || counts[most] == 0) most = s;
+  }
+  if (present > target) return false;
+  freq.assign(counts.size(), 0);
+  uint32_t sum = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    if (counts[s] == 0) continue;
+    uint64_t f = (static_cast<uint64_t>(counts[s]) * target + total / 2) / total;
+    if (f == 0) f = 1;
+    freq[s] = static_cast<uint16_t>(f > target ? target : f);
+    sum += freq[s];
+  }
+  while (sum > target) {
+    size_t big = most;
+    for (size_t s = 0; s < counts.size(); ++s)
+      if (counts[s] != 0 && freq[s] > freq[big]) big = s;
+    const uint32_t take = std::min<uint32_t>(sum - target, freq[big] - 1u);
+    freq[big] = static_cast<uint16_t>(freq[big] - take);
+    sum -= take;
+  }
+  freq[most] = static_cast<uint16_t>(freq[most] + (target - sum));
+  return true;
+}
+
+Choice reference_table(ChannelKind kind, const std::vector<uint32_t>& counts, size_t n_rows,
+                       int bits) {
+  Choice best;
+  best.kind = kind;
+  best.cost_fp = UINT64_MAX;
+  uint32_t last = 0;
+  for (uint32_t j = 0; j < counts.size(); ++j)
+    if (counts[table_order_symbol(kind, j, bits)] != 0) last = j;
+  for (int t = 1; t <= max_table_precision(n_rows); ++t) {
+    std::vector<uint16_t> freq;
+    if (!reference_normalize(counts, t, freq)) continue;
+    uint64_t data = 0;
+    for (size_t s = 0; s < counts.size(); ++s)
+      if (counts[s] != 0) data += uint64_t{counts[s]} * ((uint64_t(t) << 16) - log2_fixed(freq[s]));
+    for (int k = 0; k < 4; ++k) {
+      uint64_t desc = 2 + 4 + 2 + static_cast<uint64_t>(bits);
+      for (uint32_t j = 0; j < last; ++j)
+        desc += static_cast<uint64_t>(
+            BitWriter::exp_golomb_bits(freq[table_order_symbol(kind, j, bits)], k));
+      const uint64_t cost = (desc << 16) + data;
+      if (cost < best.cost_fp) best = {kind, t, k, cost, freq};
+    }
+  }
+  return best;
+}
+
+Choice reference_choice(const std::vector<uint32_t>& raw, const std::vector<uint32_t>& delta,
+                        size_t n_rows, int bits) {
+  size_t present = 0;
+  for (uint32_t c : raw) present += c != 0;
+  Choice best;
+  if (present <= 1) {
+    best.kind = ChannelKind::constant;
+    best.cost_fp = static_cast<uint64_t>(2 + bits) << 16;
+    return best;
+  }
+  best.kind = ChannelKind::uniform;
+  best.cost_fp = static_cast<uint64_t>(2 + n_rows * bits) << 16;
+  for (const auto* counts : {&raw, &delta}) {
+    if (counts->empty()) continue;
+    const Choice c = reference_table(
+        counts == &raw ? ChannelKind::raw_table : ChannelKind::delta_table, *counts, n_rows, bits);
+    if (c.cost_fp < best.cost_fp) best = c;
+  }
+  return best;
+}
+
+// Histograms of n_rows symbols: geometric around a few modes, plus rare symbols scattered
+// over the alphabet (the case where normalising at a low precision raises many symbols to
+// 1 and takes from several large ones).
+std::vector<uint32_t> random_counts(std::mt19937& rng, int bits, size_t n_rows) {
+  const size_t n_syms = size_t{1} << bits;
+  std::vector<uint32_t> counts(n_syms, 0);
+  std::geometric_distribution<int> spread(std::uniform_real_distribution<double>(0.05, 0.9)(rng));
+  std::uniform_int_distribution<size_t> any(0, n_syms - 1);
+  if (n_rows >= 32 && rng() % 3 == 0) {
+    // Plateaus: `equal` symbols of one count (ties for the largest frequency), the other rows
+    // on random symbols.
+    const size_t equal = 2 + rng() % 6, each = 1 + rng() % (n_rows / (2 * equal));
+    for (size_t e = 0; e < equal; ++e) counts[e * n_syms / equal] = static_cast<uint32_t>(each);
+    size_t used = 0;
+    for (uint32_t c : counts) used += c;
+    for (size_t i = used; i < n_rows; ++i) ++counts[any(rng)];
+    return counts;
+  }
+  const size_t mode = any(rng);
+  const double rare = std::uniform_real_distribution<double>(0.0, 0.4)(rng);
+  for (size_t i = 0; i < n_rows; ++i) {
+    if (std::uniform_real_distribution<double>(0, 1)(rng) < rare) {
+      ++counts[any(rng)];
+    } else {
+      const int d = spread(rng) * ((rng() & 1) ? 1 : -1);
+      ++counts[(mode + n_syms + static_cast<size_t>(d % static_cast<int>(n_syms))) % n_syms];
+    }
+  }
+  return counts;
+}
+
+TEST(ChannelModelSearch, ChoosesWhatTheDirectSearchChooses) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int bits = 1 + static_cast<int>(rng() % 8);
+    const size_t n_rows = std::vector<size_t>{2, 9, 32, 100, 256, 1024, 4096}[rng() % 7];
+    const std::vector<uint32_t> raw = random_counts(rng, bits, n_rows);
+    const std::vector<uint32_t> delta =
+        (rng() & 1) ? random_counts(rng, bits, n_rows) : std::vector<uint32_t>();
+    const Choice want = reference_choice(raw, delta, n_rows, bits);
+    const ChannelModel got = choose_channel_model(raw, delta, n_rows, bits);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", bits " + std::to_string(bits) + ", rows " +
+                 std::to_string(n_rows));
+    ASSERT_EQ(got.kind, want.kind);
+    ASSERT_EQ(got.cost_fp, want.cost_fp);
+    if (want.kind == ChannelKind::raw_table || want.kind == ChannelKind::delta_table) {
+      ASSERT_EQ(got.table.t, want.t);
+      ASSERT_EQ(got.eg_k, want.eg_k);
+      ASSERT_EQ(got.table.freq, want.freq);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cachegen::detail
