@@ -88,56 +88,73 @@ uint16_t high_byte(unsigned symbol, unsigned anchor) {
   return static_cast<uint16_t>(((symbol & 1) << 7) | ((anchor - (symbol >> 1)) & 0x7f));
 }
 
+// The byte statistics the encoder's choices need, from one pass over the rows: per channel a
+// histogram of the high bytes (sign and magnitude), and one of all the low bytes. (Three passes,
+// one per choice below, were a fifth of a lossless encode.)
+struct ByteHistograms {
+  size_t width = 0, n_rows = 0;
+  std::vector<uint32_t> high;  // [channel][high byte] (a channel has at most 2^24 rows)
+  uint64_t low[256] = {};
+  ByteHistograms(std::span<const Half> rows, size_t width_)
+      : width(width_), n_rows(rows.size() / width_), high(width_ * 256, 0) {
+    // Four low-byte tables in turn, so that repeats of a byte do not wait on one counter.
+    std::vector<uint64_t> low4(4 * 256, 0);
+    for (size_t i = 0; i < rows.size(); i += width) {
+      for (size_t c = 0; c < width; ++c) {
+        const uint16_t b = rows[i + c].bits;
+        ++high[c * 256 + (b >> 8)];
+        ++low4[(c & 3) * 256 + (b & 0xff)];
+      }
+    }
+    for (size_t v = 0; v < 256; ++v)
+      low[v] = low4[v] + low4[256 + v] + low4[512 + v] + low4[768 + v];
+  }
+};
+
 // Estimated bits of the anchored high bytes under one pooled table and under a table per channel
 // (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried where it
-// may win, as choosing a model per channel costs more time than coding the symbols.
-bool per_channel_may_win(std::span<const Half> rows, size_t width,
-                         std::span<const uint8_t> anchor) {
-  std::vector<uint32_t> hist(width * 256, 0), pooled(256, 0);
-  for (size_t i = 0; i < rows.size(); i += width) {
-    for (size_t c = 0; c < width; ++c) ++hist[c * 256 + high_symbol(rows[i + c], anchor[c])];
-  }
-  for (size_t c = 0; c < width; ++c) {
-    for (size_t s = 0; s < 256; ++s) pooled[s] += hist[c * 256 + s];
-  }
-  const auto cost = [](std::span<const uint32_t> h) {
-    double total = 0, bits = 0;
-    for (const uint32_t c : h) total += c;
-    for (const uint32_t c : h) {
-      if (c) bits += 6 - static_cast<double>(c) * std::log2(static_cast<double>(c) / total);
-    }
-    return bits;
-  };
+// may win, as choosing a model per channel costs more time than coding the symbols. A channel's
+// symbol histogram is its high-byte histogram permuted (high_byte inverts high_symbol).
+bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> anchor) {
+  std::vector<uint32_t> pooled(256, 0);
   double per_channel = 0;
-  for (size_t c = 0; c < width; ++c) {
-    per_channel += cost(std::span<const uint32_t>(hist).subspan(c * 256, 256));
+  for (size_t c = 0; c < h.width; ++c) {
+    const uint32_t* high = h.high.data() + c * 256;
+    double total = 0, bits = 0;
+    for (unsigned b = 0; b < 256; ++b) total += high[b];
+    for (unsigned s = 0; s < 256; ++s) {
+      const uint32_t n = high[high_byte(s, anchor[c])];
+      pooled[s] += n;
+      if (n) bits += 6 - static_cast<double>(n) * std::log2(static_cast<double>(n) / total);
+    }
+    per_channel += bits;
   }
-  return per_channel < cost(pooled);
+  double total = 0, pooled_bits = 0;
+  for (const uint32_t n : pooled) total += n;
+  for (const uint32_t n : pooled) {
+    if (n) pooled_bits += 6 - static_cast<double>(n) * std::log2(static_cast<double>(n) / total);
+  }
+  return per_channel < pooled_bits;
 }
 
-// Each channel's anchor: the 90th percentile of its magnitudes (from a histogram per channel).
-std::vector<uint8_t> channel_anchors(std::span<const Half> rows, size_t width) {
-  const size_t n_rows = rows.size() / width, rank = n_rows * 9 / 10;
-  std::vector<uint32_t> hist(width * 128, 0);
-  for (size_t i = 0; i < rows.size(); i += width) {
-    for (size_t c = 0; c < width; ++c) ++hist[c * 128 + ((rows[i + c].bits >> 8) & 0x7f)];
-  }
-  std::vector<uint8_t> anchor(width);
-  for (size_t c = 0; c < width; ++c) {
+// Each channel's anchor: the 90th percentile of its magnitudes.
+std::vector<uint8_t> channel_anchors(const ByteHistograms& h) {
+  const size_t rank = h.n_rows * 9 / 10;
+  std::vector<uint8_t> anchor(h.width);
+  for (size_t c = 0; c < h.width; ++c) {
+    const uint32_t* hist = h.high.data() + c * 256;  // magnitude m: high bytes m and 128 + m
     size_t below = 0, m = 0;
-    while (below + hist[c * 128 + m] <= rank) below += hist[c * 128 + m++];
+    while (below + hist[m] + hist[128 + m] <= rank) below += hist[m] + hist[128 + m], ++m;
     anchor[c] = static_cast<uint8_t>(m);
   }
   return anchor;
 }
 
 // Pooled entropy (bits per byte) of the low bytes.
-double low_byte_entropy(std::span<const Half> values) {
-  size_t hist[256] = {};
-  for (const Half h : values) ++hist[h.bits & 0xff];
+double low_byte_entropy(const ByteHistograms& h) {
   double bits = 0;
-  const double n = static_cast<double>(values.size());
-  for (const size_t c : hist) {
+  const double n = static_cast<double>(h.n_rows * h.width);
+  for (const uint64_t c : h.low) {
     if (c) bits -= static_cast<double>(c) * std::log2(static_cast<double>(c) / n);
   }
   return bits / n;
@@ -207,19 +224,23 @@ void rotate_row(const Rotation& rot, const Half* src, size_t width, uint64_t del
 
 // fp16 bits in value order (an order-preserving map to 0..65535), the zigzag difference of two
 // such keys, and back.
-uint16_t order_key(uint16_t h) {
-  return static_cast<uint16_t>(h ^ ((h & 0x8000) ? 0xffff : 0x8000));
+// (Masks rather than conditionals, so that loops over rows vectorise.)
+uint16_t order_key(uint16_t h) {  // h ^ (negative ? 0xffff : 0x8000)
+  return static_cast<uint16_t>(h ^ (0x8000u | (0u - (h >> 15u))));
 }
-uint16_t from_order_key(uint16_t k) {
-  return static_cast<uint16_t>(k ^ ((k & 0x8000) ? 0x8000 : 0xffff));
+uint16_t from_order_key(uint16_t k) {  // k ^ (k & 0x8000 ? 0x8000 : 0xffff)
+  return static_cast<uint16_t>(k ^ (0x8000u | ((k >> 15u) - 1u)));
 }
 uint16_t residual_of(Half actual, Half pred) {
   const uint16_t d = static_cast<uint16_t>(order_key(actual.bits) - order_key(pred.bits));
   return static_cast<uint16_t>((d << 1) ^ ((d & 0x8000) ? 0xffff : 0));
 }
+uint16_t apply_residual(uint16_t pred, uint16_t z) {
+  const uint16_t d = static_cast<uint16_t>((z >> 1u) ^ (0u - (z & 1u)));
+  return from_order_key(static_cast<uint16_t>(order_key(pred) + d));
+}
 Half apply_residual(Half pred, uint16_t z) {
-  const uint16_t d = static_cast<uint16_t>((z >> 1) ^ ((z & 1) ? 0xffff : 0));
-  return Half{from_order_key(static_cast<uint16_t>(order_key(pred.bits) + d))};
+  return Half{apply_residual(pred.bits, z)};
 }
 
 // Estimated bits of a row coded as a rotation of `src`.
@@ -361,7 +382,8 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   }
   std::vector<uint8_t> low;
   uint8_t low_form = kLowRaw;
-  if (low_byte_entropy(distinct) < kLowStreamEntropy) {
+  const ByteHistograms stats(distinct, width);
+  if (low_byte_entropy(stats) < kLowStreamEntropy) {
     low = encode(plane_stream(distinct, width, width,
                               [](Half h, size_t) { return static_cast<uint8_t>(h.bits); }));
     low_form = low.size() < distinct.size() ? kLowStream : kLowRaw;
@@ -372,13 +394,13 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
     for (const Half h : distinct) low.push_back(static_cast<uint8_t>(h.bits));
   }
   w.u8(low_form);
-  const std::vector<uint8_t> anchor = channel_anchors(distinct, width);
+  const std::vector<uint8_t> anchor = channel_anchors(stats);
   const auto symbol = [&anchor](Half h, size_t c) { return high_symbol(h, anchor[c]); };
   // One table for the tensor, unless a table per channel is smaller (channels whose anchored
   // shapes differ, as in synthetic data; real KV picks the pooled table).
   std::vector<uint8_t> hi = encode(plane_stream(distinct, width, 1, symbol));
   uint8_t high_form = kHighPooled;
-  if (width > 1 && per_channel_may_win(distinct, width, anchor)) {
+  if (width > 1 && per_channel_may_win(stats, anchor)) {
     std::vector<uint8_t> per_channel = encode(plane_stream(distinct, width, width, symbol));
     if (per_channel.size() < hi.size()) {
       hi.swap(per_channel);
@@ -507,6 +529,13 @@ void apply_rotated_rows(const RotatedRows& rr, std::span<Half> out, size_t width
     Half* dst = out.data() + row * width;
     rotate_row(rr.rot, dst - rr.distances[k] * width, width, rr.distances[k], dst);
     const uint8_t* sym = rr.residuals.codes.data() + k * width;
+    if (std::memchr(sym, kResidualEscape, width) == nullptr) {  // the usual row: one pass
+      uint16_t* __restrict bits = reinterpret_cast<uint16_t*>(dst);
+      const uint8_t* __restrict z = sym;
+      for (size_t j = 0; j < width; ++j) bits[j] = apply_residual(bits[j], z[j]);
+      ++k;
+      continue;
+    }
     for (size_t j = 0; j < width; ++j) {
       uint16_t z = sym[j];
       if (z == kResidualEscape) {
@@ -580,12 +609,24 @@ void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t wid
                                                 std::to_string(lo.size()) + " bytes, expected " +
                                                 std::to_string(distinct));
     }
-    // Raw low bytes (the default) join their high bytes in the same pass.
-    const uint8_t* low = low_form == kLowRaw ? lo.data() : nullptr;
-    for (size_t i = 0; i < distinct; i += width) {
-      for (size_t c = 0; c < width; ++c) {
-        planes[i + c].bits = static_cast<uint16_t>((high_byte(s.codes[i + c], anchor[c]) << 8) |
-                                                   (low ? low[i + c] : 0));
+    // Raw low bytes (the default) join their high bytes in the same pass. Through restrict
+    // pointers, one loop per form: the byte arrays may alias anything, and the compiler kept
+    // this loop scalar (a fifth of a lossless decode) while it could not rule that out.
+    const uint8_t* __restrict codes = s.codes.data();
+    const uint8_t* __restrict anchors = anchor.data();
+    uint16_t* __restrict bits = reinterpret_cast<uint16_t*>(planes.data());
+    static_assert(sizeof(Half) == sizeof(uint16_t));
+    if (low_form == kLowRaw) {
+      const uint8_t* __restrict low = lo.data();
+      for (size_t i = 0; i < distinct; i += width) {
+        for (size_t c = 0; c < width; ++c)
+          bits[i + c] =
+              static_cast<uint16_t>((high_byte(codes[i + c], anchors[c]) << 8) | low[i + c]);
+      }
+    } else {
+      for (size_t i = 0; i < distinct; i += width) {
+        for (size_t c = 0; c < width; ++c)
+          bits[i + c] = static_cast<uint16_t>(high_byte(codes[i + c], anchors[c]) << 8);
       }
     }
   }

@@ -244,6 +244,21 @@ static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
       blocks -= run;
     }
   }
+  if (dim < 4 && n_syms <= 256) {
+    // Large alphabets over one to three channels (the lossless planes' pooled tables): rows in
+    // turn go to four tables, so that a run of one symbol does not make every increment wait
+    // on the one before (a store-to-load chain was most of this kernel on such planes).
+    const size_t n = dim * n_syms;
+    uint32_t part[3 * 3 * 256] = {};
+    uint32_t* const table[4] = {counts, part, part + n, part + 2 * n};
+    for (; r + 4 <= rows; r += 4) {
+      for (size_t k = 0; k < 4; ++k) {
+        const uint8_t* row = symbols + (r + k) * dim;
+        for (size_t c = 0; c < dim; ++c) ++table[k][c * n_syms + row[c]];
+      }
+    }
+    for (size_t i = 0; i < n; ++i) counts[i] += part[i] + part[n + i] + part[2 * n + i];
+  }
   for (; r < rows; ++r) {
     const uint8_t* row = symbols + r * dim;
     for (size_t c = 0; c < dim; ++c) ++counts[c * n_syms + row[c]];

@@ -222,6 +222,22 @@ TEST(Container, LosslessRotatedRowsRoundTripAndShrink) {
   }
 }
 
+// Rotated rows a few of whose values are far from the rotation (residuals of 255 and more, coded
+// as escapes) next to rows without any: both of the decoder's row paths, exact.
+TEST(Container, LosslessRotatedRowsWithEscapesRoundTrip) {
+  const size_t rows = 120, period = 40;
+  std::vector<Half> v = with_rotations(rows, period, 12);
+  for (size_t r = period; r < rows; r += 3) v[r * 16 + r % 16].bits ^= 0x2400;
+  std::vector<uint32_t> hint(rows, UINT32_MAX);
+  for (size_t r = period; r < rows; ++r) hint[r] = static_cast<uint32_t>(r - period);
+  const std::vector<uint8_t> packed = detail::pack_fp16_lossless(v, 16, 0, 8, hint);
+  ASSERT_EQ(packed[0], 2);
+  EXPECT_EQ(packed[1], 1);  // still coded as rotations
+  std::vector<Half> out(v.size());
+  detail::unpack_fp16_lossless(packed, out, 16, "test");
+  EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2));
+}
+
 TEST(Container, LosslessMethod2HostileBytesAreRejected) {
   const std::vector<Half> v = with_repeats(42, 15, 6);
   const std::vector<uint8_t> good = detail::pack_fp16_lossless(v, 16, 0);
