@@ -82,10 +82,7 @@ std::vector<uint8_t> detail::assemble_cgkv_framed(
       info, sizes,
       [&](size_t c, uint8_t* dst) {
         for (std::span<const uint8_t> p : chunk_parts[c]) {
-          for (uint64_t v = p.size();; v >>= 7) {  // wire::Writer::varint's encoding
-            *dst++ = static_cast<uint8_t>(v >= 0x80 ? (v & 0x7f) | 0x80 : v);
-            if (v < 0x80) break;
-          }
+          dst = wire::store_varint(dst, p.size());
           if (!p.empty()) std::memcpy(dst, p.data(), p.size());
           dst += p.size();
         }

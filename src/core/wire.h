@@ -39,6 +39,12 @@ inline size_t varint_size(uint64_t v) noexcept {
   for (; v >= 0x80; v >>= 7) ++n;
   return n;
 }
+// Writes v as an unsigned LEB128 (minimal) at p; returns the end (p + varint_size(v)).
+inline uint8_t* store_varint(uint8_t* p, uint64_t v) noexcept {
+  for (; v >= 0x80; v >>= 7) *p++ = static_cast<uint8_t>(v | 0x80);
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
 
 // Appends to a caller's vector.
 class Writer {
@@ -56,8 +62,8 @@ class Writer {
   }
   // Unsigned LEB128, minimal.
   void varint(uint64_t v) {
-    for (; v >= 0x80; v >>= 7) out_.push_back(static_cast<uint8_t>(v | 0x80));
-    out_.push_back(static_cast<uint8_t>(v));
+    uint8_t b[10];
+    out_.insert(out_.end(), b, store_varint(b, v));
   }
   void bytes(std::span<const uint8_t> b) { out_.insert(out_.end(), b.begin(), b.end()); }
   void zeros(size_t n) { out_.insert(out_.end(), n, 0); }
