@@ -57,7 +57,7 @@ void build_decode_tables(std::span<const ChannelTable> channels, int precision,
     tables.shift[c] = static_cast<uint32_t>(precision - ch.t);
     for (size_t s = 0; s < ch.freq.size(); ++s) {
       const uint32_t f = ch.freq[s];
-      const uint32_t e = pack_entry(static_cast<uint32_t>(s), f == 0 ? 1 : f, ch.cum[s]);
+      const uint32_t e = f == 0 ? 0 : pack_entry(static_cast<uint32_t>(s), f, ch.cum[s]);
       uint32_t* run = entries + base + ch.cum[s];
       for (size_t j = 0; j < kRun; ++j) run[j] = e;
       for (size_t j = kRun; j < f; ++j) run[j] = e;

@@ -244,7 +244,7 @@ static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
       blocks -= run;
     }
   }
-  if (dim < 4 && n_syms <= 256) {
+  if (dim < 4 && n_syms <= 256 && rows - r >= 64) {
     // Large alphabets over one to three channels (the lossless planes' pooled tables): rows in
     // turn go to four tables, so that a run of one symbol does not make every increment wait
     // on the one before (a store-to-load chain was most of this kernel on such planes).
