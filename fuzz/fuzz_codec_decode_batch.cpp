@@ -1,7 +1,8 @@
 // Any bytes given to decode_batch / decode_batch_to_half / decode_batch_to_rows, on every SIMD
 // path the CPU has: each path must return the same codes and halves, or fail with the same
 // error code (the AVX-512 decoder pairs slices and finishes payloads through padded copies; the
-// others do not); rows must be the halves transposed.
+// others do not); rows must be the halves transposed, and decode_batches_to_rows of the batch
+// twice the same rows twice.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -59,6 +60,12 @@ Outcome run(std::span<const uint8_t> bytes, const cachegen::DecodeOptions& optio
             o.halves[(h * shape.n_rows + t) * shape.dim + c])
           std::abort();
       }
+  // Two batches at once (decode_batches_to_rows pairs their payloads): the same rows twice.
+  std::vector<cachegen::Half> rows_a(rows.size()), rows_b(rows.size());
+  const cachegen::BatchRows jobs[2] = {{bytes, shape, rows_a}, {bytes, shape, rows_b}};
+  cachegen::decode_batches_to_rows(jobs, options);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows_a[i].bits != rows[i].bits || rows_b[i].bits != rows[i].bits) std::abort();
   cachegen::BatchShape other = shape;
   other.bits = shape.bits % 8 + 1;
   try {

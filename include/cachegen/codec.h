@@ -138,6 +138,17 @@ struct BatchShape {
 // dim (invalid_argument otherwise); a batch of another shape is corrupt_input naming the field.
 void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shape,
                           std::span<Half> out, const DecodeOptions& options = {});
+// One batch of decode_batches_to_rows.
+struct BatchRows {
+  std::span<const uint8_t> bytes;
+  BatchShape shape;
+  std::span<Half> out;
+};
+// Decodes several batches (a layer's K and V, say) into their rows: the values of
+// decode_batch_to_rows on each, and on bad input the error it throws for the first batch that
+// fails. Their rANS payloads are decoded two at a time where they can be (two dependency chains
+// overlap in the core), which speeds up short batches of one payload each.
+void decode_batches_to_rows(std::span<const BatchRows> batches, const DecodeOptions& options = {});
 
 // ---- Size accounting -------------------------------------------------------------------
 

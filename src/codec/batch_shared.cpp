@@ -161,58 +161,92 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
   build_decode_tables(b.channel_tables, coder_precision, b.tables);
 }
 
-// The batch of this thread's last parse (see parse_shared). A reference stays valid until the
-// thread's next parse; nothing a batch decode calls parses another batch on the same thread.
+// The batches of this thread's last parse (see parse_shared): thread_batches(n)[i] for
+// i < n. References stay valid until the thread's next call; nothing a batch decode calls
+// parses another batch on the same thread.
+std::vector<SharedBatch>& thread_batches(size_t n) {
+  thread_local std::vector<SharedBatch> batches;
+  if (batches.size() < n) batches.resize(n);
+  return batches;
+}
 SharedBatch& thread_batch() {
-  thread_local SharedBatch batch;
-  return batch;
+  return thread_batches(1)[0];
 }
 
-// Decodes every slice and hands each of its heads' codes (real rows) to fn(head, codes).
-// Each thread takes a contiguous run of slices and decodes them two at a time
-// (rans_decode_pair: independent payloads overlap in the core); the bytes do not depend on
-// the grouping.
+// Decodes every slice of `batches` and hands each of its heads' codes (real rows) to
+// fn(batch, head, codes). The slices of all batches form one list; each thread takes a
+// contiguous run of it and decodes it two slices at a time (rans_decode_pair: independent
+// payloads overlap in the core, also those of two batches with their own tables, such as a
+// layer's K and V, whose short tensors are one slice each). The bytes do not depend on the
+// grouping.
 template <typename Fn>
-void decode_slices(const SharedBatch& b, Fn&& fn) {
-  const size_t n = b.heads[0].n_rows * b.heads[0].dim;
-  const size_t n_slices = b.slices.size();
-  // A thread per run only where runs are long enough to pay for their start.
-  const size_t total = b.heads.size() * n;
-  const size_t runs = std::min({n_slices, std::max<size_t>(1, thread_count()),
-                                std::max<size_t>(1, total / kMinElementsPerThread)});
-  const size_t slice_elements = b.heads_per_slice * n;
-  auto slice_payload = [&](size_t i, uint8_t* symbols) {
-    const size_t h0 = i * b.heads_per_slice;
-    const size_t h1 = std::min(b.heads.size(), h0 + b.heads_per_slice);
-    return RansPayload{b.slices[i].payload, b.slices[i].offset, b.slices[i].n_lanes,
-                       std::span<uint8_t>(symbols, (h1 - h0) * n)};
+void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
+  struct Item {
+    const SharedBatch* batch;
+    size_t index, slice;
   };
-  auto emit = [&](size_t i, uint8_t* symbols) {
-    const size_t h0 = i * b.heads_per_slice;
+  thread_local std::vector<Item> kept_items;
+  std::vector<Item>& items = kept_items;
+  items.clear();
+  size_t total = 0, slice_elements = 0;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    const SharedBatch& b = *batches[k];
+    const size_t n = b.heads[0].n_rows * b.heads[0].dim;
+    total += b.heads.size() * n;
+    slice_elements = std::max(slice_elements, b.heads_per_slice * n);
+    for (size_t i = 0; i < b.slices.size(); ++i) items.push_back(Item{&b, k, i});
+  }
+  const size_t n_items = items.size();
+  // A thread per run only where runs are long enough to pay for their start.
+  const size_t runs = std::min({n_items, std::max<size_t>(1, thread_count()),
+                                std::max<size_t>(1, total / kMinElementsPerThread)});
+  auto slice_payload = [&](const Item& it, uint8_t* symbols) {
+    const SharedBatch& b = *it.batch;
+    const size_t n = b.heads[0].n_rows * b.heads[0].dim;
+    const size_t h0 = it.slice * b.heads_per_slice;
+    const size_t h1 = std::min(b.heads.size(), h0 + b.heads_per_slice);
+    const SharedBatch::Slice& s = b.slices[it.slice];
+    return RansPayload{s.payload, s.offset, s.n_lanes, std::span<uint8_t>(symbols, (h1 - h0) * n)};
+  };
+  auto emit = [&](const Item& it, uint8_t* symbols) {
+    const SharedBatch& b = *it.batch;
+    const size_t n = b.heads[0].n_rows * b.heads[0].dim;
+    const size_t h0 = it.slice * b.heads_per_slice;
     const size_t h1 = std::min(b.heads.size(), h0 + b.heads_per_slice);
     for (size_t h = h0; h < h1; ++h) {
       uint8_t* codes = symbols + (h - h0) * n;
       symbols_to_codes_in_place(codes, b.heads[h], b.is_delta.data());
-      fn(h, codes);
+      fn(it.index, h, codes);
     }
   };
   parallel_for(runs, [&](size_t r) {
-    const size_t s0 = r * n_slices / runs, s1 = (r + 1) * n_slices / runs;
+    const size_t s0 = r * n_items / runs, s1 = (r + 1) * n_items / runs;
     uint8_t* first = scratch_bytes((s1 - s0 >= 2 ? 2 : 1) * slice_elements);
     uint8_t* second = first + slice_elements;
-    for (size_t i = s0; i < s1; i += 2) {
-      const RansPayload pa = slice_payload(i, first);
-      if (i + 1 < s1) {
-        rans_decode_pair(pa, slice_payload(i + 1, second), b.tables, b.heads[0].dim);
-        emit(i, first);
-        emit(i + 1, second);
+    for (size_t i = s0; i < s1;) {
+      const Item& a = items[i];
+      const RansPayload pa = slice_payload(a, first);
+      const size_t dim = a.batch->heads[0].dim;
+      if (i + 1 < s1 && items[i + 1].batch->heads[0].dim == dim) {
+        const Item& b = items[i + 1];
+        rans_decode_pair(pa, a.batch->tables, slice_payload(b, second), b.batch->tables, dim);
+        emit(a, first);
+        emit(b, second);
+        i += 2;
       } else {
-        rans_decode(pa.payload, pa.payload_offset, b.tables, b.heads[0].dim, pa.n_lanes,
-                    pa.symbols);
-        emit(i, first);
+        rans_decode(pa.payload, pa.payload_offset, a.batch->tables, dim, pa.n_lanes, pa.symbols);
+        emit(a, first);
+        i += 1;
       }
     }
   });
+}
+
+template <typename Fn>
+void decode_slices(const SharedBatch& b, Fn&& fn) {
+  const SharedBatch* one[1] = {&b};
+  decode_slices(std::span<const SharedBatch* const>(one),
+                [&](size_t, size_t h, const uint8_t* codes) { fn(h, codes); });
 }
 
 }  // namespace
@@ -392,6 +426,26 @@ void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offs
   decode_slices(b, [&](size_t h, const uint8_t* codes) {
     dequant_real_rows_strided(b.heads[h], codes, out.data() + h * shape.dim, row_stride);
   });
+}
+
+void decode_batches_shared_to_rows(std::span<const SharedBatchRows> batches,
+                                   const DecodeOptions& options) {
+  std::vector<SharedBatch>& parsed = thread_batches(batches.size());
+  thread_local std::vector<const SharedBatch*> kept_list;
+  std::vector<const SharedBatch*>& list = kept_list;
+  list.clear();
+  for (size_t k = 0; k < batches.size(); ++k) {
+    const SharedBatchRows& j = batches[k];
+    parse_shared(j.body, j.body_offset, j.shape.n_heads, options, parsed[k]);
+    check_head_shape(parsed[k].heads[0], 0, j.shape);
+    list.push_back(&parsed[k]);
+  }
+  decode_slices(
+      std::span<const SharedBatch* const>(list), [&](size_t k, size_t h, const uint8_t* codes) {
+        const BatchShape& shape = batches[k].shape;
+        dequant_real_rows_strided(parsed[k].heads[h], codes, batches[k].out.data() + h * shape.dim,
+                                  shape.n_heads * shape.dim);
+      });
 }
 
 SharedBatchSizes shared_batch_sizes(std::span<const uint8_t> body, size_t body_offset,

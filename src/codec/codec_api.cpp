@@ -426,4 +426,32 @@ void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shap
   });
 }
 
+void decode_batches_to_rows(std::span<const BatchRows> batches, const DecodeOptions& options) {
+  // Shared-model batches are decoded together; any other layout, or any error, decodes them
+  // one at a time, which reports the first failing batch exactly as decode_batch_to_rows does.
+  bool joint = batches.size() >= 2;
+  thread_local std::vector<detail::SharedBatchRows> kept_jobs;
+  std::vector<detail::SharedBatchRows>& jobs = kept_jobs;
+  jobs.clear();
+  try {
+    for (size_t k = 0; joint && k < batches.size(); ++k) {
+      const BatchRows& b = batches[k];
+      const BatchShape& shape = b.shape;
+      const BatchHeader bh = read_batch_header(b.bytes);
+      joint = bh.layout == detail::kBatchShared && bh.n_heads == shape.n_heads &&
+              b.out.size() ==
+                  detail::checked_mul(detail::checked_mul(shape.n_heads, shape.n_rows, "shape"),
+                                      shape.dim, "shape");
+      jobs.push_back(
+          detail::SharedBatchRows{b.bytes.subspan(bh.body_offset), bh.body_offset, shape, b.out});
+    }
+    if (joint) {
+      detail::decode_batches_shared_to_rows(jobs, options);
+      return;
+    }
+  } catch (const Error&) {
+  }
+  for (const BatchRows& b : batches) decode_batch_to_rows(b.bytes, b.shape, b.out, options);
+}
+
 }  // namespace cachegen

@@ -95,12 +95,13 @@ struct RansPayload {
   int n_lanes = 0;
   std::span<uint8_t> symbols;
 };
-// Decodes two independent payloads with the same tables and dim; same results and errors as
-// two rans_decode calls (a first, then b). Why: one payload's steps form one dependency chain
-// (state -> slot -> interval -> state, and the shared word cursor), which leaves an AVX-512
-// core mostly waiting; the second payload's steps fill those cycles.
-void rans_decode_pair(const RansPayload& a, const RansPayload& b, const DecodeTables& tables,
-                      size_t dim);
+// Decodes two independent payloads of the same dim, each with its tables; same results and
+// errors as two rans_decode calls (a first, then b). Why: one payload's steps form one
+// dependency chain (state -> slot -> interval -> state, and the shared word cursor), which
+// leaves the core mostly waiting; the second payload's steps fill those cycles. Payloads with
+// equal lane counts (32 or 8) and alphabet sizes run in lockstep on the SIMD paths.
+void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPayload& b,
+                      const DecodeTables& tb, size_t dim);
 
 // Kernel contract shared by every path: decode elements [begin, end) where begin is a multiple
 // of n_lanes, updating states and the word cursor. Returns the new cursor. Only full steps of
@@ -129,9 +130,18 @@ size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, siz
                             size_t begin, size_t end, uint8_t* symbols);
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols);
-// Two payloads from element 0 in lockstep up to `end` (or until either runs short of words);
-// returns the element index both reached. Declines (returns 0) where the single kernel would.
-size_t rans_decode_avx512_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTables& tables,
-                               size_t dim, size_t end, uint8_t* symbols_a, uint8_t* symbols_b);
+// Two payloads (a with tables ta, b with tb, equal alphabet sizes) from element 0 in lockstep
+// up to `end` (or until either runs short of words); returns the element index both reached.
+// Declines (returns 0) where the single kernel would, or where the alphabets differ.
+size_t rans_decode_avx512_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                               uint8_t* symbols_b);
+// The same for two 8-lane payloads.
+size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                                const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                                uint8_t* symbols_b);
+size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                              const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                              uint8_t* symbols_b);
 
 }  // namespace cachegen::detail

@@ -218,18 +218,30 @@ void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
   finish_decode(st, payload_offset, payload.size(), tables, dim, n_lanes, 0, symbols);
 }
 
-void rans_decode_pair(const RansPayload& a, const RansPayload& b, const DecodeTables& tables,
-                      size_t dim) {
+void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPayload& b,
+                      const DecodeTables& tb, size_t dim) {
   RansDecodeState sa = start_decode(a.payload, a.payload_offset, a.n_lanes);
-  RansDecodeState sb = start_decode(b.payload, b.payload_offset, b.n_lanes);
-  size_t done = 0;
-  if (a.n_lanes == kMaxLanes && b.n_lanes == kMaxLanes && simd_path() == SimdPath::avx512) {
-    done =
-        rans_decode_avx512_pair(sa, sb, tables, dim, std::min(a.symbols.size(), b.symbols.size()),
-                                a.symbols.data(), b.symbols.data());
+  RansDecodeState sb;
+  try {
+    sb = start_decode(b.payload, b.payload_offset, b.n_lanes);
+  } catch (const Error&) {  // a's own error, if any, comes first
+    finish_decode(sa, a.payload_offset, a.payload.size(), ta, dim, a.n_lanes, 0, a.symbols);
+    throw;
   }
-  finish_decode(sa, a.payload_offset, a.payload.size(), tables, dim, a.n_lanes, done, a.symbols);
-  finish_decode(sb, b.payload_offset, b.payload.size(), tables, dim, b.n_lanes, done, b.symbols);
+  const size_t end = std::min(a.symbols.size(), b.symbols.size());
+  size_t done = 0;
+  if (a.n_lanes == b.n_lanes) {
+    const SimdPath path = simd_path();
+    if (a.n_lanes == kMaxLanes && path == SimdPath::avx512) {
+      done = rans_decode_avx512_pair(sa, ta, sb, tb, dim, end, a.symbols.data(), b.symbols.data());
+    } else if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx512) {
+      done = rans_decode_avx512_pair8(sa, ta, sb, tb, dim, end, a.symbols.data(), b.symbols.data());
+    } else if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx2) {
+      done = rans_decode_avx2_pair8(sa, ta, sb, tb, dim, end, a.symbols.data(), b.symbols.data());
+    }
+  }
+  finish_decode(sa, a.payload_offset, a.payload.size(), ta, dim, a.n_lanes, done, a.symbols);
+  finish_decode(sb, b.payload_offset, b.payload.size(), tb, dim, b.n_lanes, done, b.symbols);
 }
 
 }  // namespace cachegen::detail

@@ -7,6 +7,7 @@
 
 #include "codec/rans.h"
 #include "codec/rans_lane_pattern.h"
+#include "codec/rans_narrow_search.h"
 
 namespace cachegen::detail {
 namespace {
@@ -81,7 +82,7 @@ inline __m256i renorm8(__m256i x, const uint16_t* words, size_t& cursor) {
 template <int NT>
 size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                      size_t end, uint8_t* symbols) {
-  const ThresholdPattern& pattern = make_threshold_pattern(tables, dim, begin, 8);
+  const ThresholdPattern& pattern = make_threshold_pattern(tables, dim, 8);
   if (pattern.period == 0) return begin;
   const __m128i p = _mm_cvtsi32_si128(tables.precision);
   const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
@@ -95,7 +96,7 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
   const uint16_t* const words = st.words;
   const size_t n_words = st.n_words;
   size_t cursor = st.cursor;
-  size_t i = begin, step = 0;
+  size_t i = begin, step = pattern_step(begin, kMaxLanes, pattern.period);
   while (i + kMaxLanes <= end && cursor + kMaxLanes <= n_words) {
     const uint16_t* th = pattern.thresholds.data() + step * NT * kMaxLanes;
     __m256i e[4];
@@ -149,25 +150,24 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
 }
 
 // Search kernel for 8-lane payloads (one vector of states, u32 compares): the encoder gives
-// tensors of 4 K..16 K elements 8 lanes, which the 32-lane kernels cannot take.
+// tensors of 4 K..16 K elements 8 lanes, which the 32-lane kernels cannot take. The loops are
+// rans_narrow_search.h's.
 template <int NT>
-size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
-                      size_t end, uint8_t* symbols) {
-  const ThresholdPattern32& pattern = make_narrow_pattern(tables, dim, begin);
-  if (pattern.period == 0) return begin;
-  const __m128i p = _mm_cvtsi32_si128(tables.precision);
-  const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
-  const __m256i top = _mm256_set1_epi32(static_cast<int>(1u << tables.precision));
-  const __m256i one = _mm256_set1_epi32(1);
-  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x));
-  const uint16_t* const words = st.words;
-  const size_t n_words = st.n_words;
-  size_t cursor = st.cursor;
-  size_t i = begin, step = 0;
-  while (i + kNarrowLanes <= end && cursor + kNarrowLanes <= n_words) {
-    const uint32_t* th = pattern.thresholds.data() + step * NT * kNarrowLanes;
-    const __m256i slot = _mm256_and_si256(x, mask);
-    const __m256i slot1 = _mm256_add_epi32(slot, one);
+struct Search8Avx2 {
+  struct Constants {
+    __m128i p;
+    __m256i mask, top, one;
+    explicit Constants(int precision)
+        : p(_mm_cvtsi32_si128(precision)),
+          mask(_mm256_set1_epi32(static_cast<int>((1u << precision) - 1))),
+          top(_mm256_set1_epi32(static_cast<int>(1u << precision))),
+          one(_mm256_set1_epi32(1)) {}
+  };
+  // One step of 8 lanes: th holds the step's NT thresholds of 8 lanes each.
+  static __m256i run(__m256i x, const uint32_t* th, const Constants& k, const uint16_t* words,
+                     size_t& cursor, uint8_t* out) {
+    const __m256i slot = _mm256_and_si256(x, k.mask);
+    const __m256i slot1 = _mm256_add_epi32(slot, k.one);
     __m256i lo[NT], hi[NT];
     __m256i sym = _mm256_setzero_si256();
 #pragma GCC unroll 16
@@ -178,7 +178,7 @@ size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t di
       hi[j] = _mm256_or_si256(ge, c);  // all ones where slot >= c: min ignores it
       sym = _mm256_sub_epi32(sym, ge);
     }
-    hi[0] = _mm256_min_epu32(hi[0], top);
+    hi[0] = _mm256_min_epu32(hi[0], k.top);
 #pragma GCC unroll 4
     for (int w = 1; w < NT; w *= 2)
 #pragma GCC unroll 8
@@ -186,34 +186,21 @@ size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t di
         lo[j] = _mm256_max_epu32(lo[j], lo[j + w]);
         hi[j] = _mm256_min_epu32(hi[j], hi[j + w]);
       }
-    x = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, p)),
-                         _mm256_sub_epi32(slot, lo[0]));
+    x = _mm256_add_epi32(
+        _mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, k.p)),
+        _mm256_sub_epi32(slot, lo[0]));
     x = renorm8(x, words, cursor);
-    store_symbols8(sym, symbols + i);
-    i += kNarrowLanes;
-    if (++step == pattern.period) step = 0;
+    store_symbols8(sym, out);
+    return x;
   }
-  st.cursor = cursor;
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x), x);
-  return i;
-}
+};
 
 }  // namespace
 
 size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols) {
-  switch (tables.n_syms) {
-    case 2:
-      return decode_search8<1>(st, tables, dim, begin, end, symbols);
-    case 4:
-      return decode_search8<3>(st, tables, dim, begin, end, symbols);
-    case 8:
-      return decode_search8<7>(st, tables, dim, begin, end, symbols);
-    case 16:
-      return decode_search8<15>(st, tables, dim, begin, end, symbols);
-    default:
-      break;
-  }
+  if (const NarrowKernel search = narrow_search_kernel<Search8Avx2>(tables.n_syms))
+    return search(st, tables, dim, begin, end, symbols);
   // Slot tables: one vector of 8 lanes, gathering each lane's entry.
   const LanePattern pattern = make_lane_pattern(tables, dim, begin, kNarrowLanes);
   if (pattern.period == 0) return begin;
@@ -272,6 +259,14 @@ size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t 
   }
   for (int v = 0; v < 4; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x + 8 * v), x[v]);
   return i;
+}
+
+size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                              const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                              uint8_t* symbols_b) {
+  const NarrowPairKernel pair = narrow_search_pair_kernel<Search8Avx2>(ta.n_syms);
+  if (!pair || ta.n_syms != tb.n_syms) return 0;  // slot-table alphabets: one at a time
+  return pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
 }
 
 }  // namespace cachegen::detail

@@ -4,6 +4,7 @@
 
 #include "codec/rans.h"
 #include "codec/rans_lane_pattern.h"
+#include "codec/rans_narrow_search.h"
 
 namespace cachegen::detail {
 namespace {
@@ -99,7 +100,7 @@ inline void search_step(__m512i& x0, __m512i& x1, const uint16_t* th, const Sear
 template <int NT>
 size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                      size_t end, uint8_t* symbols) {
-  const ThresholdPattern& pattern = make_threshold_pattern(tables, dim, begin, 16);
+  const ThresholdPattern& pattern = make_threshold_pattern(tables, dim, 16);
   if (pattern.period == 0) return begin;
   const SearchConstants k(tables.precision);
   __m512i x0 = _mm512_loadu_si512(st.x);
@@ -107,7 +108,7 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
   const uint16_t* const words = st.words;
   const size_t n_words = st.n_words;
   size_t cursor = st.cursor;
-  size_t i = begin, step = 0;
+  size_t i = begin, step = pattern_step(begin, kMaxLanes, pattern.period);
   while (i + kMaxLanes <= end && cursor + kMaxLanes <= n_words) {
     search_step<NT>(x0, x1, pattern.thresholds.data() + step * NT * kMaxLanes, k, words, cursor,
                     symbols + i);
@@ -120,13 +121,16 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
   return i;
 }
 
-// Two payloads in lockstep: their steps are independent, so the core overlaps them.
+// Two payloads in lockstep: their steps are independent, so the core overlaps them. Each has
+// its own tables (the same alphabet size); both start at element 0, so they share the period.
 template <int NT>
-size_t decode_search_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTables& tables,
-                          size_t dim, size_t end, uint8_t* symbols_a, uint8_t* symbols_b) {
-  const ThresholdPattern& pattern = make_threshold_pattern(tables, dim, 0, 16);
-  if (pattern.period == 0) return 0;
-  const SearchConstants k(tables.precision);
+size_t decode_search_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                          const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                          uint8_t* symbols_b) {
+  const ThresholdPattern& pa = make_threshold_pattern(ta, dim, 16);
+  const ThresholdPattern& pb = make_threshold_pattern(tb, dim, 16);
+  if (pa.period == 0 || pb.period != pa.period) return 0;
+  const SearchConstants ka(ta.precision), kb(tb.precision);
   __m512i a0 = _mm512_loadu_si512(a.x), a1 = _mm512_loadu_si512(a.x + 16);
   __m512i b0 = _mm512_loadu_si512(b.x), b1 = _mm512_loadu_si512(b.x + 16);
   const uint16_t* const words_a = a.words;
@@ -135,11 +139,11 @@ size_t decode_search_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTa
   size_t i = 0, step = 0;
   while (i + kMaxLanes <= end && cursor_a + kMaxLanes <= a.n_words &&
          cursor_b + kMaxLanes <= b.n_words) {
-    const uint16_t* th = pattern.thresholds.data() + step * NT * kMaxLanes;
-    search_step<NT>(a0, a1, th, k, words_a, cursor_a, symbols_a + i);
-    search_step<NT>(b0, b1, th, k, words_b, cursor_b, symbols_b + i);
+    const size_t at = step * NT * kMaxLanes;
+    search_step<NT>(a0, a1, pa.thresholds.data() + at, ka, words_a, cursor_a, symbols_a + i);
+    search_step<NT>(b0, b1, pb.thresholds.data() + at, kb, words_b, cursor_b, symbols_b + i);
     i += kMaxLanes;
-    if (++step == pattern.period) step = 0;
+    if (++step == pa.period) step = 0;
   }
   a.cursor = cursor_a;
   b.cursor = cursor_b;
@@ -152,23 +156,22 @@ size_t decode_search_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTa
 
 // The 8-lane search kernel with AVX-512VL masks: one ymm of states, renormalised by a mask
 // compare and an expand instead of AVX2's movemask and permutation table (a shorter chain).
+// The loops are rans_narrow_search.h's.
 template <int NT>
-size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
-                      size_t end, uint8_t* symbols) {
-  const ThresholdPattern32& pattern = make_narrow_pattern(tables, dim, begin);
-  if (pattern.period == 0) return begin;
-  const __m128i p = _mm_cvtsi32_si128(tables.precision);
-  const __m256i mask = _mm256_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
-  const __m256i top = _mm256_set1_epi32(static_cast<int>(1u << tables.precision));
-  const __m256i low = _mm256_set1_epi32(static_cast<int>(kRansLow));
-  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x));
-  const uint16_t* const words = st.words;
-  const size_t n_words = st.n_words;
-  size_t cursor = st.cursor;
-  size_t i = begin, step = 0;
-  while (i + kNarrowLanes <= end && cursor + kNarrowLanes <= n_words) {
-    const uint32_t* th = pattern.thresholds.data() + step * NT * kNarrowLanes;
-    const __m256i slot = _mm256_and_si256(x, mask);
+struct Search8Avx512 {
+  struct Constants {
+    __m128i p;
+    __m256i mask, top, low;
+    explicit Constants(int precision)
+        : p(_mm_cvtsi32_si128(precision)),
+          mask(_mm256_set1_epi32(static_cast<int>((1u << precision) - 1))),
+          top(_mm256_set1_epi32(static_cast<int>(1u << precision))),
+          low(_mm256_set1_epi32(static_cast<int>(kRansLow))) {}
+  };
+  // One step of 8 lanes: th holds the step's NT thresholds of 8 lanes each.
+  static __m256i run(__m256i x, const uint32_t* th, const Constants& k, const uint16_t* words,
+                     size_t& cursor, uint8_t* out) {
+    const __m256i slot = _mm256_and_si256(x, k.mask);
     __m256i lo[NT], hi[NT];
     __m256i sym = _mm256_setzero_si256();
 #pragma GCC unroll 16
@@ -176,7 +179,7 @@ size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t di
       const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th + j * kNarrowLanes));
       const __mmask8 ge = _mm256_cmpge_epu32_mask(slot, c);
       lo[j] = _mm256_maskz_mov_epi32(ge, c);
-      hi[j] = _mm256_mask_mov_epi32(c, ge, top);  // top where slot >= c: min ignores it
+      hi[j] = _mm256_mask_mov_epi32(c, ge, k.top);  // top where slot >= c: min ignores it
       sym = _mm256_mask_sub_epi32(sym, ge, sym, _mm256_set1_epi32(-1));
     }
 #pragma GCC unroll 4
@@ -186,40 +189,28 @@ size_t decode_search8(RansDecodeState& st, const DecodeTables& tables, size_t di
         lo[j] = _mm256_max_epu32(lo[j], lo[j + w]);
         hi[j] = _mm256_min_epu32(hi[j], hi[j + w]);
       }
-    x = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, p)),
-                         _mm256_sub_epi32(slot, lo[0]));
-    const __mmask8 renorm = _mm256_cmplt_epu32_mask(x, low);
+    x = _mm256_add_epi32(
+        _mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, k.p)),
+        _mm256_sub_epi32(slot, lo[0]));
+    const __mmask8 renorm = _mm256_cmplt_epu32_mask(x, k.low);
     const __m256i w16 =
         _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + cursor)));
     x = _mm256_mask_mov_epi32(
         x, renorm,
         _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_maskz_expand_epi32(renorm, w16)));
     cursor += static_cast<size_t>(__builtin_popcount(renorm));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(symbols + i), _mm256_cvtepi32_epi8(sym));
-    i += kNarrowLanes;
-    if (++step == pattern.period) step = 0;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_cvtepi32_epi8(sym));
+    return x;
   }
-  st.cursor = cursor;
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x), x);
-  return i;
-}
+};
 
 }  // namespace
 
 size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, size_t dim,
                             size_t begin, size_t end, uint8_t* symbols) {
-  switch (tables.n_syms) {
-    case 2:
-      return decode_search8<1>(st, tables, dim, begin, end, symbols);
-    case 4:
-      return decode_search8<3>(st, tables, dim, begin, end, symbols);
-    case 8:
-      return decode_search8<7>(st, tables, dim, begin, end, symbols);
-    case 16:
-      return decode_search8<15>(st, tables, dim, begin, end, symbols);
-    default:
-      return rans_decode_avx2_8(st, tables, dim, begin, end, symbols);  // slot tables: gathers
-  }
+  if (const NarrowKernel search = narrow_search_kernel<Search8Avx512>(tables.n_syms))
+    return search(st, tables, dim, begin, end, symbols);
+  return rans_decode_avx2_8(st, tables, dim, begin, end, symbols);  // slot tables: gathers
 }
 
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
@@ -260,20 +251,30 @@ size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_
   return i;
 }
 
-size_t rans_decode_avx512_pair(RansDecodeState& a, RansDecodeState& b, const DecodeTables& tables,
-                               size_t dim, size_t end, uint8_t* symbols_a, uint8_t* symbols_b) {
-  switch (tables.n_syms) {
+size_t rans_decode_avx512_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                               uint8_t* symbols_b) {
+  if (ta.n_syms != tb.n_syms) return 0;
+  switch (ta.n_syms) {
     case 2:
-      return decode_search_pair<1>(a, b, tables, dim, end, symbols_a, symbols_b);
+      return decode_search_pair<1>(a, ta, b, tb, dim, end, symbols_a, symbols_b);
     case 4:
-      return decode_search_pair<3>(a, b, tables, dim, end, symbols_a, symbols_b);
+      return decode_search_pair<3>(a, ta, b, tb, dim, end, symbols_a, symbols_b);
     case 8:
-      return decode_search_pair<7>(a, b, tables, dim, end, symbols_a, symbols_b);
+      return decode_search_pair<7>(a, ta, b, tb, dim, end, symbols_a, symbols_b);
     case 16:
-      return decode_search_pair<15>(a, b, tables, dim, end, symbols_a, symbols_b);
+      return decode_search_pair<15>(a, ta, b, tb, dim, end, symbols_a, symbols_b);
     default:
       return 0;  // slot-table alphabets: decoded one payload at a time
   }
+}
+
+size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                                const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                                uint8_t* symbols_b) {
+  const NarrowPairKernel pair = narrow_search_pair_kernel<Search8Avx512>(ta.n_syms);
+  if (!pair || ta.n_syms != tb.n_syms) return 0;  // slot-table alphabets: one at a time
+  return pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
 }
 
 }  // namespace cachegen::detail

@@ -113,6 +113,19 @@ void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offs
                                  const BatchShape& shape, std::span<Half> out,
                                  const DecodeOptions& options);
 
+// Several layout-1 batches into their callers' rows, as decode_batch_shared_to_rows does each,
+// their slices decoded in pairs across batches (decode_batches_to_rows). Errors may differ
+// from decoding them in order: callers that must name the failing batch decode them one at a
+// time after a failure.
+struct SharedBatchRows {
+  std::span<const uint8_t> body;  // after the layout byte
+  size_t body_offset = 0;
+  BatchShape shape;
+  std::span<Half> out;
+};
+void decode_batches_shared_to_rows(std::span<const SharedBatchRows> batches,
+                                   const DecodeOptions& options);
+
 // Adds one decoded head's sizes, channel kinds and code entropy to `report`.
 void add_head_size_report(const DecodedHead& head, CodedSizeReport& report);
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "cachegen/codec.h"
@@ -258,14 +259,65 @@ void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, 
 }
 
 // Decodes rows [lo, hi) (relative to the chunk) of every stored tensor of chunk c (bytes
-// already verified) into dst(t).
+// already verified) into dst(t). A quantized layer's K and V, read whole, are decoded together
+// (decode_batches_to_rows: their payloads overlap in the core); after a failure they are
+// decoded one at a time, so that errors name the tensor as a sequential read would.
 template <typename Dst>
 void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
                   std::span<const uint8_t> bytes, size_t lo, size_t hi, Dst&& dst) {
-  walk_chunk(info, c, bytes,
-             [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string& ctx) {
-               decode_tensor(info, profile, c, ref, data, lo, hi, dst(ref.t), ctx);
-             });
+  const size_t rows = info.chunks[c].n_tokens;
+  if (info.codec != ContainerCodec::quantized || lo != 0 || hi != rows) {
+    walk_chunk(info, c, bytes,
+               [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string& ctx) {
+                 decode_tensor(info, profile, c, ref, data, lo, hi, dst(ref.t), ctx);
+               });
+    return;
+  }
+  const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
+  struct Held {
+    TensorRef ref;
+    std::span<const uint8_t> data;
+    std::string ctx;
+  };
+  std::optional<Held> key;  // a layer's K, waiting for its V
+  auto decode_one = [&](const Held& t) {
+    decode_tensor(info, profile, c, t.ref, t.data, lo, hi, dst(t.ref.t), t.ctx);
+  };
+  try {
+    walk_chunk(info, c, bytes,
+               [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string& ctx) {
+                 if (ref.kind == 0) {
+                   key = Held{ref, data, ctx};
+                   return;
+                 }
+                 const Held value{ref, data, ctx};
+                 if (!key || key->ref.layer != ref.layer) {  // walk_chunk yields K before V
+                   decode_one(value);
+                   return;
+                 }
+                 const BatchRows pair[2] = {
+                     {key->data, BatchShape{H, rows, D, key->ref.bits, info.group_size},
+                      std::span<Half>(dst(key->ref.t), rows * H * D)},
+                     {value.data, BatchShape{H, rows, D, ref.bits, info.group_size},
+                      std::span<Half>(dst(ref.t), rows * H * D)}};
+                 DecodeOptions opt;
+                 opt.max_elements = (rows + info.group_size) * D;
+                 try {
+                   decode_batches_to_rows(pair, opt);
+                 } catch (const Error&) {
+                   const Held k = *key;
+                   key.reset();
+                   decode_one(k);
+                   decode_one(value);
+                   throw;
+                 }
+                 key.reset();
+               });
+  } catch (const Error&) {
+    if (key) decode_one(*key);  // a K whose V's framing failed: its own error comes first
+    throw;
+  }
+  if (key) decode_one(*key);
 }
 
 }  // namespace

@@ -154,5 +154,99 @@ TEST(CodecSimd, CorruptStreamsFailTheSameOnEveryPath) {
   set_simd_path(best_supported_simd_path());
 }
 
+TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
+  // Pairs of batches with their own tables: 8-lane payloads (a short layer's K and V), 32-lane
+  // slices, unequal alphabets and lane counts (no lockstep), and an independent-layout batch
+  // (one head); every path, one and two threads, against decode_batch_to_rows of each.
+  // Cubed values (heavy tails) give other code histograms, hence other tables, than the walk.
+  struct Spec {
+    size_t heads, rows, dim;
+    int bits;
+    bool cubed;
+  };
+  const Spec specs[] = {{4, 256, 8, 3, false}, {4, 256, 8, 3, true},   {4, 256, 8, 2, true},
+                        {4, 1024, 8, 3, true}, {2, 300, 24, 4, false}, {2, 300, 24, 4, true},
+                        {1, 512, 8, 3, false}, {4, 256, 8, 5, false}};
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<BatchShape> shapes;  // of the batches in bytes
+  for (size_t k = 0; k < std::size(specs); ++k) {
+    const Spec& sp = specs[k];
+    auto x = test::random_walk(sp.heads * sp.rows, sp.dim, 0.15f, static_cast<uint32_t>(k + 40));
+    if (sp.cubed)
+      for (float& v : x) v = v * v * v;
+    bytes.push_back(
+        encode_batch(quantize_to_codes_batch(x, sp.heads, sp.rows, sp.dim, sp.bits, 32)));
+    shapes.push_back(BatchShape{sp.heads, sp.rows, sp.dim, sp.bits, 32});
+  }
+  EXPECT_EQ(bytes[6].at(6), 0);  // the layout byte: independent records
+  const std::vector<std::vector<size_t>> lists = {{0, 1}, {1, 2}, {0, 3}, {4, 5}, {0, 1, 3, 2},
+                                                  {6, 0}, {0, 7}, {3, 4}, {5}};
+  auto one_at_a_time = [&](const std::vector<size_t>& list,
+                           const std::vector<std::vector<uint8_t>>& in) {
+    std::vector<std::vector<Half>> out;
+    for (size_t k : list) {
+      out.emplace_back(shapes[k].n_heads * shapes[k].n_rows * shapes[k].dim);
+      decode_batch_to_rows(in[k], shapes[k], out.back());
+    }
+    return out;
+  };
+  auto together = [&](const std::vector<size_t>& list,
+                      const std::vector<std::vector<uint8_t>>& in) {
+    std::vector<std::vector<Half>> out;
+    for (size_t k : list) out.emplace_back(shapes[k].n_heads * shapes[k].n_rows * shapes[k].dim);
+    std::vector<BatchRows> jobs;
+    for (size_t i = 0; i < list.size(); ++i) jobs.push_back({in[list[i]], shapes[list[i]], out[i]});
+    decode_batches_to_rows(jobs);
+    return out;
+  };
+  for (const auto& list : lists) {
+    set_simd_path(SimdPath::scalar);
+    const auto want = one_at_a_time(list, bytes);
+    for (size_t threads : {size_t{1}, size_t{2}}) {
+      set_thread_count(threads);
+      for (SimdPath p : paths()) {
+        set_simd_path(p);
+        const auto got = together(list, bytes);
+        for (size_t i = 0; i < list.size(); ++i) {
+          ASSERT_EQ(got[i].size(), want[i].size());
+          for (size_t e = 0; e < got[i].size(); ++e)
+            ASSERT_EQ(got[i][e].bits, want[i][e].bits)
+                << simd_path_name(p) << " threads " << threads << " batch " << list[i];
+        }
+      }
+    }
+  }
+  // Damage in either batch of a pair: the error decode_batch_to_rows reports for the first
+  // batch that fails, message included.
+  for (size_t victim : {size_t{0}, size_t{1}}) {
+    for (size_t i = 8; i < bytes[victim].size(); i += 29) {
+      std::vector<std::vector<uint8_t>> bad = bytes;
+      bad[victim][i] ^= 0x5a;
+      std::string want = "ok";
+      try {
+        one_at_a_time({0, 1}, bad);
+      } catch (const Error& e) {
+        want = std::string(error_code_name(e.code())) + " " + e.what();
+      }
+      for (SimdPath p : paths()) {
+        set_simd_path(p);
+        std::string got = "ok";
+        try {
+          together({0, 1}, bad);
+        } catch (const Error& e) {
+          got = std::string(error_code_name(e.code())) + " " + e.what();
+        }
+        if (want == "ok") {
+          EXPECT_EQ(got, "ok") << "batch " << victim << " byte " << i;  // a harmless flip
+        } else {
+          EXPECT_EQ(got, want) << simd_path_name(p) << " batch " << victim << " byte " << i;
+        }
+      }
+    }
+  }
+  set_thread_count(0);
+  set_simd_path(best_supported_simd_path());
+}
+
 }  // namespace
 }  // namespace cachegen

@@ -1,0 +1,110 @@
+// Lane patterns of the SIMD rANS decoders (rans_lane_pattern.h), compiled for the baseline CPU.
+#include "codec/rans_lane_pattern.h"
+
+namespace cachegen::detail {
+namespace {
+
+ThresholdPattern build_threshold_pattern(const DecodeTables& t, size_t dim, size_t width) {
+  ThresholdPattern p;
+  const size_t period = lane_period(dim);
+  if (period == 0) return p;
+  p.period = period;
+  p.n_thresholds = t.n_syms - 1;
+  const size_t nt = static_cast<size_t>(p.n_thresholds), stride = static_cast<size_t>(t.n_syms) + 1;
+  p.thresholds.resize(period * nt * kMaxLanes);
+  // Channels of the tabulated elements, counted up (a division per entry showed in profiles of
+  // short payloads).
+  std::vector<uint32_t> channel(period * kMaxLanes);
+  for (size_t e = 0, c = 0; e < channel.size(); ++e) {
+    channel[e] = static_cast<uint32_t>(c);
+    if (++c == dim) c = 0;
+  }
+  for (size_t k = 0; k < period; ++k)
+    for (size_t j = 0; j < nt; ++j)
+      for (size_t l = 0; l < size_t{kMaxLanes}; ++l) {
+        const size_t c = channel[k * kMaxLanes + l];
+        const size_t position = (l / (2 * width)) * 2 * width + 2 * (l % width) + (l / width) % 2;
+        p.thresholds[(k * nt + j) * kMaxLanes + position] = t.cum[c * stride + j + 1];
+      }
+  return p;
+}
+
+void build_narrow_pattern(const DecodeTables& t, size_t dim, ThresholdPattern32& p) {
+  p.period = 0;
+  const size_t period = lane_period(dim, kNarrowLanes);
+  if (period == 0) return;
+  p.period = period;
+  p.n_thresholds = t.n_syms - 1;
+  const size_t nt = static_cast<size_t>(p.n_thresholds);
+  const size_t stride = static_cast<size_t>(t.n_syms) + 1;
+  p.thresholds.resize(period * nt * kNarrowLanes);
+  for (size_t k = 0, c = 0; k < period; ++k)
+    for (size_t l = 0; l < kNarrowLanes; ++l) {
+      for (size_t j = 0; j < nt; ++j)
+        p.thresholds[(k * nt + j) * kNarrowLanes + l] = t.cum[c * stride + j + 1];
+      if (++c == dim) c = 0;
+    }
+}
+
+// Two patterns per thread (make_threshold_pattern).
+template <typename Pattern>
+struct PatternCache {
+  struct Entry {
+    std::vector<uint16_t> cum;
+    size_t dim = 0, width = 0;
+    int precision = -1;
+    Pattern pattern;
+  };
+  Entry entries[2];
+  int last = 0;
+  // The entry for these keys, rebuilt by build(pattern) on a miss.
+  template <typename Build>
+  const Pattern& get(const DecodeTables& t, size_t dim, size_t width, Build&& build) {
+    for (int e = 0; e < 2; ++e) {
+      const Entry& c = entries[e];
+      if (c.dim == dim && c.width == width && c.precision == t.precision && c.cum == t.cum) {
+        last = e;
+        return c.pattern;
+      }
+    }
+    last = 1 - last;
+    Entry& c = entries[last];
+    build(c.pattern);
+    c.cum = t.cum;
+    c.dim = dim;
+    c.width = width;
+    c.precision = t.precision;
+    return c.pattern;
+  }
+};
+
+}  // namespace
+
+LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin, size_t lanes) {
+  LanePattern p;
+  const size_t period = lane_period(dim, lanes);
+  if (period == 0) return p;
+  p.period = period;
+  p.base.resize(period * lanes);
+  p.shift.resize(period * lanes);
+  for (size_t i = 0; i < period * lanes; ++i) {
+    const size_t c = (begin + i) % dim;
+    p.base[i] = t.base[c];
+    p.shift[i] = t.shift[c];
+  }
+  return p;
+}
+
+const ThresholdPattern& make_threshold_pattern(const DecodeTables& t, size_t dim, size_t width) {
+  thread_local PatternCache<ThresholdPattern> cache;
+  return cache.get(t, dim, width,
+                   [&](ThresholdPattern& p) { p = build_threshold_pattern(t, dim, width); });
+}
+
+const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim) {
+  thread_local PatternCache<ThresholdPattern32> cache;
+  return cache.get(t, dim, kNarrowLanes,
+                   [&](ThresholdPattern32& p) { build_narrow_pattern(t, dim, p); });
+}
+
+}  // namespace cachegen::detail
