@@ -280,7 +280,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   std::vector<std::vector<uint8_t>>& payloads = kept_payloads;
   if (delta.size() < G) delta.resize(G);
   std::vector<std::vector<uint32_t>> raw_counts(G), delta_counts(G);
-  std::vector<uint64_t> head_cost(G);
+  std::vector<uint64_t> head_cost(G), head_fp(G), channel_bound(G * dim);
   const auto histograms = quant_kernels().channel_histograms;
   parallel_for(G, [&](size_t h) {
     const CodeStream& s = streams[h];
@@ -296,12 +296,14 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     }
     uint64_t fp = 0;
     for (size_t c = 0; c < dim; ++c) {
-      fp += channel_cost_lower_bound(
+      channel_bound[h * dim + c] = channel_cost_lower_bound(
           std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
           allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
                       : std::span<const uint32_t>(),
           s.n_rows, s.bits);
+      fp += channel_bound[h * dim + c];
     }
+    head_fp[h] = fp;
     head_cost[h] = record_bytes(fp);
   });
   // Shared.
@@ -325,19 +327,28 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   // most of the encoder's model search); the search runs only when they do not.
   uint64_t independent = 0;
   for (uint64_t c : head_cost) independent += c;
-  // Otherwise the bounds become exact estimates head by head, in one parallel loop, until
-  // their sum reaches the shared size (shared wins; the heads left are skipped) or every head
-  // is exact (the estimate decides). Exact estimates only raise the sum, so the outcome does
-  // not depend on which heads were evaluated.
+  // Otherwise the bounds become exact estimates channel by channel (cost only: no tables
+  // built), in one parallel loop over heads, until their sum reaches the shared size (shared
+  // wins; the channels left are skipped) or every channel is exact (the estimate decides).
+  // Exact estimates only raise the sum, so the outcome does not depend on which channels were
+  // evaluated; 2-head batches of short chunks (a .cgkv file's) often settle after a few.
   if (shared > independent) {
     std::atomic<uint64_t> bound{independent};
     parallel_for(G, [&](size_t h) {
-      if (bound.load(std::memory_order_relaxed) >= shared) return;
-      const auto m =
-          choose_models(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr, dim,
-                        n_syms, first.n_rows, first.bits);
-      const uint64_t exact = record_bytes(model_cost_fp(m));
-      bound.fetch_add(exact - head_cost[h], std::memory_order_relaxed);
+      uint64_t fp = head_fp[h], bytes = head_cost[h];
+      for (size_t c = 0; c < dim; ++c) {
+        if (bound.load(std::memory_order_relaxed) >= shared) return;
+        fp +=
+            channel_model_cost(
+                std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
+                allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
+                            : std::span<const uint32_t>(),
+                first.n_rows, first.bits) -
+            channel_bound[h * dim + c];
+        const uint64_t exact = record_bytes(fp);
+        bound.fetch_add(exact - bytes, std::memory_order_relaxed);
+        bytes = exact;
+      }
     });
     if (shared > bound.load()) return false;
   }

@@ -87,7 +87,7 @@ void fill_cum(ChannelTable& table) {
 
 // Exp-Golomb bits of a frequency f <= 2^kMaxPrecision at orders 0..3, packed as four 16-bit
 // fields (order k at bits 16k): a frequency list's cost at every order is then one load and
-// one add per entry (four bit-length computations per entry were 80% of best_table). A field
+// one add per entry (four bit-length computations per entry were 80% of the search). A field
 // sums at most 256 entries of <= 25 bits: no carry into the next.
 uint64_t eg_bits_packed(uint32_t f) {
   static_assert(1 << kEgOrderBits == 4 && (256 * 25) < (1 << 16));
@@ -107,13 +107,14 @@ uint64_t eg_bits_packed(uint32_t f) {
 
 // Best table over one histogram: precision t and Exp-Golomb order k. The frequency list's
 // bits are counted for every order in one pass per precision (the list ends at the last
-// present symbol in list order, the same at every precision); the winner's frequencies are
-// recomputed once at the end rather than copied at every improvement.
-ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
-                        int bits) {
-  ChannelModel best;
-  best.kind = kind;
-  best.cost_fp = UINT64_MAX;
+// present symbol in list order, the same at every precision).
+struct TableChoice {
+  uint64_t cost_fp = UINT64_MAX;
+  int t = 0, eg_k = 0;  // t = 0: no precision holds every present symbol
+};
+TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
+                              int bits) {
+  TableChoice best;
   const Present present(counts);
   uint16_t order[256];
   uint32_t last = 0;
@@ -122,7 +123,6 @@ ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size
     if (counts[order[j]] != 0) last = j;
   }
   uint16_t freq[256] = {};
-  int best_t = 0;
   for (int t = 1; t <= max_table_precision(n_rows); ++t) {
     if (!normalize(counts, present, t, freq)) continue;
     uint64_t data = 0;
@@ -136,20 +136,28 @@ ChannelModel best_table(ChannelKind kind, std::span<const uint32_t> counts, size
       const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits +
                             static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff);
       const uint64_t cost = (desc << 16) + data;
-      if (cost < best.cost_fp) {
-        best.cost_fp = cost;
-        best.eg_k = k;
-        best_t = t;
-      }
+      if (cost < best.cost_fp) best = TableChoice{cost, t, k};
     }
   }
-  if (best_t != 0) {
-    normalize(counts, present, best_t, freq);
-    best.table.t = best_t;
-    best.table.freq.assign(freq, freq + counts.size());
-  }
-  fill_cum(best.table);
   return best;
+}
+
+// The chosen table itself (the winner's frequencies are computed once, not at every
+// improvement of the search).
+ChannelModel table_model(ChannelKind kind, const TableChoice& choice,
+                         std::span<const uint32_t> counts) {
+  ChannelModel m;
+  m.kind = kind;
+  m.cost_fp = choice.cost_fp;
+  m.eg_k = choice.eg_k;
+  if (choice.t != 0) {
+    uint16_t freq[256] = {};
+    normalize(counts, Present(counts), choice.t, freq);
+    m.table.t = choice.t;
+    m.table.freq.assign(freq, freq + counts.size());
+  }
+  fill_cum(m.table);
+  return m;
 }
 
 // c * log2(c) for the small counts of one head's channels, from a table.
@@ -165,7 +173,8 @@ double count_log2_count(uint32_t c) {
   return c < 4096 ? table.v[c] : c * std::log2(static_cast<double>(c));
 }
 
-// A lower bound on best_table(kind, counts, n_rows, bits).cost_fp, at a fraction of its cost.
+// A lower bound on best_table_choice(kind, counts, n_rows, bits).cost_fp, at a fraction of its
+// cost.
 // Data: every table's frequencies f / 2^t form a distribution q, and log2_fixed(f) never
 // exceeds 2^16 * log2(f) (checked for every f <= 2^16), so a table's data cost is at least
 // 2^16 times the cross-entropy sum c * -log2 q(s) >= the empirical entropy N * H(counts)
@@ -234,44 +243,81 @@ uint32_t log2_fixed(uint32_t v) {
   return v <= kMaxLog2Table ? table.v[v] : log2_fixed_compute(v);
 }
 
-ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
-                                  std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
+namespace {
+
+// The search of choose_channel_model: the winning kind and, for table kinds, its table's
+// choice (the first of equal costs wins).
+struct ModelChoice {
+  ChannelKind kind = ChannelKind::uniform;
+  uint64_t cost_fp = 0;
+  TableChoice table;
+  uint8_t constant_symbol = 0;
+};
+ModelChoice search_channel_model(std::span<const uint32_t> raw_counts,
+                                 std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
   const size_t n_syms = size_t{1} << bits;
   size_t n_present = 0, only = 0;
   for (size_t s = 0; s < n_syms; ++s)
     if (raw_counts[s] != 0) ++n_present, only = s;
-  ChannelModel best;
+  ModelChoice best;
   if (n_present <= 1) {
     best.kind = ChannelKind::constant;
     best.constant_symbol = static_cast<uint8_t>(only);
     best.cost_fp = static_cast<uint64_t>(kKindBits + bits) << 16;
-  } else {
-    best.kind = ChannelKind::uniform;
-    best.cost_fp = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
-    // A table kind whose lower bound is not below the best so far cannot win (the first of
-    // equal costs wins): its search is skipped, with the same choice.
-    if (table_cost_lower_bound(ChannelKind::raw_table, raw_counts, bits) < best.cost_fp) {
-      ChannelModel raw = best_table(ChannelKind::raw_table, raw_counts, n_rows, bits);
-      if (raw.cost_fp < best.cost_fp) best = std::move(raw);
-    }
-    if (!delta_counts.empty() &&
-        table_cost_lower_bound(ChannelKind::delta_table, delta_counts, bits) < best.cost_fp) {
-      ChannelModel delta = best_table(ChannelKind::delta_table, delta_counts, n_rows, bits);
-      if (delta.cost_fp < best.cost_fp) best = std::move(delta);
-    }
+    return best;
+  }
+  best.kind = ChannelKind::uniform;
+  best.cost_fp = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
+  // A table kind whose lower bound is not below the best so far cannot win: its search is
+  // skipped, with the same choice.
+  if (table_cost_lower_bound(ChannelKind::raw_table, raw_counts, bits) < best.cost_fp) {
+    const TableChoice raw = best_table_choice(ChannelKind::raw_table, raw_counts, n_rows, bits);
+    if (raw.cost_fp < best.cost_fp) best = ModelChoice{ChannelKind::raw_table, raw.cost_fp, raw};
+  }
+  if (!delta_counts.empty() &&
+      table_cost_lower_bound(ChannelKind::delta_table, delta_counts, bits) < best.cost_fp) {
+    const TableChoice delta =
+        best_table_choice(ChannelKind::delta_table, delta_counts, n_rows, bits);
+    if (delta.cost_fp < best.cost_fp)
+      best = ModelChoice{ChannelKind::delta_table, delta.cost_fp, delta};
+  }
+  return best;
+}
+
+}  // namespace
+
+ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
+                                  std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
+  const size_t n_syms = size_t{1} << bits;
+  const ModelChoice choice = search_channel_model(raw_counts, delta_counts, n_rows, bits);
+  switch (choice.kind) {
+    case ChannelKind::raw_table:
+      return table_model(choice.kind, choice.table, raw_counts);
+    case ChannelKind::delta_table:
+      return table_model(choice.kind, choice.table, delta_counts);
+    default:
+      break;
   }
   // The coder's view of the non-table kinds.
+  ChannelModel best;
+  best.kind = choice.kind;
+  best.cost_fp = choice.cost_fp;
   if (best.kind == ChannelKind::constant) {
+    best.constant_symbol = choice.constant_symbol;
     best.table.t = 0;
     best.table.freq.assign(n_syms, 0);
     best.table.freq[best.constant_symbol] = 1;
-    fill_cum(best.table);
-  } else if (best.kind == ChannelKind::uniform) {
+  } else {
     best.table.t = bits;
     best.table.freq.assign(n_syms, 1);
-    fill_cum(best.table);
   }
+  fill_cum(best.table);
   return best;
+}
+
+uint64_t channel_model_cost(std::span<const uint32_t> raw_counts,
+                            std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
+  return search_channel_model(raw_counts, delta_counts, n_rows, bits).cost_fp;
 }
 
 uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,

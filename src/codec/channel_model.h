@@ -39,6 +39,10 @@ uint32_t log2_fixed(uint32_t v);
 ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
                                   std::span<const uint32_t> delta_counts, size_t n_rows, int bits);
 
+// choose_channel_model(...).cost_fp without building the model (estimates).
+uint64_t channel_model_cost(std::span<const uint32_t> raw_counts,
+                            std::span<const uint32_t> delta_counts, size_t n_rows, int bits);
+
 // A lower bound on choose_channel_model(...).cost_fp for the same arguments (exact for a
 // constant channel), far cheaper than the search: it proves some choices without it.
 uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,
