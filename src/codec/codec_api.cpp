@@ -238,6 +238,45 @@ CodeStream decode_expecting(std::span<const uint8_t> bytes, size_t n_rows, size_
   return s;
 }
 
+namespace detail {
+
+std::pair<CodeStream, CodeStream> decode_expecting_pair(const ExpectedStream& a,
+                                                        const ExpectedStream& b) {
+  auto options = [](const ExpectedStream& e) {
+    DecodeOptions opt;  // as decode_expecting
+    opt.max_elements = (e.n_rows + std::min(e.n_rows, kMaxGroupSize)) * e.dim + e.dim;
+    return opt;
+  };
+  try {
+    ParsedHead ha = parse_head(check_magic(a.bytes, kStreamMagic, "codec stream"), 5, options(a));
+    ParsedHead hb = parse_head(check_magic(b.bytes, kStreamMagic, "codec stream"), 5, options(b));
+    const bool expected = ha.stream.n_rows == a.n_rows && ha.stream.dim == a.dim &&
+                          ha.stream.bits == a.bits && hb.stream.n_rows == b.n_rows &&
+                          hb.stream.dim == b.dim && hb.stream.bits == b.bits;
+    if (expected) {
+      CodeStream* streams[2] = {&ha.stream, &hb.stream};
+      for (CodeStream* s : streams) s->codes.resize(s->n_groups() * s->group_size * s->dim);
+      const size_t na = a.n_rows * a.dim, nb = b.n_rows * b.dim;
+      decode_head_symbols_pair(ha, std::span<uint8_t>(ha.stream.codes.data(), na), hb,
+                               std::span<uint8_t>(hb.stream.codes.data(), nb));
+      const ParsedHead* heads[2] = {&ha, &hb};
+      for (int k = 0; k < 2; ++k) {
+        CodeStream& s = *streams[k];
+        symbols_to_codes_in_place(s.codes.data(), s, heads[k]->is_delta.data());
+        for (size_t t = s.n_rows; t < s.n_groups() * s.group_size && s.dim > 0; ++t)
+          std::memcpy(s.codes.data() + t * s.dim, s.codes.data() + (s.n_rows - 1) * s.dim, s.dim);
+      }
+      return {std::move(ha.stream), std::move(hb.stream)};
+    }
+  } catch (const Error&) {
+  }
+  // Another shape, or an error: one at a time reports the first failure as decode_expecting.
+  CodeStream sa = decode_expecting(a.bytes, a.n_rows, a.dim, a.bits, *a.what);
+  return {std::move(sa), decode_expecting(b.bytes, b.n_rows, b.dim, b.bits, *b.what)};
+}
+
+}  // namespace detail
+
 std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options) {
   const auto body = detail::check_magic(bytes, detail::kStreamMagic, "codec stream");
   const detail::ParsedHead h = detail::parse_head(body, 5, options);

@@ -99,7 +99,8 @@ struct RansPayload {
 // errors as two rans_decode calls (a first, then b). Why: one payload's steps form one
 // dependency chain (state -> slot -> interval -> state, and the shared word cursor), which
 // leaves the core mostly waiting; the second payload's steps fill those cycles. Payloads with
-// equal lane counts (32 or 8) and alphabet sizes run in lockstep on the SIMD paths.
+// equal lane counts (32 or 8) and alphabet sizes run in lockstep on the SIMD paths (32-lane
+// slot-table payloads on AVX-512).
 void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPayload& b,
                       const DecodeTables& tb, size_t dim);
 
@@ -130,9 +131,10 @@ size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, siz
                             size_t begin, size_t end, uint8_t* symbols);
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols);
-// Two payloads (a with tables ta, b with tb, equal alphabet sizes) from element 0 in lockstep
-// up to `end` (or until either runs short of words); returns the element index both reached.
-// Declines (returns 0) where the single kernel would, or where the alphabets differ.
+// Two 32-lane payloads (a with tables ta, b with tb: equal search alphabets, or two slot-table
+// ones) from element 0 in lockstep up to `end` (or until either runs short of words); returns
+// the element index both reached. Declines (returns 0) where the single kernel would, or where
+// the alphabets differ.
 size_t rans_decode_avx512_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                                const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                                uint8_t* symbols_b);

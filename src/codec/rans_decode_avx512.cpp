@@ -121,29 +121,23 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
   return i;
 }
 
-// Two payloads in lockstep: their steps are independent, so the core overlaps them. Each has
-// its own tables (the same alphabet size); both start at element 0, so they share the period.
-template <int NT>
-size_t decode_search_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
-                          const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
-                          uint8_t* symbols_b) {
-  const ThresholdPattern& pa = make_threshold_pattern(ta, dim, 16);
-  const ThresholdPattern& pb = make_threshold_pattern(tb, dim, 16);
-  if (pa.period == 0 || pb.period != pa.period) return 0;
-  const SearchConstants ka(ta.precision), kb(tb.precision);
+// Two 32-lane payloads in lockstep from element 0: their steps are independent, so the core
+// overlaps them. step(x0, x1, which, k, words, cursor, i) decodes step k of the pattern (period
+// `period`, shared: both start at element 0) at element i of payload `which` (0 = a, 1 = b).
+template <typename Step>
+size_t lockstep32(RansDecodeState& a, RansDecodeState& b, size_t end, size_t period, Step&& step) {
   __m512i a0 = _mm512_loadu_si512(a.x), a1 = _mm512_loadu_si512(a.x + 16);
   __m512i b0 = _mm512_loadu_si512(b.x), b1 = _mm512_loadu_si512(b.x + 16);
   const uint16_t* const words_a = a.words;
   const uint16_t* const words_b = b.words;
   size_t cursor_a = a.cursor, cursor_b = b.cursor;
-  size_t i = 0, step = 0;
+  size_t i = 0, k = 0;
   while (i + kMaxLanes <= end && cursor_a + kMaxLanes <= a.n_words &&
          cursor_b + kMaxLanes <= b.n_words) {
-    const size_t at = step * NT * kMaxLanes;
-    search_step<NT>(a0, a1, pa.thresholds.data() + at, ka, words_a, cursor_a, symbols_a + i);
-    search_step<NT>(b0, b1, pb.thresholds.data() + at, kb, words_b, cursor_b, symbols_b + i);
+    step(a0, a1, 0, k, words_a, cursor_a, i);
+    step(b0, b1, 1, k, words_b, cursor_b, i);
     i += kMaxLanes;
-    if (++step == pa.period) step = 0;
+    if (++k == period) k = 0;
   }
   a.cursor = cursor_a;
   b.cursor = cursor_b;
@@ -152,6 +146,48 @@ size_t decode_search_pair(RansDecodeState& a, const DecodeTables& ta, RansDecode
   _mm512_storeu_si512(b.x, b0);
   _mm512_storeu_si512(b.x + 16, b1);
   return i;
+}
+
+// Search alphabets (the same size) with each payload's own tables.
+template <int NT>
+size_t decode_search_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                          const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                          uint8_t* symbols_b) {
+  const ThresholdPattern* p[2] = {&make_threshold_pattern(ta, dim, 16),
+                                  &make_threshold_pattern(tb, dim, 16)};
+  if (p[0]->period == 0 || p[1]->period != p[0]->period) return 0;
+  const SearchConstants k[2] = {SearchConstants(ta.precision), SearchConstants(tb.precision)};
+  uint8_t* const out[2] = {symbols_a, symbols_b};
+  return lockstep32(a, b, end, p[0]->period,
+                    [&](__m512i& x0, __m512i& x1, int w, size_t step, const uint16_t* words,
+                        size_t& cursor, size_t i) {
+                      search_step<NT>(x0, x1, p[w]->thresholds.data() + step * NT * kMaxLanes, k[w],
+                                      words, cursor, out[w] + i);
+                    });
+}
+
+// Slot-table alphabets: one payload's step waits on its gathers and on the word cursor; the
+// other payload's step fills that time.
+size_t decode_slots_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                         const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                         uint8_t* symbols_b) {
+  const LanePattern p[2] = {make_lane_pattern(ta, dim, 0), make_lane_pattern(tb, dim, 0)};
+  if (p[0].period == 0 || p[1].period != p[0].period) return 0;
+  const DecodeTables* t[2] = {&ta, &tb};
+  const __m128i shift[2] = {_mm_cvtsi32_si128(ta.precision), _mm_cvtsi32_si128(tb.precision)};
+  const __m512i mask[2] = {_mm512_set1_epi32(static_cast<int>((1u << ta.precision) - 1)),
+                           _mm512_set1_epi32(static_cast<int>((1u << tb.precision) - 1))};
+  uint8_t* const out[2] = {symbols_a, symbols_b};
+  return lockstep32(a, b, end, p[0].period,
+                    [&](__m512i& x0, __m512i& x1, int w, size_t step, const uint16_t* words,
+                        size_t& cursor, size_t i) {
+                      const uint32_t* base = p[w].base.data() + step * kMaxLanes;
+                      const uint32_t* sh = p[w].shift.data() + step * kMaxLanes;
+                      x0 = decode16(x0, base, sh, *t[w], shift[w], mask[w], words, cursor,
+                                    out[w] + i);
+                      x1 = decode16(x1, base + 16, sh + 16, *t[w], shift[w], mask[w], words, cursor,
+                                    out[w] + i + 16);
+                    });
 }
 
 // The 8-lane search kernel with AVX-512VL masks: one ymm of states, renormalised by a mask
@@ -254,6 +290,8 @@ size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_
 size_t rans_decode_avx512_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                                const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                                uint8_t* symbols_b) {
+  if (!ta.uses_search() && !tb.uses_search())
+    return decode_slots_pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
   if (ta.n_syms != tb.n_syms) return 0;
   switch (ta.n_syms) {
     case 2:
@@ -265,7 +303,7 @@ size_t rans_decode_avx512_pair(RansDecodeState& a, const DecodeTables& ta, RansD
     case 16:
       return decode_search_pair<15>(a, ta, b, tb, dim, end, symbols_a, symbols_b);
     default:
-      return 0;  // slot-table alphabets: decoded one payload at a time
+      return 0;  // a search alphabet with a slot-table one: one payload at a time
   }
 }
 

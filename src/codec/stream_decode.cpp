@@ -189,6 +189,26 @@ void decode_head_symbols(const ParsedHead& h, std::span<uint8_t> symbols) {
   rans_decode(h.payload, h.payload_offset, dt, h.stream.dim, h.n_lanes, symbols);
 }
 
+void decode_head_symbols_pair(const ParsedHead& a, std::span<uint8_t> symbols_a,
+                              const ParsedHead& b, std::span<uint8_t> symbols_b) {
+  if (symbols_a.empty() || symbols_b.empty() || a.stream.dim != b.stream.dim) {
+    decode_head_symbols(a, symbols_a);
+    decode_head_symbols(b, symbols_b);
+    return;
+  }
+  thread_local std::vector<ChannelTable> tables;
+  thread_local DecodeTables dt[2];
+  const ParsedHead* heads[2] = {&a, &b};
+  for (int k = 0; k < 2; ++k) {
+    const ParsedHead& h = *heads[k];
+    tables.resize(h.models.size());
+    for (size_t c = 0; c < tables.size(); ++c) tables[c] = h.models[c].table;
+    build_decode_tables(tables, h.coder_precision, dt[k]);
+  }
+  rans_decode_pair({a.payload, a.payload_offset, a.n_lanes, symbols_a}, dt[0],
+                   {b.payload, b.payload_offset, b.n_lanes, symbols_b}, dt[1], a.stream.dim);
+}
+
 DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,
                         const DecodeOptions& options) {
   ParsedHead p = parse_head(record, record_offset, options);

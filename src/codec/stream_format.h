@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cachegen/codec.h"
@@ -66,6 +68,11 @@ inline ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offs
 // Decodes the payload to symbols [n_rows * dim].
 void decode_head_symbols(const ParsedHead& head, std::span<uint8_t> symbols);
 
+// Both heads' payloads, decoded together (rans_decode_pair) where their dims agree; the
+// results and errors of decode_head_symbols on a, then b.
+void decode_head_symbols_pair(const ParsedHead& a, std::span<uint8_t> symbols_a,
+                              const ParsedHead& b, std::span<uint8_t> symbols_b);
+
 // A parsed head record with its symbols, for size reports.
 struct DecodedHead {
   CodeStream stream;
@@ -112,6 +119,19 @@ std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, siz
 void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset,
                                  const BatchShape& shape, std::span<Half> out,
                                  const DecodeOptions& options);
+
+// What decode_expecting checks a stream against.
+struct ExpectedStream {
+  std::span<const uint8_t> bytes;
+  size_t n_rows = 0, dim = 0;
+  int bits = 0;
+  const std::string* what = nullptr;  // names the stream in the error
+};
+// decode_expecting(a...) and decode_expecting(b...) in that order: their streams, or the
+// error of the first that fails; their payloads decoded in lockstep (two dependency chains: a
+// .cgkv layer's K and V byte planes).
+std::pair<CodeStream, CodeStream> decode_expecting_pair(const ExpectedStream& a,
+                                                        const ExpectedStream& b);
 
 // Several layout-1 batches into their callers' rows, as decode_batch_shared_to_rows does each,
 // their slices decoded in pairs across batches (decode_batches_to_rows). Errors may differ

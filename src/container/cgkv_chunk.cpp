@@ -20,6 +20,7 @@
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
+#include "codec/stream_format.h"
 #include "container/cgkv_internal.h"
 #include "core/wire.h"
 #include "quant/kernels.h"
@@ -556,15 +557,26 @@ void apply_rotated_rows(const RotatedRows& rr, std::span<Half> out, size_t width
   }
 }
 
-void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t width,
-                  const std::string& context) {
-  const size_t rows = out.size() / width;
+// Method 2 read up to its planes: everything but the high plane's rANS payload decoded.
+struct DedupPlan {
+  RotatedRows rr;
+  std::vector<uint32_t> source;  // per row: its distinct-row index (empty: every row distinct)
+  size_t distinct = 0;           // values of the distinct rows
+  uint8_t low_form = 0, high_form = 0;
+  std::span<const uint8_t> anchor, hi, lo;
+  size_t high_dim() const { return high_form == kHighPooled ? 1 : anchor.size(); }
+};
+
+DedupPlan read_dedup(std::span<const uint8_t> body, size_t rows, size_t width,
+                     const std::string& context) {
+  DedupPlan plan;
   wire::Reader r(body, context);
-  const RotatedRows rr = read_rotated_rows(r, rows, width, context);
+  plan.rr = read_rotated_rows(r, rows, width, context);
+  const RotatedRows& rr = plan.rr;
   const uint64_t n_rotated = rr.distances.size();
   const uint64_t n_copies = r.varint("repeated row count");
   if (n_copies + n_rotated >= rows) r.corrupt("repeated row count", "not below the row count");
-  std::vector<uint32_t> source;  // per row: its distinct-row index
+  std::vector<uint32_t>& source = plan.source;
   if (n_copies > 0 || n_rotated > 0) {
     source.resize(rows);
     const std::span<const uint8_t> bitmap =
@@ -585,52 +597,58 @@ void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t wid
     }
     if (seen != n_copies) r.corrupt("repeated row bitmap", "fewer rows than the count");
   }
-  const size_t distinct = (rows - static_cast<size_t>(n_copies + n_rotated)) * width;
-  const uint8_t low_form = r.u8("low plane form");
-  if (low_form != kLowRaw && low_form != kLowStream) r.corrupt("low plane form", "not 0 or 1");
-  const uint8_t high_form = r.u8("high plane form");
-  if (high_form != kHighPooled && high_form != kHighPerChannel) {
+  plan.distinct = (rows - static_cast<size_t>(n_copies + n_rotated)) * width;
+  plan.low_form = r.u8("low plane form");
+  if (plan.low_form != kLowRaw && plan.low_form != kLowStream)
+    r.corrupt("low plane form", "not 0 or 1");
+  plan.high_form = r.u8("high plane form");
+  if (plan.high_form != kHighPooled && plan.high_form != kHighPerChannel) {
     r.corrupt("high plane form", "not 0 or 1");
   }
-  const std::span<const uint8_t> anchor = r.take(width, "channel anchors");
-  for (const uint8_t a : anchor) {
+  plan.anchor = r.take(width, "channel anchors");
+  for (const uint8_t a : plan.anchor) {
     if (a > 0x7f) r.corrupt("channel anchors", "an anchor above 0x7f");
   }
   const uint64_t hi_len = r.varint("high plane length");
   if (hi_len > r.remaining()) r.corrupt("high plane length", "runs past the data");
-  const auto hi = r.take(hi_len, "high plane");
-  const auto lo = r.rest();
+  plan.hi = r.take(hi_len, "high plane");
+  plan.lo = r.rest();
+  return plan;
+}
+
+// The rest of method 2 once its high plane `high` is decoded: the bytes joined, the low plane
+// if coded, then the repeated and rotated rows.
+void finish_dedup(const DedupPlan& plan, const CodeStream& high, std::span<Half> out, size_t width,
+                  const std::string& context) {
+  const size_t distinct = plan.distinct, rows = out.size() / width;
   const std::span<Half> planes = out.first(distinct);
-  {
-    const size_t dim = high_form == kHighPooled ? 1 : width;
-    const CodeStream s = decode_plane(hi, distinct / dim, dim, context + " (high bytes)");
-    if (low_form == kLowRaw && lo.size() != distinct) {
-      throw Error(ErrorCode::corrupt_input, context + ": raw low plane is " +
-                                                std::to_string(lo.size()) + " bytes, expected " +
-                                                std::to_string(distinct));
-    }
-    // Raw low bytes (the default) join their high bytes in the same pass. Through restrict
-    // pointers, one loop per form: the byte arrays may alias anything, and the compiler kept
-    // this loop scalar (a fifth of a lossless decode) while it could not rule that out.
-    const uint8_t* __restrict codes = s.codes.data();
-    const uint8_t* __restrict anchors = anchor.data();
-    uint16_t* __restrict bits = reinterpret_cast<uint16_t*>(planes.data());
-    static_assert(sizeof(Half) == sizeof(uint16_t));
-    if (low_form == kLowRaw) {
-      const uint8_t* __restrict low = lo.data();
-      for (size_t i = 0; i < distinct; i += width) {
-        for (size_t c = 0; c < width; ++c)
-          bits[i + c] =
-              static_cast<uint16_t>((high_byte(codes[i + c], anchors[c]) << 8) | low[i + c]);
-      }
-    } else {
-      for (size_t i = 0; i < distinct; i += width) {
-        for (size_t c = 0; c < width; ++c)
-          bits[i + c] = static_cast<uint16_t>(high_byte(codes[i + c], anchors[c]) << 8);
-      }
-    }
+  if (plan.low_form == kLowRaw && plan.lo.size() != distinct) {
+    throw Error(ErrorCode::corrupt_input, context + ": raw low plane is " +
+                                              std::to_string(plan.lo.size()) + " bytes, expected " +
+                                              std::to_string(distinct));
   }
-  if (low_form == kLowStream) unpack_plane(lo, planes, width, 0, context + " (low bytes)");
+  // Raw low bytes (the default) join their high bytes in the same pass. Through restrict
+  // pointers, one loop per form: the byte arrays may alias anything, and the compiler kept
+  // this loop scalar (a fifth of a lossless decode) while it could not rule that out.
+  const uint8_t* __restrict codes = high.codes.data();
+  const uint8_t* __restrict anchors = plan.anchor.data();
+  uint16_t* __restrict bits = reinterpret_cast<uint16_t*>(planes.data());
+  static_assert(sizeof(Half) == sizeof(uint16_t));
+  if (plan.low_form == kLowRaw) {
+    const uint8_t* __restrict low = plan.lo.data();
+    for (size_t i = 0; i < distinct; i += width) {
+      for (size_t c = 0; c < width; ++c)
+        bits[i + c] =
+            static_cast<uint16_t>((high_byte(codes[i + c], anchors[c]) << 8) | low[i + c]);
+    }
+  } else {
+    for (size_t i = 0; i < distinct; i += width) {
+      for (size_t c = 0; c < width; ++c)
+        bits[i + c] = static_cast<uint16_t>(high_byte(codes[i + c], anchors[c]) << 8);
+    }
+    unpack_plane(plan.lo, planes, width, 0, context + " (low bytes)");
+  }
+  const std::vector<uint32_t>& source = plan.source;
   if (source.empty()) return;
   for (size_t row = rows; row-- > 0;) {
     if (source[row] != row && source[row] != kNoHint) {
@@ -638,7 +656,22 @@ void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t wid
                    width * sizeof(Half));
     }
   }
-  if (n_rotated > 0) apply_rotated_rows(rr, out, width, context);
+  if (!plan.rr.distances.empty()) apply_rotated_rows(plan.rr, out, width, context);
+}
+
+void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t width,
+                  const std::string& context) {
+  const DedupPlan plan = read_dedup(body, out.size() / width, width, context);
+  const size_t dim = plan.high_dim();
+  const CodeStream high =
+      decode_plane(plan.hi, plan.distinct / dim, dim, context + " (high bytes)");
+  finish_dedup(plan, high, out, width, context);
+}
+
+// Checks the framing unpack_fp16_lossless checks before a method's body; true for method 2.
+bool is_dedup(std::span<const uint8_t> bytes, std::span<Half> out, size_t width, bool rows_dedup) {
+  return rows_dedup && !bytes.empty() && bytes[0] == kRowsDedup && width != 0 && !out.empty() &&
+         out.size() % width == 0;
 }
 
 }  // namespace
@@ -700,6 +733,27 @@ void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, s
   for (Half& h : out) h.bits = 0;
   unpack_plane(hi, out, width, 8, context + " (high bytes)");
   unpack_plane(lo, out, width, 0, context + " (low bytes)");
+}
+
+void unpack_fp16_lossless_pair(const LosslessTensor& a, const LosslessTensor& b, size_t width,
+                               bool rows_dedup) {
+  if (is_dedup(a.bytes, a.out, width, rows_dedup) && is_dedup(b.bytes, b.out, width, rows_dedup)) {
+    try {
+      const DedupPlan pa = read_dedup(a.bytes.subspan(1), a.out.size() / width, width, *a.context);
+      const DedupPlan pb = read_dedup(b.bytes.subspan(1), b.out.size() / width, width, *b.context);
+      const std::string what_a = *a.context + " (high bytes): lossless byte plane";
+      const std::string what_b = *b.context + " (high bytes): lossless byte plane";
+      const auto [ha, hb] =
+          decode_expecting_pair({pa.hi, pa.distinct / pa.high_dim(), pa.high_dim(), 8, &what_a},
+                                {pb.hi, pb.distinct / pb.high_dim(), pb.high_dim(), 8, &what_b});
+      finish_dedup(pa, ha, a.out, width, *a.context);
+      finish_dedup(pb, hb, b.out, width, *b.context);
+      return;
+    } catch (const Error&) {  // decoded one at a time below: a's error first, as in sequence
+    }
+  }
+  unpack_fp16_lossless(a.bytes, a.out, width, *a.context, rows_dedup);
+  unpack_fp16_lossless(b.bytes, b.out, width, *b.context, rows_dedup);
 }
 
 }  // namespace cachegen::detail

@@ -81,6 +81,16 @@ std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t wid
 std::vector<uint32_t> first_equal_rows(std::span<const Half> values, size_t width);
 void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,
                           const std::string& context, bool rows_dedup = true);
+// Two tensors of one row width (a layer's K and V) as unpack_fp16_lossless does each, a first:
+// the same values, or the first failure's error. Method 2 tensors (rows_dedup) have their high
+// byte planes decoded in lockstep (decode_expecting_pair).
+struct LosslessTensor {
+  std::span<const uint8_t> bytes;
+  std::span<Half> out;
+  const std::string* context = nullptr;
+};
+void unpack_fp16_lossless_pair(const LosslessTensor& a, const LosslessTensor& b, size_t width,
+                               bool rows_dedup);
 
 }  // namespace detail
 }  // namespace cachegen

@@ -259,14 +259,16 @@ void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, 
 }
 
 // Decodes rows [lo, hi) (relative to the chunk) of every stored tensor of chunk c (bytes
-// already verified) into dst(t). A quantized layer's K and V, read whole, are decoded together
-// (decode_batches_to_rows: their payloads overlap in the core); after a failure they are
-// decoded one at a time, so that errors name the tensor as a sequential read would.
+// already verified) into dst(t). A layer's K and V, read whole from a quantized or lossless
+// file, are decoded together (decode_batches_to_rows, unpack_fp16_lossless_pair: their rANS
+// payloads overlap in the core); after a failure they are decoded one at a time, so that errors
+// name the tensor as a sequential read would.
 template <typename Dst>
 void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
                   std::span<const uint8_t> bytes, size_t lo, size_t hi, Dst&& dst) {
   const size_t rows = info.chunks[c].n_tokens;
-  if (info.codec != ContainerCodec::quantized || lo != 0 || hi != rows) {
+  const bool pairs = info.codec != ContainerCodec::transform && lo == 0 && hi == rows;
+  if (!pairs) {
     walk_chunk(info, c, bytes,
                [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string& ctx) {
                  decode_tensor(info, profile, c, ref, data, lo, hi, dst(ref.t), ctx);
@@ -279,39 +281,43 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
     std::span<const uint8_t> data;
     std::string ctx;
   };
-  std::optional<Held> key;  // a layer's K, waiting for its V
   auto decode_one = [&](const Held& t) {
     decode_tensor(info, profile, c, t.ref, t.data, lo, hi, dst(t.ref.t), t.ctx);
   };
+  auto decode_two = [&](const Held& k, const Held& v) {
+    const std::span<Half> out_k(dst(k.ref.t), rows * H * D), out_v(dst(v.ref.t), rows * H * D);
+    if (info.codec == ContainerCodec::lossless_fp16) {  // reports errors as in sequence itself
+      detail::unpack_fp16_lossless_pair({k.data, out_k, &k.ctx}, {v.data, out_v, &v.ctx}, H * D,
+                                        info.version >= detail::kCgkvRowsDedupVersion);
+      return;
+    }
+    const BatchRows pair[2] = {
+        {k.data, BatchShape{H, rows, D, k.ref.bits, info.group_size}, out_k},
+        {v.data, BatchShape{H, rows, D, v.ref.bits, info.group_size}, out_v}};
+    DecodeOptions opt;
+    opt.max_elements = (rows + info.group_size) * D;
+    try {
+      decode_batches_to_rows(pair, opt);
+    } catch (const Error&) {
+      decode_one(k);
+      decode_one(v);
+      throw;
+    }
+  };
+  std::optional<Held> key;  // a layer's K, waiting for its V
   try {
     walk_chunk(info, c, bytes,
                [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string& ctx) {
+                 Held t{ref, data, ctx};
                  if (ref.kind == 0) {
-                   key = Held{ref, data, ctx};
-                   return;
-                 }
-                 const Held value{ref, data, ctx};
-                 if (!key || key->ref.layer != ref.layer) {  // walk_chunk yields K before V
-                   decode_one(value);
-                   return;
-                 }
-                 const BatchRows pair[2] = {
-                     {key->data, BatchShape{H, rows, D, key->ref.bits, info.group_size},
-                      std::span<Half>(dst(key->ref.t), rows * H * D)},
-                     {value.data, BatchShape{H, rows, D, ref.bits, info.group_size},
-                      std::span<Half>(dst(ref.t), rows * H * D)}};
-                 DecodeOptions opt;
-                 opt.max_elements = (rows + info.group_size) * D;
-                 try {
-                   decode_batches_to_rows(pair, opt);
-                 } catch (const Error&) {
-                   const Held k = *key;
+                   key = std::move(t);
+                 } else if (!key || key->ref.layer != ref.layer) {  // walk_chunk yields K first
+                   decode_one(t);
+                 } else {
+                   const Held k = std::move(*key);
                    key.reset();
-                   decode_one(k);
-                   decode_one(value);
-                   throw;
+                   decode_two(k, t);
                  }
-                 key.reset();
                });
   } catch (const Error&) {
     if (key) decode_one(*key);  // a K whose V's framing failed: its own error comes first

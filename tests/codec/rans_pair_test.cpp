@@ -82,7 +82,9 @@ TEST(RansPair, TwoTablesDecodeAsTwoSingleCalls) {
       {8, 8192, 8192, 1, 8, 8, 8, 12},         // two symbols
       {128, 32768, 32768, 3, 32, 32, 12, 10},  // 32 lanes
       {8, 32768, 8192, 3, 32, 8, 12, 12},      // unequal lane counts: no lockstep
-      {8, 8192, 8192, 5, 8, 8, 12, 12},        // slot-table alphabet
+      {8, 8192, 8192, 5, 8, 8, 12, 12},        // slot-table alphabet, 8 lanes: no lockstep
+      {128, 32768, 32768, 8, 32, 32, 12, 11},  // slot tables, 32 lanes (lossless byte planes)
+      {1, 40960, 32768, 6, 32, 32, 10, 12},    // one channel each, unequal lengths
   };
   uint32_t seed = 1;
   for (const Case& c : cases) {

@@ -238,6 +238,48 @@ TEST(Container, LosslessRotatedRowsWithEscapesRoundTrip) {
   EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2));
 }
 
+TEST(Container, LosslessPairsDecodeAsTwoSingleTensors) {
+  // A layer's K and V as the reader decodes them (unpack_fp16_lossless_pair: high byte planes
+  // in lockstep): K with repeated rows, V with an extra scale (other tables), both with over
+  // 16 K distinct values (32-lane payloads); then damage in either tensor fails with the
+  // message of unpack_fp16_lossless on K, then V.
+  const size_t rows = 1100, width = 16;
+  std::vector<Half> k = with_repeats(rows, 1050, 21), v = with_repeats(rows, rows, 22);
+  for (Half& h : v) h = float_to_half(half_to_float(h) * 7.0f);
+  const std::vector<uint8_t> pk = detail::pack_fp16_lossless(k, width, 0);
+  const std::vector<uint8_t> pv = detail::pack_fp16_lossless(v, width, 0);
+  ASSERT_EQ(pk[0], 2);
+  ASSERT_EQ(pv[0], 2);
+  const std::string ck = "K", cv = "V";
+  std::vector<Half> ok(k.size()), ov(v.size());
+  detail::unpack_fp16_lossless_pair({pk, ok, &ck}, {pv, ov, &cv}, width, true);
+  EXPECT_EQ(0, std::memcmp(ok.data(), k.data(), k.size() * 2));
+  EXPECT_EQ(0, std::memcmp(ov.data(), v.data(), v.size() * 2));
+  auto outcome = [&](auto&& decode) {
+    try {
+      decode();
+      return std::string("ok");
+    } catch (const Error& e) {
+      return std::string(error_code_name(e.code())) + " " + e.what();
+    }
+  };
+  for (int victim = 0; victim < 2; ++victim) {
+    const std::vector<uint8_t>& good = victim ? pv : pk;
+    for (size_t i = 1; i < good.size(); i += 97) {
+      std::vector<uint8_t> bk = pk, bv = pv;
+      (victim ? bv : bk)[i] ^= 0x21;
+      const std::string want = outcome([&] {
+        detail::unpack_fp16_lossless(bk, ok, width, ck);
+        detail::unpack_fp16_lossless(bv, ov, width, cv);
+      });
+      const std::string got = outcome([&] {
+        detail::unpack_fp16_lossless_pair({bk, ok, &ck}, {bv, ov, &cv}, width, true);
+      });
+      ASSERT_EQ(got, want) << (victim ? "V" : "K") << " byte " << i;
+    }
+  }
+}
+
 TEST(Container, LosslessMethod2HostileBytesAreRejected) {
   const std::vector<Half> v = with_repeats(42, 15, 6);
   const std::vector<uint8_t> good = detail::pack_fp16_lossless(v, 16, 0);
