@@ -193,11 +193,16 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     });
   }
   // The fused decode of encode_values' stream (compact parameters, as files hold them).
-  benchmark::RegisterBenchmark("decode_values_fp16/1t", [&](benchmark::State& st) {
-    set_thread_count(1);
-    for (auto _ : st) benchmark::DoNotOptimize(decode_batch_to_half(coded_values));
-    items(st, n);
-  });
+  for (const Mode& m : modes) {
+    const size_t threads = m.threads;
+    benchmark::RegisterBenchmark((std::string("decode_values_fp16/") + m.suffix).c_str(),
+                                 [&, threads](benchmark::State& st) {
+                                   set_thread_count(threads);
+                                   for (auto _ : st)
+                                     benchmark::DoNotOptimize(decode_batch_to_half(coded_values));
+                                   items(st, n);
+                                 });
+  }
   benchmark::RegisterBenchmark("lossless_encode/1t", [&](benchmark::State& st) {
     set_thread_count(1);
     for (auto _ : st)
@@ -400,6 +405,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["file_encode_elems_per_s"] = ips("file_encode/1t");
   // Aim (issue 10): the file path within 1.3x the fused kernel's time, i.e. ratio >= 0.77.
   j["decode_values_fp16_elems_per_s"] = ips("decode_values_fp16/1t");
+  j["decode_values_fp16_mt_over_1t"] =
+      speed_ratio("decode_values_fp16/mt", "decode_values_fp16/1t");
   j["file_decode_over_decode_fp16"] = speed_ratio("file_decode/1t", "decode_fp16/1t");
   j["file_decode_over_decode_values_fp16"] = speed_ratio("file_decode/1t", "decode_values_fp16/1t");
   j["file_encode_over_encode_fp16"] = speed_ratio("file_encode/1t", "encode_fp16/1t");
@@ -454,6 +461,7 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
        {"decode codes vs memcpy", "decode_codes/1t", "memcpy_codes/1t"},
        {"decode codes " + mt, "decode_codes/mt", "decode_codes/1t"},
        {"decode fp16 " + mt, "decode_fp16/mt", "decode_fp16/1t"},
+       {"decode fp16, compact params " + mt, "decode_values_fp16/mt", "decode_values_fp16/1t"},
        {"encode codes " + mt, "encode_codes/mt", "encode_codes/1t"},
        {"file decode (.cgkv) vs fused decode fp16", "file_decode/1t", "decode_fp16/1t"},
        {"file decode vs fused decode, compact params", "file_decode/1t", "decode_values_fp16/1t"},

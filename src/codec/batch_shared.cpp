@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,9 @@ constexpr size_t kSliceElements = 16384;
 // Decoding below this many elements per thread costs more in waking a pool thread than it
 // saves (threads were started per call before the pool, which needed 2^18).
 constexpr size_t kMinElementsPerThread = size_t{1} << 14;
+// Compact parameters (scale, zero pairs) of a batch worth decoding on several threads: ~30
+// cycles each, a serial chain per channel.
+constexpr size_t kMinParallelParams = 2048;
 
 [[noreturn]] void corrupt(const std::string& what) {
   fail(ErrorCode::corrupt_input, "codec batch: " + what);
@@ -55,7 +59,9 @@ std::vector<ChannelModel> choose_models(const uint32_t* raw, const uint32_t* del
 
 // A parsed layout-1 batch.
 struct SharedBatch {
-  std::vector<CodeStream> heads;  // params only
+  std::vector<CodeStream> heads;       // params only
+  std::vector<CompactParams> compact;  // per head: its compact parameter bits, if is_compact
+  std::vector<uint8_t> is_compact;
   std::vector<uint8_t> is_delta;
   std::vector<ChannelTable> channel_tables;
   ChannelModel model;  // the channel being read
@@ -70,6 +76,11 @@ struct SharedBatch {
   std::vector<Slice> slices;
   size_t param_bytes = 0, model_bytes = 0, payload_bytes = 0;  // for size reports
 };
+
+// An error of head h's parameter block, naming the head.
+Error head_error(size_t h, const Error& e) {
+  return Error(e.code(), "codec batch, head " + std::to_string(h) + ": " + e.message());
+}
 
 size_t bounded_mul(size_t a, size_t b, size_t limit, const char* what) {
   size_t r;
@@ -107,13 +118,48 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
   const size_t total_rows = n_heads * n_rows;
   const size_t params_begin = r.offset();
   b.heads.resize(n_heads);
-  for (auto& s : b.heads) {
+  b.compact.resize(n_heads);
+  b.is_compact.resize(n_heads);
+  // The blocks framed in order, their compact bits decoded after: in parallel where there are
+  // enough (they were most of decoding a batch of short heads, and all on the calling thread).
+  // Errors are reported as a sequential parse would: the first failing head's.
+  std::exception_ptr framing_error;
+  size_t framed = 0;
+  for (; framed < n_heads; ++framed) {
+    CodeStream& s = b.heads[framed];
     s.n_rows = n_rows;
     s.dim = dim;
     s.group_size = group_size;
     s.bits = bits;
-    read_param_block(r, s);
+    try {
+      b.is_compact[framed] = frame_param_block(r, s, b.compact[framed]);
+    } catch (const Error& e) {
+      framing_error = std::make_exception_ptr(head_error(framed, e));
+      break;
+    }
   }
+  auto decode_params = [&](size_t h) {
+    try {
+      if (b.is_compact[h]) decode_compact_params(b.compact[h], b.heads[h]);
+    } catch (const Error& e) {
+      throw head_error(h, e);
+    }
+  };
+  if (framed >= 2 && framed * n_groups * dim >= kMinParallelParams && thread_count() > 1) {
+    std::vector<std::exception_ptr> errors(framed);
+    parallel_for(framed, [&](size_t h) {
+      try {
+        decode_params(h);
+      } catch (const Error&) {
+        errors[h] = std::current_exception();
+      }
+    });
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  } else {
+    for (size_t h = 0; h < framed; ++h) decode_params(h);
+  }
+  if (framing_error) std::rethrow_exception(framing_error);
   b.param_bytes = r.offset() - params_begin;
   const int coder_precision = r.u8("coder_precision");
   if (coder_precision < 1 || coder_precision > kMaxPrecision)

@@ -45,6 +45,18 @@ void read_float_params(wire::Reader& r, ParamPrecision precision, std::vector<fl
   }
 }
 
+// fp16 or fp32 group parameters (scales, then zeros) of s's shape, checked.
+void read_fixed_params(wire::Reader& r, ParamPrecision precision, CodeStream& s) {
+  const size_t n_params = s.n_groups() * s.dim;
+  const size_t width = precision == ParamPrecision::fp16 ? 2 : 4;
+  r.need(n_params * width * 2, "fixed-width group parameters");
+  s.scale.resize(n_params);
+  s.zero.resize(n_params);
+  read_float_params(r, precision, s.scale, "scale");
+  read_float_params(r, precision, s.zero, "zero");
+  check_decoded_params(s.scale, s.zero);
+}
+
 }  // namespace
 
 std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8_t (&magic)[4],
@@ -105,15 +117,7 @@ void parse_head_into(std::span<const uint8_t> record, size_t record_offset,
   s.group_size = group_size;
   s.bits = bits;
   const size_t n_params = n_groups * dim;
-  if (precision != ParamPrecision::compact) {
-    const size_t width = precision == ParamPrecision::fp16 ? 2 : 4;
-    r.need(n_params * width * 2, "fixed-width group parameters");
-    s.scale.resize(n_params);
-    s.zero.resize(n_params);
-    read_float_params(r, precision, s.scale, "scale");
-    read_float_params(r, precision, s.zero, "zero");
-    check_decoded_params(s.scale, s.zero);
-  }
+  if (precision != ParamPrecision::compact) read_fixed_params(r, precision, s);
   const size_t params_end = r.offset();
   const uint64_t side_bytes = r.varint("side_bytes");
   if (side_bytes > r.remaining()) r.need(r.remaining() + 1, "side information");
@@ -148,13 +152,13 @@ void parse_head_into(std::span<const uint8_t> record, size_t record_offset,
     corrupt(std::to_string(h.payload.size()) + " trailing bytes after an empty stream");
 }
 
-void read_param_block(wire::Reader& r, CodeStream& s) {
+bool frame_param_block(wire::Reader& r, CodeStream& s, CompactParams& compact) {
   const uint8_t precision_byte = r.u8("param_precision");
   if (precision_byte > 2) corrupt("param_precision " + std::to_string(precision_byte) + " unknown");
   const auto precision = static_cast<ParamPrecision>(precision_byte);
   const size_t n_params = s.n_groups() * s.dim;
   if (precision == ParamPrecision::compact) {
-    CompactGrid grid;
+    CompactGrid& grid = compact.grid;
     grid.scale_mantissa_bits = r.u8("scale_mantissa_bits");
     grid.zero_step_log2 = r.u8("zero_step_log2");
     if (grid.scale_mantissa_bits < 1 || grid.scale_mantissa_bits > 23 || grid.zero_step_log2 > 8)
@@ -163,19 +167,23 @@ void read_param_block(wire::Reader& r, CodeStream& s) {
     const uint64_t len = r.varint("compact parameter bytes");
     if (len > r.remaining()) r.need(r.remaining() + 1, "compact parameters");
     if (n_params > len * 4) corrupt("too many compact parameters for their section");
-    const size_t offset = r.offset();
-    BitReader bits_in(r.take(len, "compact parameters"), offset);
-    read_params_compact(bits_in, s.n_groups(), s.dim, grid, s.scale, s.zero);
-    bits_in.finish("compact parameters");
-  } else {
-    const size_t width = precision == ParamPrecision::fp16 ? 2 : 4;
-    r.need(n_params * width * 2, "fixed-width group parameters");
-    s.scale.resize(n_params);
-    s.zero.resize(n_params);
-    read_float_params(r, precision, s.scale, "scale");
-    read_float_params(r, precision, s.zero, "zero");
-    check_decoded_params(s.scale, s.zero);
+    compact.offset = r.offset();
+    compact.bits = r.take(len, "compact parameters");
+    return true;
   }
+  read_fixed_params(r, precision, s);
+  return false;
+}
+
+void decode_compact_params(const CompactParams& compact, CodeStream& s) {
+  BitReader bits_in(compact.bits, compact.offset);
+  read_params_compact(bits_in, s.n_groups(), s.dim, compact.grid, s.scale, s.zero);
+  bits_in.finish("compact parameters");
+}
+
+void read_param_block(wire::Reader& r, CodeStream& s) {
+  CompactParams compact;
+  if (frame_param_block(r, s, compact)) decode_compact_params(compact, s);
 }
 
 void decode_head_symbols(const ParsedHead& h, std::span<uint8_t> symbols) {

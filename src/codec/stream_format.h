@@ -100,6 +100,16 @@ void check_head_shape(const CodeStream& head, size_t index, const BatchShape& sh
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
                        std::vector<uint8_t>& out, std::span<const uint8_t> compact_section = {});
 void read_param_block(wire::Reader& r, CodeStream& s);
+// read_param_block in two steps, so that a batch's heads decode their compact bits in
+// parallel: fixed-width parameters are read (false returned); compact ones only framed into
+// `compact` (true), for decode_compact_params.
+struct CompactParams {
+  std::span<const uint8_t> bits;
+  size_t offset = 0;
+  CompactGrid grid;
+};
+bool frame_param_block(wire::Reader& r, CodeStream& s, CompactParams& compact);
+void decode_compact_params(const CompactParams& compact, CodeStream& s);
 
 // Shared-model batch (layout 1): heads must share n_rows, dim, bits and group_size.
 // Returns false (writing nothing) when the heads cannot or should not share: mismatched

@@ -130,6 +130,68 @@ TEST(CodecSimd, SlicePairsAndThreadCountsDecodeAlike) {
   set_simd_path(best_supported_simd_path());
 }
 
+TEST(CodecSimd, ParallelParameterParseMatchesSequential) {
+  // 24 heads of 512 x 8 at 3 bits: 3,072 compact parameter pairs (encode_values_batch's
+  // parameters: compact), which two threads decode head by head in parallel. The same streams, and the same first error (code and message)
+  // for damage anywhere in the parameter blocks, as one thread's sequential parse.
+  const size_t heads = 24, rows = 512, dim = 8;
+  const auto x = test::random_walk(heads * rows, dim, 0.15f, 91);
+  const auto bytes = encode_values_batch(std::span<const float>(x), heads, rows, dim, 3, 32);
+  auto outcome = [&](const std::vector<uint8_t>& b) {
+    try {
+      const auto s = decode_batch(b);
+      std::string all;
+      for (const auto& h : s) {
+        all.append(h.codes.begin(), h.codes.end());
+        all.append(reinterpret_cast<const char*>(h.scale.data()), h.scale.size() * 4);
+        all.append(reinterpret_cast<const char*>(h.zero.data()), h.zero.size() * 4);
+      }
+      return "ok " + std::to_string(std::hash<std::string>{}(all));
+    } catch (const Error& e) {
+      return std::string(error_code_name(e.code())) + " " + e.what();
+    }
+  };
+  set_thread_count(1);
+  const std::string one = outcome(bytes);
+  set_thread_count(2);
+  EXPECT_EQ(outcome(bytes), one);
+  // Damage that fails (most damage to compact parameters only changes their values): bytes of
+  // the parameter blocks zeroed or set, kept where one thread's parse fails; each such byte,
+  // then pairs of them in different heads (blocks are ~1 KB: the first head's error wins).
+  auto damaged = [&](std::initializer_list<std::pair<size_t, uint8_t>> edits) {
+    std::vector<uint8_t> bad = bytes;
+    for (const auto& [at, value] : edits) bad[at] = value;
+    return bad;
+  };
+  std::vector<std::pair<size_t, uint8_t>> failing;
+  set_thread_count(1);
+  for (size_t i = 8; i < bytes.size() / 2; i += 7) {
+    for (uint8_t value : {uint8_t{0x00}, uint8_t{0xff}}) {
+      if (outcome(damaged({{i, value}})).rfind("ok", 0) != 0) failing.emplace_back(i, value);
+    }
+  }
+  ASSERT_GE(failing.size(), 20u);
+  auto same_on_two_threads = [&](std::initializer_list<std::pair<size_t, uint8_t>> edits) {
+    const std::vector<uint8_t> bad = damaged(edits);
+    set_thread_count(1);
+    const std::string want = outcome(bad);
+    set_thread_count(2);
+    EXPECT_EQ(outcome(bad), want) << "bytes " << edits.begin()->first;
+  };
+  for (const auto& f : failing) same_on_two_threads({f});
+  size_t pairs = 0;
+  for (size_t a = 0; a < failing.size() && pairs < 40; a += 3) {
+    for (size_t b = a + 1; b < failing.size(); ++b) {
+      if (failing[b].first < failing[a].first + 1500) continue;
+      same_on_two_threads({failing[a], failing[b]});
+      ++pairs;
+      break;
+    }
+  }
+  EXPECT_GE(pairs, 10u);
+  set_thread_count(0);
+}
+
 TEST(CodecSimd, CorruptStreamsFailTheSameOnEveryPath) {
   // 32-lane and 8-lane payloads.
   for (size_t rows : {size_t{4096}, size_t{1024}}) {
