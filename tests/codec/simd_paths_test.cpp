@@ -132,8 +132,9 @@ TEST(CodecSimd, SlicePairsAndThreadCountsDecodeAlike) {
 
 TEST(CodecSimd, ParallelParameterParseMatchesSequential) {
   // 24 heads of 512 x 8 at 3 bits: 3,072 compact parameter pairs (encode_values_batch's
-  // parameters: compact), which two threads decode head by head in parallel. The same streams, and the same first error (code and message)
-  // for damage anywhere in the parameter blocks, as one thread's sequential parse.
+  // parameters: compact), which two threads decode head by head in parallel. The same
+  // streams, and the same first error (code and message) for damage anywhere in the
+  // parameter blocks, as one thread's sequential parse.
   const size_t heads = 24, rows = 512, dim = 8;
   const auto x = test::random_walk(heads * rows, dim, 0.15f, 91);
   const auto bytes = encode_values_batch(std::span<const float>(x), heads, rows, dim, 3, 32);
