@@ -182,9 +182,7 @@ CodeStream decode_record(std::span<const uint8_t> record, size_t offset,
   s.codes.resize(s.n_groups() * s.group_size * s.dim);
   detail::decode_head_symbols(h, std::span<uint8_t>(s.codes.data(), n));
   detail::symbols_to_codes_in_place(s.codes.data(), s, h.is_delta.data());
-  if (n == 0) return std::move(s);  // dim == 0: no bytes to copy (and codes.data() may be null)
-  for (size_t t = s.n_rows; t < s.n_groups() * s.group_size; ++t)
-    std::memcpy(s.codes.data() + t * s.dim, s.codes.data() + (s.n_rows - 1) * s.dim, s.dim);
+  detail::pad_codes_in_place(s);
   return std::move(s);
 }
 
@@ -263,8 +261,7 @@ std::pair<CodeStream, CodeStream> decode_expecting_pair(const ExpectedStream& a,
       for (int k = 0; k < 2; ++k) {
         CodeStream& s = *streams[k];
         symbols_to_codes_in_place(s.codes.data(), s, heads[k]->is_delta.data());
-        for (size_t t = s.n_rows; t < s.n_groups() * s.group_size && s.dim > 0; ++t)
-          std::memcpy(s.codes.data() + t * s.dim, s.codes.data() + (s.n_rows - 1) * s.dim, s.dim);
+        pad_codes_in_place(s);
       }
       return {std::move(ha.stream), std::move(hb.stream)};
     }

@@ -186,14 +186,22 @@ void read_param_block(wire::Reader& r, CodeStream& s) {
   if (frame_param_block(r, s, compact)) decode_compact_params(compact, s);
 }
 
-void decode_head_symbols(const ParsedHead& h, std::span<uint8_t> symbols) {
-  if (symbols.empty()) return;
-  // Kept per thread: copy-assignment and build_decode_tables reuse their storage.
-  thread_local std::vector<ChannelTable> tables;
-  thread_local DecodeTables dt;
+namespace {
+
+// The decoder's tables for a parsed head's channel models, into dt (reusing its storage).
+void build_head_tables(const ParsedHead& h, DecodeTables& dt) {
+  thread_local std::vector<ChannelTable> tables;  // copy-assignment reuses their storage
   tables.resize(h.models.size());
   for (size_t c = 0; c < tables.size(); ++c) tables[c] = h.models[c].table;
   build_decode_tables(tables, h.coder_precision, dt);
+}
+
+}  // namespace
+
+void decode_head_symbols(const ParsedHead& h, std::span<uint8_t> symbols) {
+  if (symbols.empty()) return;
+  thread_local DecodeTables dt;  // kept per thread: build_decode_tables reuses its storage
+  build_head_tables(h, dt);
   rans_decode(h.payload, h.payload_offset, dt, h.stream.dim, h.n_lanes, symbols);
 }
 
@@ -204,15 +212,9 @@ void decode_head_symbols_pair(const ParsedHead& a, std::span<uint8_t> symbols_a,
     decode_head_symbols(b, symbols_b);
     return;
   }
-  thread_local std::vector<ChannelTable> tables;
   thread_local DecodeTables dt[2];
-  const ParsedHead* heads[2] = {&a, &b};
-  for (int k = 0; k < 2; ++k) {
-    const ParsedHead& h = *heads[k];
-    tables.resize(h.models.size());
-    for (size_t c = 0; c < tables.size(); ++c) tables[c] = h.models[c].table;
-    build_decode_tables(tables, h.coder_precision, dt[k]);
-  }
+  build_head_tables(a, dt[0]);
+  build_head_tables(b, dt[1]);
   rans_decode_pair({a.payload, a.payload_offset, a.n_lanes, symbols_a}, dt[0],
                    {b.payload, b.payload_offset, b.n_lanes, symbols_b}, dt[1], a.stream.dim);
 }
@@ -245,12 +247,16 @@ void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& s, const uint
 
 void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes) {
   const size_t n = s.n_rows * s.dim;
-  const size_t padded = s.n_groups() * s.group_size * s.dim;
-  s.codes.resize(padded);
+  s.codes.resize(s.n_groups() * s.group_size * s.dim);
   if (n == 0) return;
   std::memcpy(s.codes.data(), real_codes, n);
+  pad_codes_in_place(s);
+}
+
+void pad_codes_in_place(CodeStream& s) {
+  if (s.n_rows == 0 || s.dim == 0) return;  // nothing to copy (and codes.data() may be null)
   for (size_t t = s.n_rows; t < s.n_groups() * s.group_size; ++t)
-    std::memcpy(s.codes.data() + t * s.dim, real_codes + (s.n_rows - 1) * s.dim, s.dim);
+    std::memcpy(s.codes.data() + t * s.dim, s.codes.data() + (s.n_rows - 1) * s.dim, s.dim);
 }
 
 void dequant_real_rows(const CodeStream& s, const uint8_t* codes, Half* out) {

@@ -87,6 +87,8 @@ DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,
 void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& params, const uint8_t* is_delta);
 // Codes of real rows -> the CodeStream's codes with padding rows (copies of the last row).
 void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes);
+// The same where s.codes (already padded in size) holds the real rows' codes.
+void pad_codes_in_place(CodeStream& s);
 // fp16 [n_rows, dim] of real-row codes with the stream's parameters (as dequant_codes).
 void dequant_real_rows(const CodeStream& params, const uint8_t* codes, Half* out);
 // The same with row t written at out + t * row_stride (row_stride >= dim).

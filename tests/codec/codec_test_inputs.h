@@ -10,8 +10,17 @@
 
 #include "cachegen/codec.h"
 #include "cachegen/quant.h"
+#include "cachegen/runtime.h"
 
 namespace cachegen::test {
+
+// Every SIMD path this CPU can run, scalar first.
+inline std::vector<SimdPath> supported_simd_paths() {
+  std::vector<SimdPath> out = {SimdPath::scalar};
+  if (static_cast<int>(best_supported_simd_path()) >= 1) out.push_back(SimdPath::avx2);
+  if (best_supported_simd_path() == SimdPath::avx512) out.push_back(SimdPath::avx512);
+  return out;
+}
 
 // Correlated (random walk per channel, step `step`) fp32 values [n_rows, dim].
 inline std::vector<float> random_walk(size_t n_rows, size_t dim, float step, uint32_t seed) {

@@ -13,6 +13,7 @@
 #include "cachegen/half.h"
 #include "cachegen/quant.h"
 #include "cachegen/runtime.h"
+#include "codec_test_inputs.h"
 
 namespace cachegen {
 namespace {
@@ -226,9 +227,7 @@ TEST_P(Fp16Range, BatchesRoundTripInBothLayouts) {
 INSTANTIATE_TEST_SUITE_P(AllBits, Fp16Range, ::testing::Range(1, 9));
 
 TEST(Fp16RangeSimd, EveryPathDecodesExtremesToTheSameHalves) {
-  std::vector<SimdPath> paths = {SimdPath::scalar};
-  if (static_cast<int>(best_supported_simd_path()) >= 1) paths.push_back(SimdPath::avx2);
-  if (best_supported_simd_path() == SimdPath::avx512) paths.push_back(SimdPath::avx512);
+  const std::vector<SimdPath> paths = test::supported_simd_paths();
   const size_t n_rows = 1024, dim = 64;  // dim 64 and 8: the wide and the narrow kernels
   for (size_t d : {dim, size_t{8}}) {
     const auto x = extreme_inputs(n_rows, d, 5);

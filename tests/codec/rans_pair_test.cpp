@@ -12,6 +12,7 @@
 #include "cachegen/error.h"
 #include "cachegen/runtime.h"
 #include "codec/rans.h"
+#include "codec_test_inputs.h"
 
 namespace cachegen::detail {
 namespace {
@@ -54,13 +55,6 @@ std::vector<uint8_t> draw(const std::vector<ChannelTable>& tables, size_t n, uin
   return out;
 }
 
-std::vector<SimdPath> paths() {
-  std::vector<SimdPath> out = {SimdPath::scalar};
-  if (static_cast<int>(best_supported_simd_path()) >= 1) out.push_back(SimdPath::avx2);
-  if (best_supported_simd_path() == SimdPath::avx512) out.push_back(SimdPath::avx512);
-  return out;
-}
-
 std::string outcome(const std::function<void()>& f) {
   try {
     f();
@@ -95,7 +89,7 @@ TEST(RansPair, TwoTablesDecodeAsTwoSingleCalls) {
     rans_encode(sa, c.dim, ta, c.t_a, c.lanes_a, pa);
     rans_encode(sb, c.dim, tb, c.t_b, c.lanes_b, pb);
     const DecodeTables da = build_decode_tables(ta, c.t_a), db = build_decode_tables(tb, c.t_b);
-    for (SimdPath p : paths()) {
+    for (SimdPath p : test::supported_simd_paths()) {
       set_simd_path(p);
       SCOPED_TRACE(std::string(simd_path_name(p)) + " dim " + std::to_string(c.dim) + " bits " +
                    std::to_string(c.bits));

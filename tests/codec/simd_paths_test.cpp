@@ -14,10 +14,7 @@ namespace cachegen {
 namespace {
 
 std::vector<SimdPath> paths() {
-  std::vector<SimdPath> out = {SimdPath::scalar};
-  if (static_cast<int>(best_supported_simd_path()) >= 1) out.push_back(SimdPath::avx2);
-  if (best_supported_simd_path() == SimdPath::avx512) out.push_back(SimdPath::avx512);
-  return out;
+  return test::supported_simd_paths();
 }
 
 TEST(CodecSimd, EncodeByDecodePathMatrix) {
