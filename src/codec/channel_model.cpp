@@ -13,204 +13,94 @@ constexpr uint32_t kMaxLog2Table = 1u << kMaxPrecision;
 constexpr int kKindBits = 2, kPrecisionBits = 4, kEgOrderBits = 2;
 
 // What normalize needs of a histogram beyond the counts, the same at every precision: the
-// present symbols (ascending), the most frequent one (lowest on ties) and the total.
+// present symbols (ascending) and their counts side by side, the most frequent one (its index
+// there; the lowest symbol on ties) and the total.
 struct Present {
   uint16_t sym[256];
+  uint32_t count[256];
+  double count_d[256];  // the same counts (exact)
   size_t n = 0, most = 0;
   uint64_t total = 0;
   double inv_total = 0;  // the double nearest 1 / total
   explicit Present(std::span<const uint32_t> counts) {
     for (size_t s = 0; s < counts.size(); ++s) {
       if (counts[s] == 0) continue;
-      sym[n++] = static_cast<uint16_t>(s);
+      if (counts[s] > count[most] || n == 0) most = n;
+      sym[n] = static_cast<uint16_t>(s);
+      count_d[n] = counts[s];
+      count[n++] = counts[s];
       total += counts[s];
-      if (counts[s] > counts[most] || counts[most] == 0) most = s;
     }
     inv_total = total ? 1.0 / static_cast<double>(total) : 0.0;
   }
 };
 
 // Normalises counts to frequencies summing to 2^t, every present symbol >= 1. Deterministic
-// integer arithmetic; returns false when 2^t cannot hold every present symbol. Writes the
-// present symbols' entries of freq only (the others must be 0).
-bool normalize(std::span<const uint32_t> counts, const Present& p, int t, uint16_t* freq) {
+// integer arithmetic; returns false when 2^t cannot hold every present symbol. Writes f[i],
+// the frequency of present symbol p.sym[i], for i < p.n.
+bool normalize(const Present& p, int t, uint16_t* f) {
   const uint32_t target = 1u << t;
   if (p.n > target) return false;
   uint32_t sum = 0;
-  for (size_t i = 0; i < p.n; ++i) {
-    const size_t s = p.sym[i];
-    // floor(a / total) without a 64-bit division (its latency was half of this function):
-    // a / total <= 2^12 + 1/2 is an integer or at least 1 / total >= 2^-32 below the next
-    // one, a * inv_total is within 2^-39 of it (IEEE double, the same on every machine), so
-    // adding 2^-36 and truncating gives the same integer. (Totals above 2^32 divide.)
-    const uint64_t a = static_cast<uint64_t>(counts[s]) * target + p.total / 2;
-    uint64_t f = p.total <= (uint64_t{1} << 32)
-                     ? static_cast<uint64_t>(static_cast<double>(a) * p.inv_total + 0x1p-36)
-                     : a / p.total;
-    if (f == 0) f = 1;
-    freq[s] = static_cast<uint16_t>(f > target ? target : f);
-    sum += freq[s];
+  if (p.total <= (uint64_t{1} << 32)) {
+    // floor(a / total), a = count * 2^t + floor(total / 2), without a 64-bit division (its
+    // latency was half of this function): a / total <= 2^12 + 1/2 is an integer or at least
+    // 1 / total >= 2^-32 below the next one, a * inv_total is within 2^-39 of it (IEEE
+    // double, the same on every machine), so adding 2^-36 and truncating gives the same
+    // integer. a < 2^45 is exact in double, so it is formed there (a loop the compiler
+    // vectorises).
+    const double scale = static_cast<double>(target), half = static_cast<double>(p.total / 2);
+    const int32_t top = static_cast<int32_t>(target);
+    for (size_t i = 0; i < p.n; ++i) {
+      const double a = p.count_d[i] * scale + half;
+      int32_t q = static_cast<int32_t>(a * p.inv_total + 0x1p-36);
+      q = q < 1 ? 1 : q;
+      q = q > top ? top : q;
+      f[i] = static_cast<uint16_t>(q);
+      sum += static_cast<uint32_t>(q);
+    }
+  } else {
+    for (size_t i = 0; i < p.n; ++i) {
+      uint64_t q = (static_cast<uint64_t>(p.count[i]) * target + p.total / 2) / p.total;
+      if (q == 0) q = 1;
+      f[i] = static_cast<uint16_t>(q > target ? target : q);
+      sum += f[i];
+    }
   }
   // Over the target: take from the largest frequency (the most frequent symbol first, then
   // the lowest symbol among equal ones), down to 1 at most, until the sum fits. The most
-  // frequent symbol's frequency is the largest (rounding is monotone), so it goes first; when
-  // that is not enough, the others follow in descending order of frequency, sorted once
-  // (a scan per step was most of the model search when many symbols were raised to 1).
-  const auto take_from = [&](size_t s) {
-    const uint32_t take = sum - target < freq[s] - 1u ? sum - target : freq[s] - 1u;
-    freq[s] = static_cast<uint16_t>(freq[s] - take);
+  // frequent symbol's frequency is the largest (rounding is monotone), so it goes first; the
+  // others follow in descending order of frequency. Usually one or two of them cover the
+  // excess, so each is found by a scan for the largest (the first on ties): the ones taken
+  // before are at 1 by then, below any that can still give. Past a few, the rest is sorted
+  // once (a scan per step was most of the model search when many symbols were raised to 1).
+  const auto take_from = [&](size_t i) {
+    const uint32_t take = sum - target < f[i] - 1u ? sum - target : f[i] - 1u;
+    f[i] = static_cast<uint16_t>(f[i] - take);
     sum -= take;
   };
   if (sum > target) take_from(p.most);
+  for (int picks = 0; picks < 4 && sum > target; ++picks) {
+    size_t largest = 0;  // sum > target >= p.n: some frequency is above 1
+    for (size_t i = 1; i < p.n; ++i) largest = f[i] > f[largest] ? i : largest;
+    take_from(largest);
+  }
   if (sum > target) {
-    uint16_t rest[256];
+    uint16_t rest[256];  // indices of present symbols that can still give
     size_t m = 0;
-    for (size_t i = 0; i < p.n; ++i)
-      if (freq[p.sym[i]] > 1) rest[m++] = p.sym[i];
-    std::sort(rest, rest + m, [&](uint16_t a, uint16_t b) {
-      return freq[a] != freq[b] ? freq[a] > freq[b] : a < b;
-    });
+    for (size_t i = 0; i < p.n; ++i) {
+      rest[m] = static_cast<uint16_t>(i);
+      m += f[i] > 1;
+    }
+    // Indices ascend with symbols, so the lower index wins a tie.
+    std::sort(rest, rest + m,
+              [&](uint16_t a, uint16_t b) { return f[a] != f[b] ? f[a] > f[b] : a < b; });
     for (size_t j = 0; j < m && sum > target; ++j) take_from(rest[j]);
   }
-  freq[p.most] = static_cast<uint16_t>(freq[p.most] + (target - sum));
+  f[p.most] = static_cast<uint16_t>(f[p.most] + (target - sum));
   return true;
 }
 
-void fill_cum(ChannelTable& table) {
-  table.cum.assign(table.freq.size(), 0);
-  uint32_t c = 0;
-  for (size_t s = 0; s < table.freq.size(); ++s) {
-    table.cum[s] = static_cast<uint16_t>(c);
-    c += table.freq[s];
-  }
-}
-
-// Exp-Golomb bits of a frequency f <= 2^kMaxPrecision at orders 0..3, packed as four 16-bit
-// fields (order k at bits 16k): a frequency list's cost at every order is then one load and
-// one add per entry (four bit-length computations per entry were 80% of the search). A field
-// sums at most 256 entries of <= 25 bits: no carry into the next.
-uint64_t eg_bits_packed(uint32_t f) {
-  static_assert(1 << kEgOrderBits == 4 && (256 * 25) < (1 << 16));
-  struct Table {
-    uint64_t v[kMaxLog2Table + 1];
-    Table() {
-      for (uint32_t i = 0; i <= kMaxLog2Table; ++i) {
-        v[i] = 0;
-        for (int k = 0; k < 4; ++k)
-          v[i] |= static_cast<uint64_t>(BitWriter::exp_golomb_bits(i, k)) << (16 * k);
-      }
-    }
-  };
-  static const Table table;
-  return table.v[f];
-}
-
-// Best table over one histogram: precision t and Exp-Golomb order k. The frequency list's
-// bits are counted for every order in one pass per precision (the list ends at the last
-// present symbol in list order, the same at every precision).
-struct TableChoice {
-  uint64_t cost_fp = UINT64_MAX;
-  int t = 0, eg_k = 0;  // t = 0: no precision holds every present symbol
-};
-TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
-                              int bits) {
-  TableChoice best;
-  const Present present(counts);
-  uint16_t order[256];
-  uint32_t last = 0;
-  for (uint32_t j = 0; j < counts.size(); ++j) {
-    order[j] = static_cast<uint16_t>(table_order_symbol(kind, j, bits));
-    if (counts[order[j]] != 0) last = j;
-  }
-  uint16_t freq[256] = {};
-  for (int t = 1; t <= max_table_precision(n_rows); ++t) {
-    if (!normalize(counts, present, t, freq)) continue;
-    uint64_t data = 0;
-    for (size_t i = 0; i < present.n; ++i) {
-      const size_t s = present.sym[i];
-      data += static_cast<uint64_t>(counts[s]) * ((t << 16) - log2_fixed(freq[s]));
-    }
-    uint64_t list = 0;  // the list's bits at each order, packed as eg_bits_packed's fields
-    for (uint32_t j = 0; j < last; ++j) list += eg_bits_packed(freq[order[j]]);
-    for (int k = 0; k < (1 << kEgOrderBits); ++k) {
-      const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits +
-                            static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff);
-      const uint64_t cost = (desc << 16) + data;
-      if (cost < best.cost_fp) best = TableChoice{cost, t, k};
-    }
-  }
-  return best;
-}
-
-// The chosen table itself (the winner's frequencies are computed once, not at every
-// improvement of the search).
-ChannelModel table_model(ChannelKind kind, const TableChoice& choice,
-                         std::span<const uint32_t> counts) {
-  ChannelModel m;
-  m.kind = kind;
-  m.cost_fp = choice.cost_fp;
-  m.eg_k = choice.eg_k;
-  if (choice.t != 0) {
-    uint16_t freq[256] = {};
-    normalize(counts, Present(counts), choice.t, freq);
-    m.table.t = choice.t;
-    m.table.freq.assign(freq, freq + counts.size());
-  }
-  fill_cum(m.table);
-  return m;
-}
-
-// c * log2(c) for the small counts of one head's channels, from a table.
-double count_log2_count(uint32_t c) {
-  struct Table {
-    double v[4096];
-    Table() {
-      v[0] = 0;
-      for (uint32_t i = 1; i < 4096; ++i) v[i] = i * std::log2(static_cast<double>(i));
-    }
-  };
-  static const Table table;
-  return c < 4096 ? table.v[c] : c * std::log2(static_cast<double>(c));
-}
-
-// A lower bound on best_table_choice(kind, counts, n_rows, bits).cost_fp, at a fraction of its
-// cost.
-// Data: every table's frequencies f / 2^t form a distribution q, and log2_fixed(f) never
-// exceeds 2^16 * log2(f) (checked for every f <= 2^16), so a table's data cost is at least
-// 2^16 times the cross-entropy sum c * -log2 q(s) >= the empirical entropy N * H(counts)
-// (Gibbs' inequality). The entropy is computed in double, less a margin far above its
-// rounding error. Description: the fixed fields and `bits`, and per listed frequency before
-// the last at least 2 bits for a present symbol (its frequency is >= 1, and an Exp-Golomb
-// code of v >= 1 takes >= 2 bits) and 1 for an absent one.
-uint64_t table_cost_lower_bound(ChannelKind kind, std::span<const uint32_t> counts, int bits) {
-  uint64_t total = 0;
-  double sum_clog = 0;
-  for (uint32_t c : counts) {
-    total += c;
-    sum_clog += count_log2_count(c);
-  }
-  uint32_t last = 0;
-  for (uint32_t j = 0; j < counts.size(); ++j)
-    if (counts[table_order_symbol(kind, j, bits)] != 0) last = j;
-  uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + static_cast<uint64_t>(bits);
-  for (uint32_t j = 0; j < last; ++j) desc += counts[table_order_symbol(kind, j, bits)] ? 2 : 1;
-  const double n = static_cast<double>(total);
-  const double entropy_fp = (n * std::log2(n) - sum_clog) * 65536.0;
-  const double margin = entropy_fp * 1e-9 + 1024.0;
-  const uint64_t data = entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0;
-  return (desc << 16) + data;
-}
-
-}  // namespace
-
-int max_table_precision(size_t n_rows) {
-  int lg = 0;
-  while (lg < 12 && (size_t{1} << lg) < n_rows) ++lg;
-  const int t = lg + 1;
-  return t > kMaxPrecision ? kMaxPrecision : t;
-}
-
-namespace {
 uint32_t log2_fixed_compute(uint32_t v) {
   // Integer part from the bit length, then 16 fractional bits by repeated squaring of the
   // mantissa held in 1.31 fixed point.
@@ -236,11 +126,180 @@ struct Log2Table {
     for (uint32_t i = 1; i <= kMaxLog2Table; ++i) v[i] = log2_fixed_compute(i);
   }
 };
+const uint32_t* log2_fixed_table() {
+  static const Log2Table table;
+  return table.v;
+}
+
+// table_order_symbol(kind, j, bits) for every j, from a table (the search reads the list order
+// of every channel at every precision).
+const uint16_t* list_order(ChannelKind kind, int bits) {
+  struct Orders {
+    uint16_t v[2][9][256];
+    Orders() {
+      for (int b = 0; b <= 8; ++b)
+        for (uint32_t j = 0; j < 256; ++j) {
+          v[0][b][j] = static_cast<uint16_t>(j);
+          v[1][b][j] = static_cast<uint16_t>(
+              j < (1u << b) ? table_order_symbol(ChannelKind::delta_table, j, b) : j);
+        }
+    }
+  };
+  static const Orders orders;
+  return orders.v[kind == ChannelKind::delta_table ? 1 : 0][bits];
+}
+
+void fill_cum(ChannelTable& table) {
+  table.cum.assign(table.freq.size(), 0);
+  uint32_t c = 0;
+  for (size_t s = 0; s < table.freq.size(); ++s) {
+    table.cum[s] = static_cast<uint16_t>(c);
+    c += table.freq[s];
+  }
+}
+
+// Exp-Golomb bits of a frequency f <= 2^kMaxPrecision (the table's index) at orders 0..3, packed as
+// four 16-bit fields (order k at bits 16k): a frequency list's cost at every order is then one load
+// and one add per entry (four bit-length computations per entry were 80% of the search). A field
+// sums at most 256 entries of <= 25 bits: no carry into the next.
+const uint64_t* eg_bits_packed_table() {
+  static_assert(1 << kEgOrderBits == 4 && (256 * 25) < (1 << 16));
+  struct Table {
+    uint64_t v[kMaxLog2Table + 1];
+    Table() {
+      for (uint32_t i = 0; i <= kMaxLog2Table; ++i) {
+        v[i] = 0;
+        for (int k = 0; k < 4; ++k)
+          v[i] |= static_cast<uint64_t>(BitWriter::exp_golomb_bits(i, k)) << (16 * k);
+      }
+    }
+  };
+  static const Table table;
+  return table.v;
+}
+
+// Best table over one histogram: precision t and Exp-Golomb order k. The frequency list's
+// bits are counted for every order in one pass per precision (the list ends at the last
+// present symbol in list order, the same at every precision).
+struct TableChoice {
+  uint64_t cost_fp = UINT64_MAX;
+  int t = 0, eg_k = 0;  // t = 0: no precision holds every present symbol
+};
+TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
+                              int bits) {
+  TableChoice best;
+  const Present present(counts);
+  const uint16_t* const order = list_order(kind, bits);
+  uint32_t last = 0;
+  for (uint32_t j = 0; j < counts.size(); ++j)
+    if (counts[order[j]] != 0) last = j;
+  const uint32_t* const log2_of = log2_fixed_table();
+  const uint64_t* const eg_bits = eg_bits_packed_table();
+  uint16_t f[256], freq[256] = {};  // by present index; by symbol (0 = absent)
+  for (int t = 1; t <= max_table_precision(n_rows); ++t) {
+    if (!normalize(present, t, f)) continue;
+    // sum of c * (t - log2 f) = t * total - sum of c * log2 f (each term is >= 0: f <= 2^t)
+    uint64_t data = (static_cast<uint64_t>(t) * present.total) << 16;
+    for (size_t i = 0; i < present.n; ++i) {
+      data -= static_cast<uint64_t>(present.count[i]) * log2_of[f[i]];
+      freq[present.sym[i]] = f[i];
+    }
+    uint64_t list = 0;  // the list's bits at each order, packed as eg_bits_packed's fields
+    for (uint32_t j = 0; j < last; ++j) list += eg_bits[freq[order[j]]];
+    for (int k = 0; k < (1 << kEgOrderBits); ++k) {
+      const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits +
+                            static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff);
+      const uint64_t cost = (desc << 16) + data;
+      if (cost < best.cost_fp) best = TableChoice{cost, t, k};
+    }
+  }
+  return best;
+}
+
+// The chosen table itself (the winner's frequencies are computed once, not at every
+// improvement of the search).
+ChannelModel table_model(ChannelKind kind, const TableChoice& choice,
+                         std::span<const uint32_t> counts) {
+  ChannelModel m;
+  m.kind = kind;
+  m.cost_fp = choice.cost_fp;
+  m.eg_k = choice.eg_k;
+  if (choice.t != 0) {
+    const Present present(counts);
+    uint16_t f[256];
+    normalize(present, choice.t, f);
+    m.table.t = choice.t;
+    m.table.freq.assign(counts.size(), 0);
+    for (size_t i = 0; i < present.n; ++i) m.table.freq[present.sym[i]] = f[i];
+  }
+  fill_cum(m.table);
+  return m;
+}
+
+// c * log2(c) for the small counts of one head's channels, from a table.
+constexpr uint32_t kClogTable = 4096;
+const double* count_log2_count_table() {
+  struct Table {
+    double v[kClogTable];
+    Table() {
+      v[0] = 0;
+      for (uint32_t i = 1; i < kClogTable; ++i) v[i] = i * std::log2(static_cast<double>(i));
+    }
+  };
+  static const Table table;
+  return table.v;
+}
+double count_log2_count(const double* table, uint32_t c) {
+  return c < kClogTable ? table[c] : c * std::log2(static_cast<double>(c));
+}
+
+// A lower bound on best_table_choice(kind, counts, n_rows, bits).cost_fp, at a fraction of its
+// cost.
+// Data: every table's frequencies f / 2^t form a distribution q, and log2_fixed(f) never
+// exceeds 2^16 * log2(f) (checked for every f <= 2^16), so a table's data cost is at least
+// 2^16 times the cross-entropy sum c * -log2 q(s) >= the empirical entropy N * H(counts)
+// (Gibbs' inequality). The entropy is computed in double, less a margin far above its
+// rounding error. Description: the fixed fields and `bits`, and per listed frequency before
+// the last at least 2 bits for a present symbol (its frequency is >= 1, and an Exp-Golomb
+// code of v >= 1 takes >= 2 bits) and 1 for an absent one.
+uint64_t table_cost_lower_bound(ChannelKind kind, std::span<const uint32_t> counts, int bits) {
+  const double* const clog = count_log2_count_table();
+  uint64_t total = 0;
+  double sum_clog = 0;
+  uint32_t n_present = 0;
+  for (uint32_t c : counts) {
+    if (c == 0) continue;
+    total += c;
+    sum_clog += count_log2_count(clog, c);
+    ++n_present;
+  }
+  // The list's entries before the last present one (in list order, found from the end) are
+  // the other present ones (2 bits each) and absent ones (1 bit each).
+  const uint16_t* const order = list_order(kind, bits);
+  uint32_t last = static_cast<uint32_t>(counts.size());
+  while (last > 0 && counts[order[last - 1]] == 0) --last;
+  const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + static_cast<uint64_t>(bits) +
+                        (n_present ? (last - 1) + (n_present - 1) : 0);
+  const double n = static_cast<double>(total);
+  const double n_log_n =
+      total <= UINT32_MAX ? count_log2_count(clog, static_cast<uint32_t>(total)) : n * std::log2(n);
+  const double entropy_fp = (n_log_n - sum_clog) * 65536.0;
+  const double margin = entropy_fp * 1e-9 + 1024.0;
+  const uint64_t data = entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0;
+  return (desc << 16) + data;
+}
+
 }  // namespace
 
+int max_table_precision(size_t n_rows) {
+  int lg = 0;
+  while (lg < 12 && (size_t{1} << lg) < n_rows) ++lg;
+  const int t = lg + 1;
+  return t > kMaxPrecision ? kMaxPrecision : t;
+}
+
 uint32_t log2_fixed(uint32_t v) {
-  static const Log2Table table;
-  return v <= kMaxLog2Table ? table.v[v] : log2_fixed_compute(v);
+  return v <= kMaxLog2Table ? log2_fixed_table()[v] : log2_fixed_compute(v);
 }
 
 namespace {

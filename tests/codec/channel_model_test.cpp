@@ -5,6 +5,7 @@
 // the files encoders write depend on it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -146,6 +147,25 @@ TEST(ChannelModelSearch, ChoosesWhatTheDirectSearchChooses) {
                  std::to_string(n_rows));
     ASSERT_EQ(got.kind, want.kind);
     ASSERT_EQ(got.cost_fp, want.cost_fp);
+    ASSERT_EQ(channel_model_cost(raw, delta, n_rows, bits), want.cost_fp);
+    // The bound is what lets the encoder skip searches: never above the cost, and never
+    // below the data's entropy plus the fixed fields (a bound that gave up would prove
+    // nothing).
+    const uint64_t bound = channel_cost_lower_bound(raw, delta, n_rows, bits);
+    ASSERT_LE(bound, want.cost_fp);
+    if (want.kind == ChannelKind::constant) {
+      ASSERT_EQ(bound, want.cost_fp);
+    } else {
+      double floor_fp = static_cast<double>(2 + n_rows * bits);
+      for (const auto* counts : {&raw, &delta}) {
+        if (counts->empty()) continue;
+        double bits_total = 2 + 4 + 2 + bits;
+        for (uint32_t c : *counts)
+          if (c) bits_total -= c * std::log2(static_cast<double>(c) / static_cast<double>(n_rows));
+        floor_fp = std::min(floor_fp, bits_total);
+      }
+      ASSERT_GE(static_cast<double>(bound), floor_fp * 65536.0 * (1 - 1e-6) - 2048);
+    }
     if (want.kind == ChannelKind::raw_table || want.kind == ChannelKind::delta_table) {
       ASSERT_EQ(got.table.t, want.t);
       ASSERT_EQ(got.eg_k, want.eg_k);
