@@ -221,10 +221,10 @@ SharedBatch& thread_batch() {
 
 // Decodes every slice of `batches` and hands each of its heads' codes (real rows) to
 // fn(batch, head, codes). The slices of all batches form one list; each thread takes a
-// contiguous run of it and decodes it two slices at a time (rans_decode_pair: independent
-// payloads overlap in the core, also those of two batches with their own tables, such as a
-// layer's K and V, whose short tensors are one slice each). The bytes do not depend on the
-// grouping.
+// contiguous run of it and decodes it four or two slices at a time (rans_decode_quad,
+// rans_decode_pair: independent payloads overlap in the core, also those of batches with their
+// own tables, such as layers' K and V, whose short tensors are one slice each). The bytes do
+// not depend on the grouping.
 template <typename Fn>
 void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
   struct Item {
@@ -243,9 +243,13 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
     for (size_t i = 0; i < b.slices.size(); ++i) items.push_back(Item{&b, k, i});
   }
   const size_t n_items = items.size();
-  // A thread per run only where runs are long enough to pay for their start.
-  const size_t runs = std::min({n_items, std::max<size_t>(1, thread_count()),
-                                std::max<size_t>(1, total / kMinElementsPerThread)});
+  // A thread per run only where runs are long enough to pay for their start, and one run inside
+  // an outer parallel loop (a file's chunks), which keeps this one on its thread: longer runs
+  // group more payloads in lockstep.
+  const size_t runs = inside_parallel_for()
+                          ? 1
+                          : std::min({n_items, std::max<size_t>(1, thread_count()),
+                                      std::max<size_t>(1, total / kMinElementsPerThread)});
   auto slice_payload = [&](const Item& it, uint8_t* symbols) {
     const SharedBatch& b = *it.batch;
     const size_t n = b.heads[0].n_rows * b.heads[0].dim;
@@ -267,13 +271,24 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
   };
   parallel_for(runs, [&](size_t r) {
     const size_t s0 = r * n_items / runs, s1 = (r + 1) * n_items / runs;
-    uint8_t* first = scratch_bytes((s1 - s0 >= 2 ? 2 : 1) * slice_elements);
+    uint8_t* first = scratch_bytes(std::min<size_t>(s1 - s0, 4) * slice_elements);
     uint8_t* second = first + slice_elements;
     for (size_t i = s0; i < s1;) {
       const Item& a = items[i];
       const RansPayload pa = slice_payload(a, first);
       const size_t dim = a.batch->heads[0].dim;
-      if (i + 1 < s1 && items[i + 1].batch->heads[0].dim == dim) {
+      if (i + 3 < s1 && items[i + 1].batch->heads[0].dim == dim &&
+          items[i + 2].batch->heads[0].dim == dim && items[i + 3].batch->heads[0].dim == dim) {
+        // Four at a time: short 8-lane payloads (two layers' K and V) run in lockstep.
+        const RansPayload p[4] = {pa, slice_payload(items[i + 1], second),
+                                  slice_payload(items[i + 2], second + slice_elements),
+                                  slice_payload(items[i + 3], second + 2 * slice_elements)};
+        const DecodeTables* const t[4] = {&a.batch->tables, &items[i + 1].batch->tables,
+                                          &items[i + 2].batch->tables, &items[i + 3].batch->tables};
+        rans_decode_quad(p, t, dim);
+        for (size_t k = 0; k < 4; ++k) emit(items[i + k], p[k].symbols.data());
+        i += 4;
+      } else if (i + 1 < s1 && items[i + 1].batch->heads[0].dim == dim) {
         const Item& b = items[i + 1];
         rans_decode_pair(pa, a.batch->tables, slice_payload(b, second), b.batch->tables, dim);
         emit(a, first);

@@ -103,6 +103,11 @@ struct RansPayload {
 // slot-table payloads on AVX-512).
 void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPayload& b,
                       const DecodeTables& tb, size_t dim);
+// Four payloads of the same dim: the results and errors of four rans_decode calls in order.
+// 8-lane payloads of one search alphabet run in lockstep on AVX-512 (two pairs packed, see
+// rans_decode_avx512.cpp); anything else decodes as two pairs.
+void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeTables* const, 4> t,
+                      size_t dim);
 
 // Kernel contract shared by every path: decode elements [begin, end) where begin is a multiple
 // of n_lanes, updating states and the word cursor. Returns the new cursor. Only full steps of
@@ -145,5 +150,9 @@ size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, Rans
 size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                               uint8_t* symbols_b);
+// Four 8-lane payloads with equal search alphabets (of 2..16 symbols) in lockstep, the same
+// contract; 0 for anything else.
+size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                size_t dim, size_t end, uint8_t* const* symbols);
 
 }  // namespace cachegen::detail

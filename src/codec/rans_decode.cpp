@@ -244,4 +244,39 @@ void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPa
   finish_decode(sb, b.payload_offset, b.payload.size(), tb, dim, b.n_lanes, done, b.symbols);
 }
 
+void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeTables* const, 4> t,
+                      size_t dim) {
+  bool lockstep = simd_path() == SimdPath::avx512;
+  for (const RansPayload& q : p) lockstep = lockstep && q.n_lanes == static_cast<int>(kNarrowLanes);
+  for (const DecodeTables* q : t)
+    lockstep = lockstep && q->uses_search() && q->n_syms >= 2 && q->n_syms == t[0]->n_syms;
+  if (!lockstep) {
+    rans_decode_pair(p[0], *t[0], p[1], *t[1], dim);
+    rans_decode_pair(p[2], *t[2], p[3], *t[3], dim);
+    return;
+  }
+  RansDecodeState st[4];
+  for (size_t k = 0; k < 4; ++k) {
+    try {
+      st[k] = start_decode(p[k].payload, p[k].payload_offset, p[k].n_lanes);
+    } catch (const Error&) {  // the earlier payloads' own errors, if any, come first
+      for (size_t j = 0; j < k; ++j) {
+        finish_decode(st[j], p[j].payload_offset, p[j].payload.size(), *t[j], dim, p[j].n_lanes, 0,
+                      p[j].symbols);
+      }
+      throw;
+    }
+  }
+  size_t end = p[0].symbols.size();
+  for (const RansPayload& q : p) end = std::min(end, q.symbols.size());
+  RansDecodeState* const states[4] = {&st[0], &st[1], &st[2], &st[3]};
+  uint8_t* const out[4] = {p[0].symbols.data(), p[1].symbols.data(), p[2].symbols.data(),
+                           p[3].symbols.data()};
+  const size_t done = rans_decode_avx512_quad8(states, t.data(), dim, end, out);
+  for (size_t k = 0; k < 4; ++k) {
+    finish_decode(st[k], p[k].payload_offset, p[k].payload.size(), *t[k], dim, p[k].n_lanes, done,
+                  p[k].symbols);
+  }
+}
+
 }  // namespace cachegen::detail

@@ -118,13 +118,7 @@ size_t decode_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
         sym = _mm256_sub_epi16(sym, ge);
       }
       hi[0] = _mm256_min_epu16(hi[0], top);
-#pragma GCC unroll 4
-      for (int w = 1; w < NT; w *= 2)
-#pragma GCC unroll 8
-        for (int j = 0; j + w < NT; j += 2 * w) {
-          lo[j] = _mm256_max_epu16(lo[j], lo[j + w]);
-          hi[j] = _mm256_min_epu16(hi[j], hi[j + w]);
-        }
+      reduce_interval16<NT>(lo, hi);
       const __m256i f = _mm256_sub_epi16(hi[0], lo[0]);
       const __m256i d = _mm256_sub_epi16(slot, lo[0]);
       xa = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(f, low16), _mm256_srl_epi32(xa, p)),

@@ -2,6 +2,8 @@
 // -mavx512f/bw/vl; only called when cachegen::simd_path() says the CPU has them.
 #include <immintrin.h>
 
+#include <vector>
+
 #include "codec/rans.h"
 #include "codec/rans_lane_pattern.h"
 #include "codec/rans_narrow_search.h"
@@ -240,6 +242,141 @@ struct Search8Avx512 {
   }
 };
 
+// Renormalises 8 lanes (Search8Avx512's renormalisation).
+inline __m256i renorm8(__m256i x, __m256i low, const uint16_t* words, size_t& cursor) {
+  const __mmask8 renorm = _mm256_cmplt_epu32_mask(x, low);
+  const __m256i w16 =
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + cursor)));
+  cursor += static_cast<size_t>(__builtin_popcount(renorm));
+  return _mm256_mask_mov_epi32(
+      x, renorm, _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_maskz_expand_epi32(renorm, w16)));
+}
+
+// Four 8-lane search payloads in lockstep, two per ymm: a pair's slots packed as 16 u16 (the
+// first payload's lane l in the low half of 32-bit lane l, the second's in the high half), as
+// the 32-lane kernel packs its halves, so that the search costs one payload's uops for two.
+// Two unpacked payloads were bound by uops (~60 per 8-lane step each), one packed pair by its
+// chain; two packed pairs in flight are neither alone. Each payload has its own tables and
+// precision.
+struct PackedPair8 {
+  std::vector<uint32_t> thresholds;  // [period][NT][8 lanes]: first | second << 16
+  size_t period = 0;
+  __m128i p_first, p_second;
+  __m256i mask, top;  // per half
+  // Interleaves two payloads' patterns (false where their periods differ).
+  bool build(const ThresholdPattern32& a, const ThresholdPattern32& b, int precision_a,
+             int precision_b) {
+    if (a.period == 0 || b.period != a.period || a.thresholds.size() != b.thresholds.size())
+      return false;
+    period = a.period;
+    thresholds.resize(a.thresholds.size());
+    for (size_t i = 0; i < thresholds.size(); ++i)
+      thresholds[i] = a.thresholds[i] | (b.thresholds[i] << 16);
+    p_first = _mm_cvtsi32_si128(precision_a);
+    p_second = _mm_cvtsi32_si128(precision_b);
+    mask = _mm256_set1_epi32(
+        static_cast<int>(((1u << precision_a) - 1) | (((1u << precision_b) - 1) << 16)));
+    top = _mm256_set1_epi32(static_cast<int>((1u << precision_a) | ((1u << precision_b) << 16)));
+    return true;
+  }
+};
+
+// One step of a packed pair: th holds the step's NT thresholds of 16 u16 each. The interval is
+// found by max/min trees and the symbol by a sum of the compare masks (log-depth, unlike
+// masked-move chains: a packed pair is one chain).
+template <int NT>
+inline void packed_pair_step(__m256i& xa, __m256i& xb, const uint32_t* th, const PackedPair8& k,
+                             const uint16_t* words_a, size_t& cursor_a, const uint16_t* words_b,
+                             size_t& cursor_b, uint8_t* out_a, uint8_t* out_b) {
+  const __m256i low16 = _mm256_set1_epi32(0xffff);
+  const __m256i slot = _mm256_and_si256(
+      _mm256_or_si256(_mm256_and_si256(xa, low16), _mm256_slli_epi32(xb, 16)), k.mask);
+  __m256i lo[NT], hi[NT], count[NT];
+#pragma GCC unroll 16
+  for (int j = 0; j < NT; ++j) {
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th + j * kNarrowLanes));
+    const __mmask16 ge = _mm256_cmpge_epu16_mask(slot, c);
+    lo[j] = _mm256_maskz_mov_epi16(ge, c);
+    hi[j] = _mm256_mask_mov_epi16(c, ge, k.top);  // top where slot >= c: min ignores it
+    count[j] = _mm256_movm_epi16(ge);             // -1 where slot >= c
+  }
+  reduce_interval16<NT>(lo, hi);
+#pragma GCC unroll 4
+  for (int w = 1; w < NT; w *= 2)
+#pragma GCC unroll 8
+    for (int j = 0; j + w < NT; j += 2 * w) count[j] = _mm256_add_epi16(count[j], count[j + w]);
+  const __m256i sym = _mm256_sub_epi16(_mm256_setzero_si256(), count[0]);
+  const __m256i f = _mm256_sub_epi16(hi[0], lo[0]);
+  const __m256i d = _mm256_sub_epi16(slot, lo[0]);  // slot - start, < f
+  const __m256i low = _mm256_set1_epi32(static_cast<int>(kRansLow));
+  xa = _mm256_add_epi32(
+      _mm256_mullo_epi32(_mm256_and_si256(f, low16), _mm256_srl_epi32(xa, k.p_first)),
+      _mm256_and_si256(d, low16));
+  xb = _mm256_add_epi32(
+      _mm256_mullo_epi32(_mm256_srli_epi32(f, 16), _mm256_srl_epi32(xb, k.p_second)),
+      _mm256_srli_epi32(d, 16));
+  xa = renorm8(xa, low, words_a, cursor_a);
+  xb = renorm8(xb, low, words_b, cursor_b);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out_a), _mm256_cvtepi32_epi8(sym));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out_b),
+                   _mm256_cvtepi32_epi8(_mm256_srli_epi32(sym, 16)));
+}
+
+template <int NT>
+size_t search8_quad(RansDecodeState* const* s, const DecodeTables* const* t, size_t dim, size_t end,
+                    uint8_t* const* out) {
+  thread_local PackedPair8 kept[2];
+  PackedPair8& ab = kept[0];
+  PackedPair8& cd = kept[1];
+  // Each pattern reference stays valid until the second cache miss after it: one pair at a time.
+  {
+    const ThresholdPattern32& pa = make_narrow_pattern(*t[0], dim);
+    const ThresholdPattern32& pb = make_narrow_pattern(*t[1], dim);
+    if (!ab.build(pa, pb, t[0]->precision, t[1]->precision)) return 0;
+  }
+  {
+    const ThresholdPattern32& pc = make_narrow_pattern(*t[2], dim);
+    const ThresholdPattern32& pd = make_narrow_pattern(*t[3], dim);
+    if (!cd.build(pc, pd, t[2]->precision, t[3]->precision)) return 0;
+  }
+  const size_t period = ab.period;
+  if (cd.period != period || ab.thresholds.size() != period * NT * kNarrowLanes ||
+      cd.thresholds.size() != ab.thresholds.size())
+    return 0;
+  __m256i x[4];
+  const uint16_t* words[4];
+  size_t cursor[4], n_words[4];
+  for (int p = 0; p < 4; ++p) {
+    x[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s[p]->x));
+    words[p] = s[p]->words;
+    cursor[p] = s[p]->cursor;
+    n_words[p] = s[p]->n_words;
+  }
+  __m256i xa = x[0], xb = x[1], xc = x[2], xd = x[3];
+  size_t ca = cursor[0], cb = cursor[1], cc = cursor[2], cdd = cursor[3];
+  uint8_t *oa = out[0], *ob = out[1], *oc = out[2], *od = out[3];
+  const size_t per_step = static_cast<size_t>(NT) * kNarrowLanes;
+  size_t i = 0, step = 0;
+  while (i + kNarrowLanes <= end && ca + kNarrowLanes <= n_words[0] &&
+         cb + kNarrowLanes <= n_words[1] && cc + kNarrowLanes <= n_words[2] &&
+         cdd + kNarrowLanes <= n_words[3]) {
+    const size_t at = step * per_step;
+    packed_pair_step<NT>(xa, xb, ab.thresholds.data() + at, ab, words[0], ca, words[1], cb, oa + i,
+                         ob + i);
+    packed_pair_step<NT>(xc, xd, cd.thresholds.data() + at, cd, words[2], cc, words[3], cdd, oc + i,
+                         od + i);
+    i += kNarrowLanes;
+    if (++step == period) step = 0;
+  }
+  const __m256i xs[4] = {xa, xb, xc, xd};
+  const size_t cs[4] = {ca, cb, cc, cdd};
+  for (int p = 0; p < 4; ++p) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s[p]->x), xs[p]);
+    s[p]->cursor = cs[p];
+  }
+  return i;
+}
+
 }  // namespace
 
 size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, size_t dim,
@@ -313,6 +450,29 @@ size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, Rans
   const NarrowPairKernel pair = narrow_search_pair_kernel<Search8Avx512>(ta.n_syms);
   if (!pair || ta.n_syms != tb.n_syms) return 0;  // slot-table alphabets: one at a time
   return pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
+}
+
+}  // namespace cachegen::detail
+
+namespace cachegen::detail {
+
+size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                size_t dim, size_t end, uint8_t* const* symbols) {
+  const int n_syms = tables[0]->n_syms;
+  for (int p = 1; p < 4; ++p)
+    if (tables[p]->n_syms != n_syms) return 0;
+  switch (n_syms) {
+    case 2:
+      return search8_quad<1>(states, tables, dim, end, symbols);
+    case 4:
+      return search8_quad<3>(states, tables, dim, end, symbols);
+    case 8:
+      return search8_quad<7>(states, tables, dim, end, symbols);
+    case 16:
+      return search8_quad<15>(states, tables, dim, end, symbols);
+    default:
+      return 0;  // slot-table alphabets
+  }
 }
 
 }  // namespace cachegen::detail

@@ -21,6 +21,21 @@
 namespace cachegen::detail {
 namespace {
 
+// The interval of each u16 slot from NT candidate bounds (lo[j]: threshold j where the slot is
+// at or above it, else 0; hi[j]: threshold j where the slot is below it, else at least the top):
+// the largest start and the smallest end, by trees of log depth, into lo[0] and hi[0]. Used by
+// the kernels that pack two payloads' (or a payload's two halves') slots as u16.
+template <int NT>
+inline void reduce_interval16(__m256i* lo, __m256i* hi) {
+#pragma GCC unroll 4
+  for (int w = 1; w < NT; w *= 2)
+#pragma GCC unroll 8
+    for (int j = 0; j + w < NT; j += 2 * w) {
+      lo[j] = _mm256_max_epu16(lo[j], lo[j + w]);
+      hi[j] = _mm256_min_epu16(hi[j], hi[j + w]);
+    }
+}
+
 // One 8-lane payload from element begin (rans_decode_avx2_8's contract).
 template <template <int> class Step, int NT>
 size_t narrow_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,

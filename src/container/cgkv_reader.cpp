@@ -259,16 +259,16 @@ void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, 
 }
 
 // Decodes rows [lo, hi) (relative to the chunk) of every stored tensor of chunk c (bytes
-// already verified) into dst(t). A layer's K and V, read whole from a quantized or lossless
-// file, are decoded together (decode_batches_to_rows, unpack_fp16_lossless_pair: their rANS
-// payloads overlap in the core); after a failure they are decoded one at a time, so that errors
-// name the tensor as a sequential read would.
+// already verified) into dst(t). Layers' K and V, read whole, are decoded together: two layers
+// at a time from a quantized file (decode_batches_to_rows), one from a lossless one
+// (unpack_fp16_lossless_pair), so that their rANS payloads overlap in the core; after a failure
+// they are decoded one at a time, so that errors name the tensor as a sequential read would.
 template <typename Dst>
 void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
                   std::span<const uint8_t> bytes, size_t lo, size_t hi, Dst&& dst) {
   const size_t rows = info.chunks[c].n_tokens;
-  const bool pairs = info.codec != ContainerCodec::transform && lo == 0 && hi == rows;
-  if (!pairs) {
+  const bool whole = info.codec != ContainerCodec::transform && lo == 0 && hi == rows;
+  if (!whole) {
     walk_chunk(info, c, bytes,
                [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string& ctx) {
                  decode_tensor(info, profile, c, ref, data, lo, hi, dst(ref.t), ctx);
@@ -284,45 +284,80 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
   auto decode_one = [&](const Held& t) {
     decode_tensor(info, profile, c, t.ref, t.data, lo, hi, dst(t.ref.t), t.ctx);
   };
-  auto decode_two = [&](const Held& k, const Held& v) {
-    const std::span<Half> out_k(dst(k.ref.t), rows * H * D), out_v(dst(v.ref.t), rows * H * D);
+  // Complete K/V pairs waiting to be decoded together: two layers' of a quantized file (their
+  // four short payloads run in lockstep, rans_decode_quad), one layer's of a lossless one.
+  const size_t pairs_per_call = info.codec == ContainerCodec::lossless_fp16 ? 1 : 2;
+  std::vector<std::pair<Held, Held>> pairs;
+  auto decode_pairs = [&] {
+    if (pairs.empty()) return;
+    const std::vector<std::pair<Held, Held>> held = std::move(pairs);
+    pairs.clear();
     if (info.codec == ContainerCodec::lossless_fp16) {  // reports errors as in sequence itself
-      detail::unpack_fp16_lossless_pair({k.data, out_k, &k.ctx}, {v.data, out_v, &v.ctx}, H * D,
-                                        info.version >= detail::kCgkvRowsDedupVersion);
+      for (const auto& [k, v] : held) {
+        detail::unpack_fp16_lossless_pair({k.data, {dst(k.ref.t), rows * H * D}, &k.ctx},
+                                          {v.data, {dst(v.ref.t), rows * H * D}, &v.ctx}, H * D,
+                                          info.version >= detail::kCgkvRowsDedupVersion);
+      }
       return;
     }
-    const BatchRows pair[2] = {
-        {k.data, BatchShape{H, rows, D, k.ref.bits, info.group_size}, out_k},
-        {v.data, BatchShape{H, rows, D, v.ref.bits, info.group_size}, out_v}};
+    std::vector<BatchRows> batches;
+    for (const auto& [k, v] : held) {
+      for (const Held* t : {&k, &v}) {
+        batches.push_back({t->data, BatchShape{H, rows, D, t->ref.bits, info.group_size},
+                           std::span<Half>(dst(t->ref.t), rows * H * D)});
+      }
+    }
     DecodeOptions opt;
     opt.max_elements = (rows + info.group_size) * D;
     try {
-      decode_batches_to_rows(pair, opt);
+      decode_batches_to_rows(batches, opt);
     } catch (const Error&) {
-      decode_one(k);
-      decode_one(v);
+      for (const auto& [k, v] : held) {
+        decode_one(k);
+        decode_one(v);
+      }
       throw;
     }
   };
   std::optional<Held> key;  // a layer's K, waiting for its V
+  // Every tensor still held, one at a time, in order: after an error, so that the first
+  // failing tensor's own error is the one thrown.
+  auto decode_held_one_by_one = [&] {
+    for (const auto& [k, v] : pairs) {
+      decode_one(k);
+      decode_one(v);
+    }
+    pairs.clear();
+    if (key) decode_one(*key);
+    key.reset();
+  };
   try {
     walk_chunk(info, c, bytes,
                [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string& ctx) {
                  Held t{ref, data, ctx};
                  if (ref.kind == 0) {
+                   if (key) {  // a K without its V: it and what came before first
+                     decode_pairs();
+                     decode_one(*key);
+                   }
                    key = std::move(t);
                  } else if (!key || key->ref.layer != ref.layer) {  // walk_chunk yields K first
+                   decode_pairs();
+                   if (key) decode_one(*key);
+                   key.reset();
                    decode_one(t);
                  } else {
-                   const Held k = std::move(*key);
+                   pairs.emplace_back(std::move(*key), std::move(t));
                    key.reset();
-                   decode_two(k, t);
+                   if (pairs.size() == pairs_per_call) decode_pairs();
                  }
                });
   } catch (const Error&) {
-    if (key) decode_one(*key);  // a K whose V's framing failed: its own error comes first
+    // A tensor whose framing failed: those before it report their own errors first.
+    decode_held_one_by_one();
     throw;
   }
+  decode_pairs();
   if (key) decode_one(*key);
 }
 

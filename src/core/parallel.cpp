@@ -90,13 +90,32 @@ class Pool {
   uint64_t generation_ = 0;
 };
 
+thread_local bool t_in_item = false;  // this thread runs an item of a pool job
+
+// Runs fn(i) as an item of a pool job: nested parallel_for calls can tell (inside_parallel_for).
+void run_item(const std::function<void(size_t)>& fn, size_t i) {
+  const bool outer = t_in_item;
+  t_in_item = true;
+  try {
+    fn(i);
+  } catch (...) {
+    t_in_item = outer;
+    throw;
+  }
+  t_in_item = outer;
+}
+
 }  // namespace
+
+bool inside_parallel_for() noexcept {
+  return t_in_item;
+}
 
 void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   size_t workers = thread_count();
   if (workers > n) workers = n;
   if (workers <= 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
+    for (size_t i = 0; i < n; ++i) fn(i);  // not an item of the pool: nested calls may use it
     return;
   }
   std::atomic<size_t> next{0};
@@ -109,7 +128,7 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
       const size_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= n) return;
       try {
-        fn(i);
+        run_item(fn, i);
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!first_error) first_error = std::current_exception();

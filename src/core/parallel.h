@@ -11,4 +11,9 @@ namespace cachegen::detail {
 // rethrown in the caller after all threads have stopped; remaining items are skipped.
 void parallel_for(size_t n, const std::function<void(size_t)>& fn);
 
+// True while this thread runs an item of a parallel_for over several threads: a nested
+// parallel_for then runs on this thread alone (the pool is busy with the outer one), so
+// splitting work into one share per thread would only make the shares smaller.
+bool inside_parallel_for() noexcept;
+
 }  // namespace cachegen::detail

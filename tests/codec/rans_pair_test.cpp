@@ -117,5 +117,70 @@ TEST(RansPair, TwoTablesDecodeAsTwoSingleCalls) {
   set_simd_path(best_supported_simd_path());
 }
 
+TEST(RansQuad, FourTablesDecodeAsFourSingleCalls) {
+  struct Case {
+    size_t dim;
+    int bits, lanes;
+    size_t n[4];
+    int t[4];
+  };
+  const Case cases[] = {
+      {8, 3, 8, {8192, 8192, 8192, 8192}, {12, 10, 11, 12}},         // two short layers' K and V
+      {8, 3, 8, {8192, 6144, 8192, 4096}, {12, 12, 9, 12}},          // unequal lengths
+      {24, 4, 8, {7200, 7200, 7200, 7200}, {12, 9, 12, 10}},         // period 3, 16 symbols
+      {8, 1, 8, {8192, 8192, 8192, 8192}, {8, 12, 6, 12}},           // two symbols
+      {8, 2, 8, {8192, 8192, 8192, 8192}, {11, 11, 7, 12}},          // four symbols
+      {8, 5, 8, {8192, 8192, 8192, 8192}, {12, 12, 12, 12}},         // slot tables: two pairs
+      {128, 3, 32, {32768, 32768, 32768, 32768}, {12, 10, 12, 11}},  // 32 lanes: two pairs
+  };
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    std::vector<ChannelTable> tables[4];
+    std::vector<uint8_t> want[4], payload[4];
+    DecodeTables dt[4];
+    for (int k = 0; k < 4; ++k) {
+      tables[k] = random_tables(c.dim, c.bits, c.t[k], seed++);
+      want[k] = draw(tables[k], c.n[k], seed++);
+      rans_encode(want[k], c.dim, tables[k], c.t[k], c.lanes, payload[k]);
+      dt[k] = build_decode_tables(tables[k], c.t[k]);
+    }
+    const DecodeTables* const t[4] = {&dt[0], &dt[1], &dt[2], &dt[3]};
+    for (SimdPath p : test::supported_simd_paths()) {
+      set_simd_path(p);
+      SCOPED_TRACE(std::string(simd_path_name(p)) + " dim " + std::to_string(c.dim) + " bits " +
+                   std::to_string(c.bits));
+      std::vector<uint8_t> out[4];
+      auto quad = [&](const std::vector<uint8_t>* pl) {
+        for (int k = 0; k < 4; ++k) out[k].assign(c.n[k], 0);
+        const RansPayload rp[4] = {{pl[0], 0, c.lanes, out[0]},
+                                   {pl[1], 0, c.lanes, out[1]},
+                                   {pl[2], 0, c.lanes, out[2]},
+                                   {pl[3], 0, c.lanes, out[3]}};
+        rans_decode_quad(rp, t, c.dim);
+      };
+      quad(payload);
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(out[k], want[k]) << "payload " << k;
+      // Damage in any payload, and every other time in the next one too: the error of four
+      // single calls in order (the first damaged payload's).
+      for (int victim = 0; victim < 4; ++victim) {
+        for (size_t i = 3; i < payload[victim].size(); i += 211) {
+          std::vector<uint8_t> bad[4] = {payload[0], payload[1], payload[2], payload[3]};
+          bad[victim][i] ^= 0x41;
+          std::vector<uint8_t>& next = bad[(victim + 1) % 4];
+          if (i % 2 == 1 && i < next.size()) next[i] ^= 0x41;
+          const std::string expected = outcome([&] {
+            for (int k = 0; k < 4; ++k) {
+              out[k].assign(c.n[k], 0);
+              rans_decode(bad[k], 0, dt[k], c.dim, c.lanes, out[k]);
+            }
+          });
+          ASSERT_EQ(outcome([&] { quad(bad); }), expected) << "payload " << victim << " byte " << i;
+        }
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
 }  // namespace
 }  // namespace cachegen::detail

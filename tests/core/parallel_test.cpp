@@ -53,6 +53,29 @@ TEST_F(ParallelFor, NestedCallsRunEveryItem) {
   EXPECT_EQ(sum.load(), size_t{64 * 63 / 2});
 }
 
+TEST_F(ParallelFor, ItemsOfAPoolJobKnowTheyAreInside) {
+  EXPECT_FALSE(detail::inside_parallel_for());
+  std::atomic<int> inside{0}, nested_inside{0};
+  detail::parallel_for(8, [&](size_t) {
+    inside.fetch_add(detail::inside_parallel_for() ? 1 : 0);
+    detail::parallel_for(
+        2, [&](size_t) { nested_inside.fetch_add(detail::inside_parallel_for() ? 1 : 0); });
+    inside.fetch_add(detail::inside_parallel_for() ? 1 : 0);  // still, after the nested call
+  });
+  EXPECT_EQ(inside.load(), 16);
+  EXPECT_EQ(nested_inside.load(), 16);
+  EXPECT_FALSE(detail::inside_parallel_for());  // reset after the job
+  // Also after an item threw.
+  EXPECT_THROW(detail::parallel_for(4, [](size_t) { throw std::runtime_error("x"); }),
+               std::runtime_error);
+  EXPECT_FALSE(detail::inside_parallel_for());
+  // A loop of one item runs on the caller, not as a pool job: a call inside may still use the
+  // pool.
+  bool one = true;
+  detail::parallel_for(1, [&](size_t) { one = detail::inside_parallel_for(); });
+  EXPECT_FALSE(one);
+}
+
 TEST_F(ParallelFor, ConcurrentCallersEachGetEveryItem) {
   std::vector<std::thread> callers;
   std::vector<size_t> sums(6, 0);
