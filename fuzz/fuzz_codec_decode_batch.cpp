@@ -2,10 +2,11 @@
 // path the CPU has: each path must return the same codes and halves, or fail with the same
 // error code (the AVX-512 decoder pairs slices and finishes payloads through padded copies; the
 // others do not); rows must be the halves transposed, and decode_batches_to_rows of the batch
-// twice the same rows twice.
+// twice (four times) the same rows twice (four times).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <span>
 #include <vector>
 
 #include "cachegen/codec.h"
@@ -60,12 +61,20 @@ Outcome run(std::span<const uint8_t> bytes, const cachegen::DecodeOptions& optio
             o.halves[(h * shape.n_rows + t) * shape.dim + c])
           std::abort();
       }
-  // Two batches at once (decode_batches_to_rows pairs their payloads): the same rows twice.
-  std::vector<cachegen::Half> rows_a(rows.size()), rows_b(rows.size());
-  const cachegen::BatchRows jobs[2] = {{bytes, shape, rows_a}, {bytes, shape, rows_b}};
-  cachegen::decode_batches_to_rows(jobs, options);
-  for (size_t i = 0; i < rows.size(); ++i)
-    if (rows_a[i].bits != rows[i].bits || rows_b[i].bits != rows[i].bits) std::abort();
+  // Two and four batches at once (decode_batches_to_rows decodes their payloads in pairs and,
+  // 8-lane ones, in fours): the same rows each time.
+  std::vector<cachegen::Half> copies[4];
+  for (auto& c : copies) c.assign(rows.size(), cachegen::Half{});
+  const cachegen::BatchRows jobs[4] = {{bytes, shape, copies[0]},
+                                       {bytes, shape, copies[1]},
+                                       {bytes, shape, copies[2]},
+                                       {bytes, shape, copies[3]}};
+  for (size_t n : {2, 4}) {
+    cachegen::decode_batches_to_rows(std::span<const cachegen::BatchRows>(jobs, n), options);
+    for (size_t k = 0; k < n; ++k)
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (copies[k][i].bits != rows[i].bits) std::abort();
+  }
   cachegen::BatchShape other = shape;
   other.bits = shape.bits % 8 + 1;
   try {

@@ -144,10 +144,10 @@ struct BatchRows {
   BatchShape shape;
   std::span<Half> out;
 };
-// Decodes several batches (a layer's K and V, say) into their rows: the values of
+// Decodes several batches (layers' K and V, say) into their rows: the values of
 // decode_batch_to_rows on each, and on bad input the error it throws for the first batch that
-// fails. Their rANS payloads are decoded two at a time where they can be (two dependency chains
-// overlap in the core), which speeds up short batches of one payload each.
+// fails. Their rANS payloads are decoded two or four at a time where they can be (dependency
+// chains overlap in the core), which speeds up short batches of one payload each.
 void decode_batches_to_rows(std::span<const BatchRows> batches, const DecodeOptions& options = {});
 
 // ---- Size accounting -------------------------------------------------------------------

@@ -146,7 +146,7 @@ std::pair<CodeStream, CodeStream> decode_expecting_pair(const ExpectedStream& a,
                                                         const ExpectedStream& b);
 
 // Several layout-1 batches into their callers' rows, as decode_batch_shared_to_rows does each,
-// their slices decoded in pairs across batches (decode_batches_to_rows). Errors may differ
+// their slices decoded in pairs or fours across batches (decode_batches_to_rows). Errors may differ
 // from decoding them in order: callers that must name the failing batch decode them one at a
 // time after a failure.
 struct SharedBatchRows {
