@@ -100,12 +100,13 @@ struct RansPayload {
 // dependency chain (state -> slot -> interval -> state, and the shared word cursor), which
 // leaves the core mostly waiting; the second payload's steps fill those cycles. Payloads with
 // equal lane counts (32 or 8) and alphabet sizes run in lockstep on the SIMD paths (32-lane
-// slot-table payloads on AVX-512).
+// slot-table payloads on AVX-512; 8-lane ones of any two slot-table alphabets).
 void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPayload& b,
                       const DecodeTables& tb, size_t dim);
 // Four payloads of the same dim: the results and errors of four rans_decode calls in order.
-// 8-lane payloads of one search alphabet run in lockstep on AVX-512 (two pairs packed, see
-// rans_decode_avx512.cpp); anything else decodes as two pairs.
+// 8-lane payloads run in lockstep: of one search alphabet on AVX-512 (two pairs packed, see
+// rans_decode_avx512.cpp), of slot-table alphabets on AVX2 and AVX-512 (four gather chains);
+// anything else decodes as two pairs.
 void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeTables* const, 4> t,
                       size_t dim);
 
@@ -150,6 +151,11 @@ size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, Rans
 size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                               uint8_t* symbols_b);
+// Four 8-lane payloads of slot-table alphabets (above 16 symbols; AVX2 gathers, also on the
+// AVX-512 path), the same contract; 0 for anything else. (rans_decode_avx2_pair8 pairs two.)
+size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,
+                                    const DecodeTables* const* tables, size_t dim, size_t end,
+                                    uint8_t* const* symbols);
 // Four 8-lane payloads with equal search alphabets (of 2..16 symbols) in lockstep, the same
 // contract; 0 for anything else.
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,

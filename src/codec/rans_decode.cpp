@@ -246,11 +246,16 @@ void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPa
 
 void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeTables* const, 4> t,
                       size_t dim) {
-  bool lockstep = simd_path() == SimdPath::avx512;
-  for (const RansPayload& q : p) lockstep = lockstep && q.n_lanes == static_cast<int>(kNarrowLanes);
-  for (const DecodeTables* q : t)
-    lockstep = lockstep && q->uses_search() && q->n_syms >= 2 && q->n_syms == t[0]->n_syms;
-  if (!lockstep) {
+  // Search alphabets (all one size) on AVX-512, or slot-table ones on AVX2 and AVX-512.
+  const SimdPath path = simd_path();
+  bool narrow = path == SimdPath::avx512 || path == SimdPath::avx2;
+  for (const RansPayload& q : p) narrow = narrow && q.n_lanes == static_cast<int>(kNarrowLanes);
+  bool search = path == SimdPath::avx512, slots = true;
+  for (const DecodeTables* q : t) {
+    search = search && q->uses_search() && q->n_syms >= 2 && q->n_syms == t[0]->n_syms;
+    slots = slots && !q->uses_search();
+  }
+  if (!narrow || !(search || slots)) {
     rans_decode_pair(p[0], *t[0], p[1], *t[1], dim);
     rans_decode_pair(p[2], *t[2], p[3], *t[3], dim);
     return;
@@ -272,7 +277,8 @@ void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeT
   RansDecodeState* const states[4] = {&st[0], &st[1], &st[2], &st[3]};
   uint8_t* const out[4] = {p[0].symbols.data(), p[1].symbols.data(), p[2].symbols.data(),
                            p[3].symbols.data()};
-  const size_t done = rans_decode_avx512_quad8(states, t.data(), dim, end, out);
+  const size_t done = search ? rans_decode_avx512_quad8(states, t.data(), dim, end, out)
+                             : rans_decode_avx2_slots_quad8(states, t.data(), dim, end, out);
   for (size_t k = 0; k < 4; ++k) {
     finish_decode(st[k], p[k].payload_offset, p[k].payload.size(), *t[k], dim, p[k].n_lanes, done,
                   p[k].symbols);

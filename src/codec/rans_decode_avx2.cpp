@@ -189,6 +189,67 @@ struct Search8Avx2 {
   }
 };
 
+// N 8-lane slot-table payloads in lockstep from element 0: one payload's step waits on its
+// gather (state -> slot -> gather -> state); N independent chains fill those cycles. Each
+// payload has its own tables and lane pattern (equal periods: the same dim).
+template <int N>
+size_t slots_lockstep8(RansDecodeState* const* s, const DecodeTables* const* t, size_t dim,
+                       size_t end, uint8_t* const* out) {
+  thread_local LanePattern kept[N];
+  for (int k = 0; k < N; ++k) {
+    kept[k] = make_lane_pattern(*t[k], dim, 0, kNarrowLanes);
+    if (kept[k].period == 0 || kept[k].period != kept[0].period) return 0;
+  }
+  const size_t period = kept[0].period;
+  __m256i x[N], mask[N];
+  __m128i p[N];
+  const uint16_t* words[N];
+  size_t cursor[N], n_words[N];
+  for (int k = 0; k < N; ++k) {
+    x[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s[k]->x));
+    p[k] = _mm_cvtsi32_si128(t[k]->precision);
+    mask[k] = _mm256_set1_epi32(static_cast<int>((1u << t[k]->precision) - 1));
+    words[k] = s[k]->words;
+    cursor[k] = s[k]->cursor;
+    n_words[k] = s[k]->n_words;
+  }
+  const auto in_bounds = [&] {
+    bool ok = true;
+    for (int k = 0; k < N; ++k) ok = ok && cursor[k] + kNarrowLanes <= n_words[k];
+    return ok;
+  };
+  size_t i = 0, step = 0;
+  while (i + kNarrowLanes <= end && in_bounds()) {
+#pragma GCC unroll 4
+    for (int k = 0; k < N; ++k) {
+      const uint32_t* base = kept[k].base.data() + step * kNarrowLanes;
+      const uint32_t* shift = kept[k].shift.data() + step * kNarrowLanes;
+      const __m256i slot = _mm256_and_si256(x[k], mask[k]);
+      const __m256i sh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift));
+      const __m256i idx = _mm256_add_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base)), _mm256_srlv_epi32(slot, sh));
+      const __m256i e =
+          _mm256_i32gather_epi32(reinterpret_cast<const int*>(t[k]->entries.data()), idx, 4);
+      const __m256i f = _mm256_sllv_epi32(
+          _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), _mm256_set1_epi32(0xfff)),
+                           _mm256_set1_epi32(1)),
+          sh);
+      const __m256i start = _mm256_sllv_epi32(_mm256_srli_epi32(e, 20), sh);
+      x[k] = renorm8(_mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srl_epi32(x[k], p[k])),
+                                      _mm256_sub_epi32(slot, start)),
+                     words[k], cursor[k]);
+      store_symbols8(_mm256_and_si256(e, _mm256_set1_epi32(0xff)), out[k] + i);
+    }
+    i += kNarrowLanes;
+    if (++step == period) step = 0;
+  }
+  for (int k = 0; k < N; ++k) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s[k]->x), x[k]);
+    s[k]->cursor = cursor[k];
+  }
+  return i;
+}
+
 }  // namespace
 
 size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
@@ -258,9 +319,23 @@ size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t 
 size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                               uint8_t* symbols_b) {
+  if (!ta.uses_search() && !tb.uses_search()) {
+    RansDecodeState* const s[2] = {&a, &b};
+    const DecodeTables* const t[2] = {&ta, &tb};
+    uint8_t* const out[2] = {symbols_a, symbols_b};
+    return slots_lockstep8<2>(s, t, dim, end, out);
+  }
   const NarrowPairKernel pair = narrow_search_pair_kernel<Search8Avx2>(ta.n_syms);
-  if (!pair || ta.n_syms != tb.n_syms) return 0;  // slot-table alphabets: one at a time
+  if (!pair || ta.n_syms != tb.n_syms) return 0;  // a search and a slot-table alphabet
   return pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
+}
+
+size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,
+                                    const DecodeTables* const* tables, size_t dim, size_t end,
+                                    uint8_t* const* symbols) {
+  for (int k = 0; k < 4; ++k)
+    if (tables[k]->uses_search()) return 0;
+  return slots_lockstep8<4>(states, tables, dim, end, symbols);
 }
 
 }  // namespace cachegen::detail

@@ -447,14 +447,12 @@ size_t rans_decode_avx512_pair(RansDecodeState& a, const DecodeTables& ta, RansD
 size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                                 const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                                 uint8_t* symbols_b) {
+  if (!ta.uses_search() && !tb.uses_search())  // slot tables: gathers, as the single kernel
+    return rans_decode_avx2_pair8(a, ta, b, tb, dim, end, symbols_a, symbols_b);
   const NarrowPairKernel pair = narrow_search_pair_kernel<Search8Avx512>(ta.n_syms);
-  if (!pair || ta.n_syms != tb.n_syms) return 0;  // slot-table alphabets: one at a time
+  if (!pair || ta.n_syms != tb.n_syms) return 0;  // a search and a slot-table alphabet
   return pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
 }
-
-}  // namespace cachegen::detail
-
-namespace cachegen::detail {
 
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
                                 size_t dim, size_t end, uint8_t* const* symbols) {

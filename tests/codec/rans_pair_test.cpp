@@ -76,7 +76,8 @@ TEST(RansPair, TwoTablesDecodeAsTwoSingleCalls) {
       {8, 8192, 8192, 1, 8, 8, 8, 12},         // two symbols
       {128, 32768, 32768, 3, 32, 32, 12, 10},  // 32 lanes
       {8, 32768, 8192, 3, 32, 8, 12, 12},      // unequal lane counts: no lockstep
-      {8, 8192, 8192, 5, 8, 8, 12, 12},        // slot-table alphabet, 8 lanes: no lockstep
+      {8, 8192, 8192, 5, 8, 8, 12, 12},        // slot-table alphabet, 8 lanes (gathers)
+      {24, 7200, 4096, 6, 8, 8, 12, 10},       // the same, period 3, unequal lengths
       {128, 32768, 32768, 8, 32, 32, 12, 11},  // slot tables, 32 lanes (lossless byte planes)
       {1, 40960, 32768, 6, 32, 32, 10, 12},    // one channel each, unequal lengths
   };
@@ -120,18 +121,21 @@ TEST(RansPair, TwoTablesDecodeAsTwoSingleCalls) {
 TEST(RansQuad, FourTablesDecodeAsFourSingleCalls) {
   struct Case {
     size_t dim;
-    int bits, lanes;
+    int bits[4], lanes;
     size_t n[4];
     int t[4];
   };
   const Case cases[] = {
-      {8, 3, 8, {8192, 8192, 8192, 8192}, {12, 10, 11, 12}},         // two short layers' K and V
-      {8, 3, 8, {8192, 6144, 8192, 4096}, {12, 12, 9, 12}},          // unequal lengths
-      {24, 4, 8, {7200, 7200, 7200, 7200}, {12, 9, 12, 10}},         // period 3, 16 symbols
-      {8, 1, 8, {8192, 8192, 8192, 8192}, {8, 12, 6, 12}},           // two symbols
-      {8, 2, 8, {8192, 8192, 8192, 8192}, {11, 11, 7, 12}},          // four symbols
-      {8, 5, 8, {8192, 8192, 8192, 8192}, {12, 12, 12, 12}},         // slot tables: two pairs
-      {128, 3, 32, {32768, 32768, 32768, 32768}, {12, 10, 12, 11}},  // 32 lanes: two pairs
+      {8, {3, 3, 3, 3}, 8, {8192, 8192, 8192, 8192}, {12, 10, 11, 12}},  // two short layers
+      {8, {3, 3, 3, 3}, 8, {8192, 6144, 8192, 4096}, {12, 12, 9, 12}},   // unequal lengths
+      {24, {4, 4, 4, 4}, 8, {7200, 7200, 7200, 7200}, {12, 9, 12, 10}},  // period 3, 16 symbols
+      {8, {1, 1, 1, 1}, 8, {8192, 8192, 8192, 8192}, {8, 12, 6, 12}},    // two symbols
+      {8, {2, 2, 2, 2}, 8, {8192, 8192, 8192, 8192}, {11, 11, 7, 12}},   // four symbols
+      {8, {3, 2, 3, 2}, 8, {8192, 8192, 8192, 8192}, {12, 12, 12, 12}},  // mixed: two pairs
+      {8, {6, 5, 6, 5}, 8, {8192, 8192, 8192, 8192}, {12, 11, 12, 10}},  // slot tables (level high)
+      {24, {8, 5, 7, 6}, 8, {7200, 4096, 7200, 6000}, {12, 12, 9, 12}},  // the same, period 3
+      {8, {5, 3, 5, 5}, 8, {8192, 8192, 8192, 8192}, {12, 12, 12, 12}},  // a search one: pairs
+      {128, {3, 3, 3, 3}, 32, {32768, 32768, 32768, 32768}, {12, 10, 12, 11}},  // 32 lanes: pairs
   };
   uint32_t seed = 100;
   for (const Case& c : cases) {
@@ -139,7 +143,7 @@ TEST(RansQuad, FourTablesDecodeAsFourSingleCalls) {
     std::vector<uint8_t> want[4], payload[4];
     DecodeTables dt[4];
     for (int k = 0; k < 4; ++k) {
-      tables[k] = random_tables(c.dim, c.bits, c.t[k], seed++);
+      tables[k] = random_tables(c.dim, c.bits[k], c.t[k], seed++);
       want[k] = draw(tables[k], c.n[k], seed++);
       rans_encode(want[k], c.dim, tables[k], c.t[k], c.lanes, payload[k]);
       dt[k] = build_decode_tables(tables[k], c.t[k]);
@@ -148,7 +152,7 @@ TEST(RansQuad, FourTablesDecodeAsFourSingleCalls) {
     for (SimdPath p : test::supported_simd_paths()) {
       set_simd_path(p);
       SCOPED_TRACE(std::string(simd_path_name(p)) + " dim " + std::to_string(c.dim) + " bits " +
-                   std::to_string(c.bits));
+                   std::to_string(c.bits[0]) + "," + std::to_string(c.bits[1]));
       std::vector<uint8_t> out[4];
       auto quad = [&](const std::vector<uint8_t>* pl) {
         for (int k = 0; k < 4; ++k) out[k].assign(c.n[k], 0);

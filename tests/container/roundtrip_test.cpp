@@ -79,8 +79,9 @@ INSTANTIATE_TEST_SUITE_P(Sizes, QuantizedRoundTrip, ::testing::Values(1, 31, 32,
 // A stories260K-shaped file (4 heads x 8 dims, 256-token chunks: each tensor one 8-lane
 // payload) of five layers: the reader decodes whole chunks two layers at a time (four payloads
 // in lockstep) and the odd layer as a pair; sub-ranges decode tensor by tensor. Both agree, with
-// one schedule (every payload's alphabet equal) and with deeper layers at fewer bits (mixed
-// alphabets within a group of four: decoded as pairs).
+// one schedule (every payload's alphabet equal), with deeper layers at fewer bits (mixed
+// alphabets within a group of four: decoded as pairs) and at 6 and 5 bits (slot tables: four
+// gather chains).
 TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
   const size_t L = 5, T = 512, H = 4, D = 8, row = H * D;
   std::vector<Half> kv(L * 2 * T * row);
@@ -97,7 +98,8 @@ TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
   for (size_t l = 0; l < L; ++l) view.layers.push_back(kv.data() + l * 2 * T * row);
   const size_t shape[5] = {L, 2, T, H, D};
   const ModelShape model = kv_array_model_shape(shape, ErrorCode::invalid_argument, "kv");
-  for (const auto& [bits, groups] : {std::pair{3, 1}, std::pair{4, 3}, std::pair{1, 1}}) {
+  for (const auto& [bits, groups] :
+       {std::pair{3, 1}, std::pair{4, 3}, std::pair{1, 1}, std::pair{6, 2}}) {
     SCOPED_TRACE("bits " + std::to_string(bits) + ", layer groups " + std::to_string(groups));
     KVEncodeOptions o;
     o.bits = bits;
