@@ -463,26 +463,35 @@ void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shap
 }
 
 void decode_batches_to_rows(std::span<const BatchRows> batches, const DecodeOptions& options) {
-  // Shared-model batches are decoded together; any other layout, or any error, decodes them
-  // one at a time, which reports the first failing batch exactly as decode_batch_to_rows does.
-  bool joint = batches.size() >= 2;
+  // Shared-model batches are decoded together, the others one at a time after them (the
+  // encoder picks the layout per batch, so a level file mixes them); any error decodes them all
+  // one at a time again, which reports the first failing batch exactly as decode_batch_to_rows
+  // does.
   thread_local std::vector<detail::SharedBatchRows> kept_jobs;
+  thread_local std::vector<size_t> kept_alone;
   std::vector<detail::SharedBatchRows>& jobs = kept_jobs;
+  std::vector<size_t>& alone = kept_alone;
   jobs.clear();
+  alone.clear();
   try {
-    for (size_t k = 0; joint && k < batches.size(); ++k) {
+    for (size_t k = 0; batches.size() >= 2 && k < batches.size(); ++k) {
       const BatchRows& b = batches[k];
       const BatchShape& shape = b.shape;
       const BatchHeader bh = read_batch_header(b.bytes);
-      joint = bh.layout == detail::kBatchShared && bh.n_heads == shape.n_heads &&
-              b.out.size() ==
-                  detail::checked_mul(detail::checked_mul(shape.n_heads, shape.n_rows, "shape"),
-                                      shape.dim, "shape");
-      jobs.push_back(
-          detail::SharedBatchRows{b.bytes.subspan(bh.body_offset), bh.body_offset, shape, b.out});
+      if (bh.layout == detail::kBatchShared && bh.n_heads == shape.n_heads &&
+          b.out.size() ==
+              detail::checked_mul(detail::checked_mul(shape.n_heads, shape.n_rows, "shape"),
+                                  shape.dim, "shape")) {
+        jobs.push_back(
+            detail::SharedBatchRows{b.bytes.subspan(bh.body_offset), bh.body_offset, shape, b.out});
+      } else {
+        alone.push_back(k);
+      }
     }
-    if (joint) {
+    if (jobs.size() >= 2) {
       detail::decode_batches_shared_to_rows(jobs, options);
+      for (const size_t k : alone)
+        decode_batch_to_rows(batches[k].bytes, batches[k].shape, batches[k].out, options);
       return;
     }
   } catch (const Error&) {

@@ -239,8 +239,10 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
     shapes.push_back(BatchShape{sp.heads, sp.rows, sp.dim, sp.bits, 32});
   }
   EXPECT_EQ(bytes[6].at(6), 0);  // the layout byte: independent records
-  const std::vector<std::vector<size_t>> lists = {{0, 1}, {1, 2}, {0, 3}, {4, 5}, {0, 1, 3, 2},
-                                                  {6, 0}, {0, 7}, {3, 4}, {5}};
+  const std::vector<std::vector<size_t>> lists = {
+      {0, 1}, {1, 2}, {0, 3}, {4, 5},    {0, 1, 3, 2},   {6, 0},
+      {0, 7}, {3, 4}, {5},    {0, 6, 1}, {6, 0, 3, 7, 1}};  // an independent batch among shared
+                                                            // ones: those together
   auto one_at_a_time = [&](const std::vector<size_t>& list,
                            const std::vector<std::vector<uint8_t>>& in) {
     std::vector<std::vector<Half>> out;
@@ -276,15 +278,18 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
       }
     }
   }
-  // Damage in either batch of a pair: the error decode_batch_to_rows reports for the first
-  // batch that fails, message included.
-  for (size_t victim : {size_t{0}, size_t{1}}) {
+  // Damage in any batch of a pair, or of a shared, independent, shared triple: the error
+  // decode_batch_to_rows reports for the first batch that fails, message included.
+  for (const auto& [list, victim] : {std::pair{std::vector<size_t>{0, 1}, size_t{0}},
+                                     std::pair{std::vector<size_t>{0, 1}, size_t{1}},
+                                     std::pair{std::vector<size_t>{0, 6, 1}, size_t{6}},
+                                     std::pair{std::vector<size_t>{0, 6, 1}, size_t{1}}}) {
     for (size_t i = 8; i < bytes[victim].size(); i += 29) {
       std::vector<std::vector<uint8_t>> bad = bytes;
       bad[victim][i] ^= 0x5a;
       std::string want = "ok";
       try {
-        one_at_a_time({0, 1}, bad);
+        one_at_a_time(list, bad);
       } catch (const Error& e) {
         want = std::string(error_code_name(e.code())) + " " + e.what();
       }
@@ -292,7 +297,7 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
         set_simd_path(p);
         std::string got = "ok";
         try {
-          together({0, 1}, bad);
+          together(list, bad);
         } catch (const Error& e) {
           got = std::string(error_code_name(e.code())) + " " + e.what();
         }
