@@ -210,6 +210,40 @@ void finish_decode(RansDecodeState& st, size_t payload_offset, size_t payload_si
   }
 }
 
+// N payloads whose full steps `kernel` decodes in lockstep, with the results and errors of N
+// rans_decode calls in order: each payload is started (a failed start finishes the ones before
+// it first, so that their own errors come first), kernel(states, end, symbols) returns the
+// element index all of them reached (0: declined), and each is finished in order from there.
+template <size_t N, typename Kernel>
+void decode_lockstep(const RansPayload* p, const DecodeTables* const* t, size_t dim,
+                     Kernel&& kernel) {
+  RansDecodeState st[N];
+  for (size_t k = 0; k < N; ++k) {
+    try {
+      st[k] = start_decode(p[k].payload, p[k].payload_offset, p[k].n_lanes);
+    } catch (const Error&) {
+      for (size_t j = 0; j < k; ++j) {
+        finish_decode(st[j], p[j].payload_offset, p[j].payload.size(), *t[j], dim, p[j].n_lanes, 0,
+                      p[j].symbols);
+      }
+      throw;
+    }
+  }
+  size_t end = p[0].symbols.size();
+  RansDecodeState* states[N];
+  uint8_t* symbols[N];
+  for (size_t k = 0; k < N; ++k) {
+    end = std::min(end, p[k].symbols.size());
+    states[k] = &st[k];
+    symbols[k] = p[k].symbols.data();
+  }
+  const size_t done = kernel(states, end, symbols);
+  for (size_t k = 0; k < N; ++k) {
+    finish_decode(st[k], p[k].payload_offset, p[k].payload.size(), *t[k], dim, p[k].n_lanes, done,
+                  p[k].symbols);
+  }
+}
+
 }  // namespace
 
 void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
@@ -220,28 +254,19 @@ void rans_decode(std::span<const uint8_t> payload, size_t payload_offset,
 
 void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPayload& b,
                       const DecodeTables& tb, size_t dim) {
-  RansDecodeState sa = start_decode(a.payload, a.payload_offset, a.n_lanes);
-  RansDecodeState sb;
-  try {
-    sb = start_decode(b.payload, b.payload_offset, b.n_lanes);
-  } catch (const Error&) {  // a's own error, if any, comes first
-    finish_decode(sa, a.payload_offset, a.payload.size(), ta, dim, a.n_lanes, 0, a.symbols);
-    throw;
-  }
-  const size_t end = std::min(a.symbols.size(), b.symbols.size());
-  size_t done = 0;
-  if (a.n_lanes == b.n_lanes) {
+  const RansPayload p[2] = {a, b};
+  const DecodeTables* const t[2] = {&ta, &tb};
+  decode_lockstep<2>(p, t, dim, [&](RansDecodeState* const* st, size_t end, uint8_t* const* out) {
+    if (a.n_lanes != b.n_lanes) return size_t{0};
     const SimdPath path = simd_path();
-    if (a.n_lanes == kMaxLanes && path == SimdPath::avx512) {
-      done = rans_decode_avx512_pair(sa, ta, sb, tb, dim, end, a.symbols.data(), b.symbols.data());
-    } else if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx512) {
-      done = rans_decode_avx512_pair8(sa, ta, sb, tb, dim, end, a.symbols.data(), b.symbols.data());
-    } else if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx2) {
-      done = rans_decode_avx2_pair8(sa, ta, sb, tb, dim, end, a.symbols.data(), b.symbols.data());
-    }
-  }
-  finish_decode(sa, a.payload_offset, a.payload.size(), ta, dim, a.n_lanes, done, a.symbols);
-  finish_decode(sb, b.payload_offset, b.payload.size(), tb, dim, b.n_lanes, done, b.symbols);
+    if (a.n_lanes == kMaxLanes && path == SimdPath::avx512)
+      return rans_decode_avx512_pair(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
+    if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx512)
+      return rans_decode_avx512_pair8(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
+    if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx2)
+      return rans_decode_avx2_pair8(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
+    return size_t{0};
+  });
 }
 
 void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeTables* const, 4> t,
@@ -260,29 +285,11 @@ void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeT
     rans_decode_pair(p[2], *t[2], p[3], *t[3], dim);
     return;
   }
-  RansDecodeState st[4];
-  for (size_t k = 0; k < 4; ++k) {
-    try {
-      st[k] = start_decode(p[k].payload, p[k].payload_offset, p[k].n_lanes);
-    } catch (const Error&) {  // the earlier payloads' own errors, if any, come first
-      for (size_t j = 0; j < k; ++j) {
-        finish_decode(st[j], p[j].payload_offset, p[j].payload.size(), *t[j], dim, p[j].n_lanes, 0,
-                      p[j].symbols);
-      }
-      throw;
-    }
-  }
-  size_t end = p[0].symbols.size();
-  for (const RansPayload& q : p) end = std::min(end, q.symbols.size());
-  RansDecodeState* const states[4] = {&st[0], &st[1], &st[2], &st[3]};
-  uint8_t* const out[4] = {p[0].symbols.data(), p[1].symbols.data(), p[2].symbols.data(),
-                           p[3].symbols.data()};
-  const size_t done = search ? rans_decode_avx512_quad8(states, t.data(), dim, end, out)
-                             : rans_decode_avx2_slots_quad8(states, t.data(), dim, end, out);
-  for (size_t k = 0; k < 4; ++k) {
-    finish_decode(st[k], p[k].payload_offset, p[k].payload.size(), *t[k], dim, p[k].n_lanes, done,
-                  p[k].symbols);
-  }
+  decode_lockstep<4>(p.data(), t.data(), dim,
+                     [&](RansDecodeState* const* st, size_t end, uint8_t* const* out) {
+                       return search ? rans_decode_avx512_quad8(st, t.data(), dim, end, out)
+                                     : rans_decode_avx2_slots_quad8(st, t.data(), dim, end, out);
+                     });
 }
 
 }  // namespace cachegen::detail

@@ -192,6 +192,17 @@ size_t decode_slots_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeS
                     });
 }
 
+// Renormalises 8 lanes with a mask compare and an expand: lanes below `low` take the next
+// words in lane order.
+inline __m256i renorm8(__m256i x, __m256i low, const uint16_t* words, size_t& cursor) {
+  const __mmask8 renorm = _mm256_cmplt_epu32_mask(x, low);
+  const __m256i w16 =
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + cursor)));
+  cursor += static_cast<size_t>(__builtin_popcount(renorm));
+  return _mm256_mask_mov_epi32(
+      x, renorm, _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_maskz_expand_epi32(renorm, w16)));
+}
+
 // The 8-lane search kernel with AVX-512VL masks: one ymm of states, renormalised by a mask
 // compare and an expand instead of AVX2's movemask and permutation table (a shorter chain).
 // The loops are rans_narrow_search.h's.
@@ -230,27 +241,11 @@ struct Search8Avx512 {
     x = _mm256_add_epi32(
         _mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, k.p)),
         _mm256_sub_epi32(slot, lo[0]));
-    const __mmask8 renorm = _mm256_cmplt_epu32_mask(x, k.low);
-    const __m256i w16 =
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + cursor)));
-    x = _mm256_mask_mov_epi32(
-        x, renorm,
-        _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_maskz_expand_epi32(renorm, w16)));
-    cursor += static_cast<size_t>(__builtin_popcount(renorm));
+    x = renorm8(x, k.low, words, cursor);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_cvtepi32_epi8(sym));
     return x;
   }
 };
-
-// Renormalises 8 lanes (Search8Avx512's renormalisation).
-inline __m256i renorm8(__m256i x, __m256i low, const uint16_t* words, size_t& cursor) {
-  const __mmask8 renorm = _mm256_cmplt_epu32_mask(x, low);
-  const __m256i w16 =
-      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + cursor)));
-  cursor += static_cast<size_t>(__builtin_popcount(renorm));
-  return _mm256_mask_mov_epi32(
-      x, renorm, _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_maskz_expand_epi32(renorm, w16)));
-}
 
 // Four 8-lane search payloads in lockstep, two per ymm: a pair's slots packed as 16 u16 (the
 // first payload's lane l in the low half of 32-bit lane l, the second's in the high half), as
