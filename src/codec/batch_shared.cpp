@@ -269,7 +269,11 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
       fn(it.index, h, codes);
     }
   };
-  parallel_for(runs, [&](size_t r) {
+  // Errors as a sequential decode reports them: each run stops at its first failing slice, and
+  // the first failing run's error is thrown (parallel_for would rethrow whichever came first: a
+  // damaged shared model fails every run).
+  std::vector<std::exception_ptr> errors(runs);
+  const auto run = [&](size_t r) {
     const size_t s0 = r * n_items / runs, s1 = (r + 1) * n_items / runs;
     uint8_t* first = scratch_bytes(std::min<size_t>(s1 - s0, 4) * slice_elements);
     uint8_t* second = first + slice_elements;
@@ -300,7 +304,16 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
         i += 1;
       }
     }
+  };
+  parallel_for(runs, [&](size_t r) {
+    try {
+      run(r);
+    } catch (...) {
+      errors[r] = std::current_exception();
+    }
   });
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 template <typename Fn>
