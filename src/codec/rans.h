@@ -70,9 +70,15 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
 // f <= 2^12, x / f lies at least 1 / (2f) from the next integer once 1/2 is added to x, far
 // more than the error of (x + 1/2) * inv_freq (below 2^-19), so truncating that product
 // gives floor(x / f) exactly.
+// The 8-lane encoder's entries (narrow) are 64-bit: m - 2^32 | f << 32 | start << 45 | L << 58
+// with L = ceil(log2 f) and m = ceil(2^(32+L) / f), so 2^32 <= m < 2^33. After
+// renormalisation x < f * 2^(32-p), and with e = m * f - 2^(32+L) < f, x * e < f^2 * 2^(32-p)
+// <= 2^(32+L) (as L <= p): floor(x * m / 2^(32+L)) = floor(x / f), computed as
+// ((x * (m - 2^32)) >> 32) + x, shifted right by L (floors nest).
 struct RansEncodeTables {
   const uint32_t* packed = nullptr;
   const double* inv_freq = nullptr;
+  const uint64_t* narrow = nullptr;
   int n_syms = 0;
   int precision = 0;
 };
@@ -81,6 +87,9 @@ struct RansEncodeTables {
 // steps and bytes as the scalar encoder.
 size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
                           uint32_t* x, uint16_t* words, size_t w_pos);
+// The same for an 8-lane payload (end a multiple of 8, states x[8]).
+size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
+                                 size_t end, uint32_t* x, uint16_t* words, size_t w_pos);
 
 // Decodes n symbols from `payload` (states + words, exactly as rans_encode wrote them; any
 // other length or a final state other than kRansLow is corrupt_input). `payload_offset` is

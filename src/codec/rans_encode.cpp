@@ -1,10 +1,12 @@
 // Scalar rANS encoder. There is one encoder for every SIMD path: decoders must match its
 // bytes, so the output is path-independent by construction.
+#include <bit>
 #include <cstring>
 #include <memory>
 
 #include "cachegen/runtime.h"
 #include "codec/rans.h"
+#include "codec/rans_lane_pattern.h"
 #include "codec/scratch.h"
 #include "core/wire.h"
 
@@ -57,10 +59,12 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
       reinterpret_cast<uint16_t*>(scratch_bytes((n + 1) * sizeof(uint16_t), Scratch::rans_words));
   const size_t words_end = n + 1;
   size_t w_pos = words_end;
-  // 32-lane payloads: the AVX-512 encoder takes every full step of 32 elements; the scalar
-  // loop below codes the partial step at the end (coded first).
-  const bool simd = n_lanes == kMaxLanes && n >= kMaxLanes && simd_path() == SimdPath::avx512;
-  const size_t scalar_end = simd ? n - n % kMaxLanes : 0;
+  // 32- and 8-lane payloads: an AVX-512 encoder takes every full step of n_lanes elements;
+  // the scalar loop below codes the partial step at the end (coded first).
+  const auto lanes = static_cast<size_t>(n_lanes);
+  const bool simd = (lanes == kMaxLanes || lanes == kNarrowLanes) && n >= lanes &&
+                    simd_path() == SimdPath::avx512;
+  const size_t scalar_end = simd ? n - n % lanes : 0;
   size_t lane = n == 0 ? 0 : (n - 1) % static_cast<size_t>(n_lanes);
   size_t channel = n == 0 ? 0 : (n - 1) % dim;
   for (size_t i = n; i-- > scalar_end;) {
@@ -77,7 +81,7 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     lane = lane == 0 ? static_cast<size_t>(n_lanes) - 1 : lane - 1;
     channel = channel == 0 ? dim - 1 : channel - 1;
   }
-  if (simd) {
+  if (simd && lanes == kMaxLanes) {
     std::vector<uint32_t> packed(table.size());
     std::vector<double> inv_freq(table.size());
     for (size_t i = 0; i < table.size(); ++i) {
@@ -85,8 +89,21 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
       packed[i] = f | (table[i].bias << 16);
       inv_freq[i] = table[i].rcp == 0 ? 0.0 : 1.0 / static_cast<double>(f);
     }
-    const RansEncodeTables t{packed.data(), inv_freq.data(), static_cast<int>(n_syms), precision};
+    const RansEncodeTables t{packed.data(), inv_freq.data(), nullptr, static_cast<int>(n_syms),
+                             precision};
     w_pos = rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words, w_pos);
+  } else if (simd) {
+    std::vector<uint64_t> narrow(table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (table[i].rcp == 0) continue;  // absent: never coded
+      const uint32_t f = (1u << precision) - table[i].cmpl;
+      const int L = std::bit_width(f - 1);
+      const uint64_t m = ((uint64_t{1} << (32 + L)) + f - 1) / f;
+      narrow[i] = (m - (uint64_t{1} << 32)) | uint64_t{f} << 32 | uint64_t{table[i].bias} << 45 |
+                  uint64_t(L) << 58;
+    }
+    const RansEncodeTables t{nullptr, nullptr, narrow.data(), static_cast<int>(n_syms), precision};
+    w_pos = rans_encode_avx512_lanes8(t, symbols.data(), dim, scalar_end, x, words, w_pos);
   }
   const size_t n_words = words_end - w_pos;
   const size_t at = out.size();

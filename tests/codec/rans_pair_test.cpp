@@ -1,9 +1,12 @@
-// rans_decode_pair with two payloads of their own tables (a layer's K and V decoded together):
-// every lane count, alphabet and SIMD path decodes both exactly as two rans_decode calls, and a
-// damaged payload fails as rans_decode fails on it. (Batch-level callers fall back to one batch
-// at a time after any error, which would hide a wrong lockstep kernel; this test would not.)
+// The rANS kernels below the stream level. rans_encode writes the same bytes on every SIMD
+// path, for every lane count, precision mix and frequency (1 .. 2^12). rans_decode_pair with
+// two payloads of their own tables (a layer's K and V decoded together): every lane count,
+// alphabet and SIMD path decodes both exactly as two rans_decode calls, and a damaged payload
+// fails as rans_decode fails on it. (Batch-level callers fall back to one batch at a time after
+// any error, which would hide a wrong lockstep kernel; this test would not.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -62,6 +65,50 @@ std::string outcome(const std::function<void()>& f) {
   } catch (const Error& e) {
     return std::string(error_code_name(e.code())) + " " + e.what();
   }
+}
+
+TEST(RansEncode, EveryPathWritesTheScalarBytes) {
+  struct Case {
+    size_t dim, n;
+    int bits, lanes;
+  };
+  // Full steps only, a partial step at the end (coded first by the scalar loop), one step,
+  // periods 1, 3 and 33 against 8 and 32 lanes.
+  const Case cases[] = {{8, 8192, 3, 8}, {24, 7205, 4, 8}, {33, 4099, 2, 8},    {8, 8, 1, 8},
+                        {1, 9000, 5, 8}, {8, 7, 3, 8},     {128, 32768, 3, 32}, {33, 16411, 4, 32},
+                        {8, 2000, 3, 4}, {100, 300, 6, 1}};
+  uint32_t seed = 500;
+  for (const Case& c : cases) {
+    // Channels at their own precisions, one with a single symbol at t = 0 (frequency 2^p
+    // after scaling: never renormalises) and one whose rare symbols have frequency 1 at p = 12.
+    std::vector<ChannelTable> tables;
+    for (size_t ch = 0; ch < c.dim; ++ch) {
+      const int t = ch % 5 == 1 ? 0 : c.bits + static_cast<int>((seed + ch) % (13 - c.bits));
+      auto one = random_tables(1, t == 0 ? 0 : c.bits, t, seed + static_cast<uint32_t>(ch));
+      one[0].freq.resize(size_t{1} << c.bits, 0);
+      one[0].cum.resize(size_t{1} << c.bits, static_cast<uint16_t>(1u << t));
+      tables.push_back(one[0]);
+    }
+    ++seed;
+    const auto symbols = draw(tables, c.n, seed++);
+    int precision = 0;
+    for (const auto& ch : tables) precision = std::max(precision, ch.t);
+    SCOPED_TRACE("dim " + std::to_string(c.dim) + " n " + std::to_string(c.n) + " lanes " +
+                 std::to_string(c.lanes));
+    std::vector<uint8_t> reference;
+    for (SimdPath p : test::supported_simd_paths()) {
+      set_simd_path(p);
+      std::vector<uint8_t> bytes = {0xaa};  // appended to, not replaced
+      rans_encode(symbols, c.dim, tables, precision, c.lanes, bytes);
+      if (reference.empty()) reference = bytes;
+      EXPECT_EQ(bytes, reference) << simd_path_name(p);
+    }
+    std::vector<uint8_t> back(c.n);
+    const std::span<const uint8_t> payload(reference.data() + 1, reference.size() - 1);
+    rans_decode(payload, 0, build_decode_tables(tables, precision), c.dim, c.lanes, back);
+    EXPECT_EQ(back, symbols);
+  }
+  set_simd_path(best_supported_simd_path());
 }
 
 TEST(RansPair, TwoTablesDecodeAsTwoSingleCalls) {
