@@ -98,19 +98,48 @@ struct ByteHistograms {
   uint64_t low[256] = {};
   ByteHistograms(std::span<const Half> rows, size_t width_)
       : width(width_), n_rows(rows.size() / width_), high(width_ * 256, 0) {
-    // Four low-byte tables in turn, so that repeats of a byte do not wait on one counter.
+    // Four low-byte tables in turn, so that repeats of a byte do not wait on one counter;
+    // channels in blocks of 16, whose high-byte tables (16 KB) stay in L1 (one table of 64..128
+    // channels, 64..128 KB, missed it on most values).
     std::vector<uint64_t> low4(4 * 256, 0);
-    for (size_t i = 0; i < rows.size(); i += width) {
-      for (size_t c = 0; c < width; ++c) {
-        const uint16_t b = rows[i + c].bits;
-        ++high[c * 256 + (b >> 8)];
-        ++low4[(c & 3) * 256 + (b & 0xff)];
+    for (size_t c0 = 0; c0 < width; c0 += 16) {
+      const size_t c1 = std::min(width, c0 + 16);
+      for (size_t i = 0; i < rows.size(); i += width) {
+        for (size_t c = c0; c < c1; ++c) {
+          const uint16_t b = rows[i + c].bits;
+          ++high[c * 256 + (b >> 8)];
+          ++low4[(c & 3) * 256 + (b & 0xff)];
+        }
       }
     }
     for (size_t v = 0; v < 256; ++v)
       low[v] = low4[v] + low4[256 + v] + low4[512 + v] + low4[768 + v];
   }
 };
+
+// log2(n) of a count: std::log2's values from a table below 4097 (log2 calls were a tenth of a
+// lossless encode), std::log2 past them.
+// (Callers hold the table: a function-local static's guard per value cost more than log2.)
+struct Log2Table {
+  std::vector<double> t;
+  double operator()(uint64_t n) const {
+    return n < t.size() ? t[n] : std::log2(static_cast<double>(n));
+  }
+};
+const Log2Table& log2_counts() {
+  static const Log2Table table{[] {
+    std::vector<double> t(4097, 0.0);
+    for (size_t k = 1; k < t.size(); ++k) t[k] = std::log2(static_cast<double>(k));
+    return t;
+  }()};
+  return table;
+}
+
+// Bits of n occurrences of a symbol among `total` (log2_total = log2(total)) at its empirical
+// probability, plus ~6 bits to list the symbol.
+double symbol_bits(const Log2Table& lg, uint64_t n, double log2_total) {
+  return n ? 6 + static_cast<double>(n) * (log2_total - lg(n)) : 0.0;
+}
 
 // Estimated bits of the anchored high bytes under one pooled table and under a table per channel
 // (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried where it
@@ -119,22 +148,19 @@ struct ByteHistograms {
 bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> anchor) {
   std::vector<uint32_t> pooled(256, 0);
   double per_channel = 0;
+  const Log2Table& lg = log2_counts();
+  const double log2_rows = lg(h.n_rows);  // each channel's histogram sums to n_rows
   for (size_t c = 0; c < h.width; ++c) {
     const uint32_t* high = h.high.data() + c * 256;
-    double total = 0, bits = 0;
-    for (unsigned b = 0; b < 256; ++b) total += high[b];
     for (unsigned s = 0; s < 256; ++s) {
       const uint32_t n = high[high_byte(s, anchor[c])];
       pooled[s] += n;
-      if (n) bits += 6 - static_cast<double>(n) * std::log2(static_cast<double>(n) / total);
+      per_channel += symbol_bits(lg, n, log2_rows);
     }
-    per_channel += bits;
   }
-  double total = 0, pooled_bits = 0;
-  for (const uint32_t n : pooled) total += n;
-  for (const uint32_t n : pooled) {
-    if (n) pooled_bits += 6 - static_cast<double>(n) * std::log2(static_cast<double>(n) / total);
-  }
+  double pooled_bits = 0;
+  const double log2_all = lg(uint64_t{h.n_rows} * h.width);
+  for (const uint32_t n : pooled) pooled_bits += symbol_bits(lg, n, log2_all);
   return per_channel < pooled_bits;
 }
 
@@ -154,11 +180,11 @@ std::vector<uint8_t> channel_anchors(const ByteHistograms& h) {
 // Pooled entropy (bits per byte) of the low bytes.
 double low_byte_entropy(const ByteHistograms& h) {
   double bits = 0;
-  const double n = static_cast<double>(h.n_rows * h.width);
-  for (const uint64_t c : h.low) {
-    if (c) bits -= static_cast<double>(c) * std::log2(static_cast<double>(c) / n);
-  }
-  return bits / n;
+  const uint64_t n = uint64_t{h.n_rows} * h.width;
+  const Log2Table& lg = log2_counts();
+  const double log2_n = lg(n);
+  for (const uint64_t c : h.low) bits += static_cast<double>(c) * (log2_n - lg(c));
+  return bits / static_cast<double>(n);
 }
 
 // Rotated rows (method 2): a row predicted as an earlier row rotated, pair by pair, by the angle
@@ -249,17 +275,8 @@ double rotation_cost(const Rotation& rot, const Half* row, const Half* src, size
                      uint64_t delta, std::vector<Half>& pred) {
   rotate_row(rot, src, width, delta, pred.data());
   double bits = 0;
-  // log2(1 + z) from a table of the small residuals (the same values std::log2 gives: the
-  // table is filled by it), std::log2 past them; it was 7% of a lossless encode.
-  static const std::vector<double> kLog2 = [] {
-    std::vector<double> t(4096);
-    for (size_t z = 0; z < t.size(); ++z) t[z] = std::log2(1.0 + static_cast<double>(z));
-    return t;
-  }();
-  for (size_t j = 0; j < width; ++j) {
-    const uint16_t z = residual_of(row[j], pred[j]);
-    bits += z < kLog2.size() ? kLog2[z] : std::log2(1.0 + z);
-  }
+  const Log2Table& lg = log2_counts();
+  for (size_t j = 0; j < width; ++j) bits += lg(1u + residual_of(row[j], pred[j]));
   return bits;
 }
 
@@ -390,9 +407,9 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
     low_form = low.size() < distinct.size() ? kLowStream : kLowRaw;
   }
   if (low_form == kLowRaw) {
-    low.clear();
-    low.reserve(distinct.size());
-    for (const Half h : distinct) low.push_back(static_cast<uint8_t>(h.bits));
+    std::vector<uint8_t> raw(distinct.size());  // a plain loop, not push_back: it vectorises
+    for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint8_t>(distinct[i].bits);
+    low.swap(raw);
   }
   w.u8(low_form);
   const std::vector<uint8_t> anchor = channel_anchors(stats);

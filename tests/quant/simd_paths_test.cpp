@@ -2,6 +2,7 @@
 // is the reference twin).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -100,6 +101,39 @@ TEST(SimdPaths, FloatToHalfKernelsMatchFloatToHalf) {
       uint32_t u;
       std::memcpy(&u, &in[i], 4);
       ASSERT_EQ(got[i], want[i]) << "input bits " << std::hex << u;
+    }
+  }
+}
+
+// channel_histograms against a count of every value, on every path, for shapes that take each
+// of its branches (small alphabets in byte blocks, one channel in eight tables, two or three
+// channels in four, wide tables in L1-sized channel blocks, the row-by-row tail), with skewed
+// symbols (runs of one symbol stress the tables' interleaving) and counts added to nonzero ones.
+TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
+  std::vector<const detail::QuantKernels*> tables = {&detail::quant_kernels_scalar()};
+  if (static_cast<int>(best_supported_simd_path()) >= 1)
+    tables.push_back(&detail::quant_kernels_avx2());
+  if (best_supported_simd_path() == SimdPath::avx512)
+    tables.push_back(&detail::quant_kernels_avx512());
+  std::mt19937 rng(7);
+  for (const size_t n_syms : {2u, 16u, 64u, 256u}) {
+    for (const size_t dim : {1u, 2u, 3u, 8u, 17u, 64u, 128u, 200u}) {
+      for (const size_t rows : {0u, 5u, 63u, 64u, 71u, 300u, 1100u}) {
+        std::vector<uint8_t> sym(rows * dim);
+        std::geometric_distribution<int> skew(0.3);
+        for (uint8_t& v : sym) v = static_cast<uint8_t>(std::min<size_t>(skew(rng), n_syms - 1));
+        std::vector<uint32_t> want(dim * n_syms);
+        for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint32_t>(i % 5);
+        const std::vector<uint32_t> start = want;
+        for (size_t r = 0; r < rows; ++r) {
+          for (size_t c = 0; c < dim; ++c) ++want[c * n_syms + sym[r * dim + c]];
+        }
+        for (const detail::QuantKernels* k : tables) {
+          std::vector<uint32_t> got = start;
+          k->channel_histograms(sym.data(), rows, dim, n_syms, got.data());
+          ASSERT_EQ(got, want) << "n_syms " << n_syms << " dim " << dim << " rows " << rows;
+        }
+      }
     }
   }
 }
