@@ -60,6 +60,16 @@ std::vector<uint8_t> planes_zstd(std::span<const Half> values, int zstd_level) {
 // The 8-bit symbols symbol(value, c) of rows of `width` values (c = the value's position in its
 // row) as a code stream of `dim` channels (width, or 1 for one pooled table), unit parameters
 // (they are unused).
+// (Restrict pointers: a byte store may alias anything, so without them every symbol reloaded
+// its inputs and the loop stayed scalar.)
+template <class Symbol>
+void fill_symbols(const Half* __restrict values, size_t n, size_t width, Symbol symbol,
+                  uint8_t* __restrict codes) {
+  for (size_t i = 0; i < n; i += width) {
+    for (size_t c = 0; c < width; ++c) codes[i + c] = symbol(values[i + c], c);
+  }
+}
+
 template <class Symbol>
 CodeStream plane_stream(std::span<const Half> values, size_t width, size_t dim, Symbol symbol) {
   CodeStream s;
@@ -69,9 +79,7 @@ CodeStream plane_stream(std::span<const Half> values, size_t width, size_t dim, 
   s.group_size = s.n_rows < kMaxGroupSize ? s.n_rows : kMaxGroupSize;
   const size_t padded = s.n_groups() * s.group_size;
   s.codes.resize(padded * dim);
-  for (size_t i = 0; i < values.size(); i += width) {
-    for (size_t c = 0; c < width; ++c) s.codes[i + c] = symbol(values[i + c], c);
-  }
+  fill_symbols(values.data(), values.size(), width, symbol, s.codes.data());
   for (size_t i = values.size(); i < s.codes.size(); ++i) s.codes[i] = s.codes[i - dim];
   s.scale.assign(s.n_groups() * dim, 1.0f);
   s.zero.assign(s.n_groups() * dim, 0.0f);
@@ -413,7 +421,7 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   }
   w.u8(low_form);
   const std::vector<uint8_t> anchor = channel_anchors(stats);
-  const auto symbol = [&anchor](Half h, size_t c) { return high_symbol(h, anchor[c]); };
+  const auto symbol = [a = anchor.data()](Half h, size_t c) { return high_symbol(h, a[c]); };
   // One table for the tensor, unless a table per channel is smaller (channels whose anchored
   // shapes differ, as in synthetic data; real KV picks the pooled table).
   std::vector<uint8_t> hi = encode(plane_stream(distinct, width, 1, symbol));
