@@ -114,6 +114,19 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
     const uint8_t* in = codes + r * dim;
     uint16_t* o = out + r * dim;
     size_t c = 0;
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
+    // The same operations 16 wide (a fifth of a 64-wide head's fp16 decode ran 8 wide).
+    for (; c + 16 <= dim; c += 16) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c));
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+      __m512 y =
+          _mm512_add_ps(_mm512_mul_ps(f, _mm512_loadu_ps(scale + c)), _mm512_loadu_ps(zero + c));
+      y = _mm512_min_ps(y, _mm512_set1_ps(kHalfMax));
+      y = _mm512_max_ps(y, _mm512_set1_ps(-kHalfMax));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c),
+                          _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+#endif
 #if defined(CACHEGEN_HAVE_F16C)
     for (; c + 8 <= dim; c += 8) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + c));
