@@ -1,6 +1,7 @@
 #include "codec/params_codec.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -299,8 +300,16 @@ void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const Compac
 }
 
 void check_decoded_params(std::span<const float> scale, std::span<const float> zero) {
+  // One pass without branches (comparisons, false on NaN, OR-ed into a word: it vectorises),
+  // then the first bad parameter's index only when there is one.
+  const auto good = [&](size_t i) {
+    return (scale[i] > 0) & (scale[i] <= FLT_MAX) & (std::fabs(zero[i]) <= FLT_MAX);
+  };
+  uint32_t bad = 0;
+  for (size_t i = 0; i < scale.size(); ++i) bad |= static_cast<uint32_t>(!good(i));
+  if (bad == 0) return;
   for (size_t i = 0; i < scale.size(); ++i) {
-    if (!(scale[i] > 0) || !std::isfinite(scale[i]) || !std::isfinite(zero[i])) {
+    if (!good(i)) {
       fail(ErrorCode::corrupt_input,
            "codec stream: parameter " + std::to_string(i) + " is not finite or has scale <= 0");
     }

@@ -12,6 +12,7 @@
 // Readers and writers are cheap value types; not thread-safe (one per parse).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,19 @@ inline uint64_t load_le(const uint8_t* p, int n) noexcept {
   uint64_t v = 0;
   for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
+}
+// n 32-bit little-endian words at p into out (a float or uint32_t array): a copy on
+// little-endian hosts (a word at a time from bytes did not vectorise).
+inline void load_le32_array(const uint8_t* p, void* out, size_t n) noexcept {
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n) std::memcpy(out, p, n * 4);
+  } else {
+    auto* o = static_cast<uint8_t*>(out);
+    for (size_t i = 0; i < n; ++i) {
+      const auto v = static_cast<uint32_t>(load_le(p + 4 * i, 4));
+      std::memcpy(o + 4 * i, &v, 4);
+    }
+  }
 }
 inline void store_le(uint8_t* p, uint64_t v, int n) noexcept {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));

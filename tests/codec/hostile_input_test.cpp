@@ -2,6 +2,11 @@
 // inputs end in a cachegen::Error or a valid stream, never a crash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
 #include "cachegen/runtime.h"
@@ -214,6 +219,42 @@ TEST(CodecHostile, HugeCompactResidualIsCorruptInput) {
     }
   }
   set_simd_path(best_supported_simd_path());
+}
+
+// A stream whose fp32 parameters decode to a scale <= 0, an infinite or NaN scale or zero is
+// corrupt_input naming the parameter, wherever it sits (first, middle or last of its block).
+TEST(CodecHostile, NonFiniteOrNonPositiveParametersAreCorruptInput) {
+  const auto x = test::random_walk(100, 8, 0.1f, 11);
+  const CodeStream s = quantize_to_codes(x, 100, 8, 4, 32);
+  const std::vector<uint8_t> good = encode(s);  // fp32 params: random scales fit nothing less
+  const auto find = [&](float v) {
+    uint8_t b[4];
+    std::memcpy(b, &v, 4);  // the test host is little-endian, as the format
+    const auto it = std::search(good.begin(), good.end(), b, b + 4);
+    EXPECT_NE(it, good.end());
+    return static_cast<size_t>(it - good.begin());
+  };
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float bad_values[] = {0.0f, -1.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN()};
+  for (const bool zero : {false, true}) {
+    const std::vector<float>& params = zero ? s.zero : s.scale;
+    for (const size_t i : {size_t{0}, params.size() / 2, params.size() - 1}) {
+      const size_t at = find(params[i]);
+      for (const float v : bad_values) {
+        if (zero && (v == 0.0f || v == -1.0f)) continue;  // fine zeros
+        std::vector<uint8_t> bad = good;
+        std::memcpy(bad.data() + at, &v, 4);
+        try {
+          (void)decode(bad);
+          ADD_FAILURE() << (zero ? "zero " : "scale ") << i << " = " << v << " accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::corrupt_input) << e.what();
+          EXPECT_NE(std::string(e.what()).find("parameter"), std::string::npos) << e.what();
+        }
+      }
+    }
+  }
+  EXPECT_NO_THROW((void)decode(good));
 }
 
 }  // namespace
