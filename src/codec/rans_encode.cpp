@@ -97,8 +97,10 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     for (size_t i = 0; i < table.size(); ++i) {
       if (table[i].rcp == 0) continue;  // absent: never coded
       const uint32_t f = (1u << precision) - table[i].cmpl;
+      // m = ceil(2^(32+L) / f) from rcp = ceil(2^44 / f): ceilings of divisions nest.
       const int L = std::bit_width(f - 1);
-      const uint64_t m = ((uint64_t{1} << (32 + L)) + f - 1) / f;
+      const int down = 12 - L;
+      const uint64_t m = (table[i].rcp + (uint64_t{1} << down) - 1) >> down;
       narrow[i] = (m - (uint64_t{1} << 32)) | uint64_t{f} << 32 | uint64_t{table[i].bias} << 45 |
                   uint64_t(L) << 58;
     }

@@ -10,18 +10,6 @@
 
 namespace cachegen::detail {
 
-namespace {
-
-// Keeps a down-converted vector in a register, so that the masked store after it stays a
-// vmovdqu16: compilers fold the pair into a masked vpmov*w to memory, which Zen 4 runs as
-// microcode (on stories260K's file encode that store was a fifth of the 8-lane kernel).
-template <typename V>
-inline void keep_in_register(V& v) {
-  asm("" : "+v"(v));
-}
-
-}  // namespace
-
 size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
                           uint32_t* x, uint16_t* words, size_t w_pos) {
   const __m512i dim_v = _mm512_set1_epi32(static_cast<int>(dim));
@@ -52,8 +40,7 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
       // Renormalise: x >= f << (32 - p) emits the low 16 bits and shifts them out.
       const __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(xs, renorm_shift), f);
       const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
-      __m256i packed = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, xs));
-      keep_in_register(packed);
+      const __m256i packed = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, xs));
       w_pos -= static_cast<size_t>(n_emit);
       _mm256_mask_storeu_epi16(words + w_pos, static_cast<__mmask16>((1u << n_emit) - 1), packed);
       xs = _mm512_mask_srli_epi32(xs, emit, xs, 16);
@@ -112,8 +99,7 @@ size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbo
     const __m512i bias = _mm512_and_si512(_mm512_srli_epi64(e, 45), mask12);
     const __mmask8 emit = _mm512_cmpge_epu64_mask(xs, _mm512_sll_epi64(f, renorm_shift));
     const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
-    __m128i packed = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, xs));
-    keep_in_register(packed);
+    const __m128i packed = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, xs));
     w_pos -= static_cast<size_t>(n_emit);
     _mm_mask_storeu_epi16(words + w_pos, static_cast<__mmask8>((1u << n_emit) - 1), packed);
     xs = _mm512_mask_srli_epi64(xs, emit, xs, 16);
