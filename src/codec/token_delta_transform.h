@@ -14,8 +14,11 @@
 
 namespace cachegen::detail {
 
-uint8_t boundary_prediction(uint8_t prev_code, float prev_scale, float prev_zero, float scale,
-                            float zero, int bits);
+// pred[c] for a group's first row from the previous row's codes, for channels 0..dim-1 (the
+// parameter pointers at channel 0 of the previous and the new group).
+void boundary_predictions(const uint8_t* prev_codes, const float* prev_scale,
+                          const float* prev_zero, const float* scale, const float* zero, int bits,
+                          size_t dim, uint8_t* pred);
 
 // codes/symbols: [n_rows, dim] real rows. scale/zero: [n_groups, dim].
 void compute_delta_symbols(const uint8_t* codes, size_t n_rows, size_t dim, int bits,
@@ -27,5 +30,11 @@ void compute_delta_symbols(const uint8_t* codes, size_t n_rows, size_t dim, int 
 void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bits,
                       size_t group_size, std::span<const float> scale, std::span<const float> zero,
                       const uint8_t* is_delta, uint8_t* codes);
+
+// The AVX-512 path of symbols_to_codes (token_delta_transform_avx512.cpp): the same bytes;
+// keep[c] is 0xff for delta channels and 0 for raw ones.
+void symbols_to_codes_avx512(const uint8_t* symbols, size_t n_rows, size_t dim, int bits,
+                             size_t group_size, std::span<const float> scale,
+                             std::span<const float> zero, const uint8_t* keep, uint8_t* codes);
 
 }  // namespace cachegen::detail

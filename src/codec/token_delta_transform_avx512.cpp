@@ -1,0 +1,154 @@
+// AVX-512 twin of symbols_to_codes (token_delta_transform.cpp): the same bytes, 64 channels or
+// 64 / dim rows per vector, with a group's boundary predictions made from the running sums in
+// registers (a store of the last row and a reload of it would stall on store forwarding).
+// Compiled with -mavx512f/bw/vl; only called when cachegen::simd_path() says the CPU has them.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "codec/token_delta_transform.h"
+
+namespace cachegen::detail {
+namespace {
+
+inline __mmask64 first_bytes(size_t n) {
+  return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+}
+
+// boundary_predictions of 16 channels (lanes) from their previous codes (bytes): p points at the
+// channels' parameters of the new group, p - dim at the previous group's. Lanes off `lanes`
+// divide 0 by 1.
+struct Params {
+  const float* scale;
+  const float* zero;
+  size_t dim;
+  __m512 top;
+};
+inline __m128i predict16(__m128i prev, const Params& k, size_t i, __mmask16 lanes) {
+  const __m512 code = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(prev));
+  const __m512 value =
+      _mm512_add_ps(_mm512_mul_ps(code, _mm512_maskz_loadu_ps(lanes, k.scale + i - k.dim)),
+                    _mm512_maskz_loadu_ps(lanes, k.zero + i - k.dim));
+  __m512 q = _mm512_div_ps(_mm512_sub_ps(value, _mm512_maskz_loadu_ps(lanes, k.zero + i)),
+                           _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), lanes, k.scale + i));
+  q = _mm512_min_ps(_mm512_max_ps(q, _mm512_setzero_ps()), k.top);  // max(NaN, 0) is 0
+  const __m512 magic = _mm512_set1_ps(12582912.0f);                 // round half to even
+  q = _mm512_sub_ps(_mm512_add_ps(q, magic), magic);
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));
+}
+
+// Rows of Q qwords (Q = 1, 2, 4): 8 / Q rows per vector. Their running sum is a prefix sum
+// across the vector's rows (log2(8 / Q) shifts by whole rows, each with an add) plus the
+// previous vector's last row, broadcast: one add and one permute on the chain per vector.
+template <int Q>
+void packed_rows(const uint8_t* in, size_t n_rows, size_t group_size, const Params& k,
+                 const uint8_t* keep, int bits, uint8_t* out) {
+  constexpr size_t kDim = 8 * Q, kRows = 8 / Q;
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
+  __m512i kk;
+  if constexpr (Q == 1) {
+    uint64_t keep8;
+    std::memcpy(&keep8, keep, 8);
+    kk = _mm512_set1_epi64(static_cast<long long>(keep8));
+  } else if constexpr (Q == 2) {
+    kk = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keep)));
+  } else {
+    kk = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(keep)));
+  }
+  // The last row's qwords, repeated: qword 8 - Q + i % Q.
+  const __m512i last = _mm512_set_epi64(7, 7 - 1 % Q, 7 - 2 % Q, 7 - 3 % Q, 7 - 4 % Q, 7 - 5 % Q,
+                                        7 - 6 % Q, 7 - 7 % Q);
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i carry = _mm512_and_si512(_mm512_set1_epi8(static_cast<char>(1u << (bits - 1))), kk);
+  for (size_t row0 = 0; row0 < n_rows; row0 += group_size) {
+    if (row0 > 0) {
+      // carry holds the previous row's running sums, repeated: the delta channels' codes.
+      const __m512i prev = _mm512_and_si512(carry, mask);
+      const size_t i = row0 / group_size * kDim;
+      __m512i pred;
+      if constexpr (Q == 1) {
+        pred = _mm512_broadcastq_epi64(predict16(_mm512_castsi512_si128(prev), k, i, 0xff));
+      } else if constexpr (Q == 2) {
+        pred = _mm512_broadcast_i32x4(predict16(_mm512_castsi512_si128(prev), k, i, 0xffff));
+      } else {
+        const __m128i lo = predict16(_mm512_castsi512_si128(prev), k, i, 0xffff);
+        const __m128i hi = predict16(_mm512_extracti32x4_epi32(prev, 1), k, i + 16, 0xffff);
+        pred = _mm512_broadcast_i64x4(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+      }
+      carry = _mm512_and_si512(pred, kk);
+    }
+    const size_t end = std::min(n_rows, row0 + group_size);
+    for (size_t t = row0; t < end; t += kRows) {
+      const __mmask64 lanes = first_bytes((end - t) * kDim);
+      const __m512i v = _mm512_maskz_loadu_epi8(lanes, in + t * kDim);
+      __m512i d = _mm512_and_si512(v, kk);
+      if constexpr (Q == 1) d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 7));
+      if constexpr (Q <= 2) d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 6));
+      d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 4));
+      const __m512i acc = _mm512_add_epi8(carry, d);
+      const __m512i code = _mm512_and_si512(_mm512_add_epi8(acc, _mm512_andnot_si512(kk, v)), mask);
+      _mm512_mask_storeu_epi8(out + t * kDim, lanes, code);
+      // Rows past `end` added nothing: the broadcast row is the group's last.
+      carry = _mm512_permutexvar_epi64(last, acc);
+    }
+  }
+}
+
+// Any other width: 64 channels at a time, row by row (one add per row on the chain).
+void column_rows(const uint8_t* in, size_t n_rows, size_t group_size, const Params& k,
+                 const uint8_t* keep, int bits, uint8_t* out) {
+  const size_t dim = k.dim;
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
+  for (size_t c = 0; c < dim; c += 64) {
+    const size_t w = std::min<size_t>(64, dim - c);
+    const __mmask64 lanes = first_bytes(w);
+    const __m512i kk = _mm512_maskz_loadu_epi8(lanes, keep + c);
+    __m512i acc = _mm512_and_si512(_mm512_set1_epi8(static_cast<char>(1u << (bits - 1))), kk);
+    for (size_t row0 = 0; row0 < n_rows; row0 += group_size) {
+      if (row0 > 0) {
+        const __m512i prev = _mm512_and_si512(acc, mask);
+        const size_t i = row0 / group_size * dim + c;
+        auto quarter = [&](__m128i p, size_t j) {
+          const size_t n = w > 16 * j ? std::min<size_t>(16, w - 16 * j) : 0;
+          return n == 0 ? _mm_setzero_si128()
+                        : predict16(p, k, i + 16 * j, static_cast<__mmask16>((1u << n) - 1));
+        };
+        __m512i pred = _mm512_castsi128_si512(quarter(_mm512_castsi512_si128(prev), 0));
+        pred = _mm512_inserti32x4(pred, quarter(_mm512_extracti32x4_epi32(prev, 1), 1), 1);
+        pred = _mm512_inserti32x4(pred, quarter(_mm512_extracti32x4_epi32(prev, 2), 2), 2);
+        pred = _mm512_inserti32x4(pred, quarter(_mm512_extracti32x4_epi32(prev, 3), 3), 3);
+        acc = _mm512_and_si512(pred, kk);
+      }
+      const size_t end = std::min(n_rows, row0 + group_size);
+      for (size_t t = row0; t < end; ++t) {
+        const __m512i v = _mm512_maskz_loadu_epi8(lanes, in + t * dim + c);
+        acc = _mm512_add_epi8(acc, _mm512_and_si512(v, kk));
+        const __m512i code =
+            _mm512_and_si512(_mm512_add_epi8(acc, _mm512_andnot_si512(kk, v)), mask);
+        _mm512_mask_storeu_epi8(out + t * dim + c, lanes, code);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void symbols_to_codes_avx512(const uint8_t* symbols, size_t n_rows, size_t dim, int bits,
+                             size_t group_size, std::span<const float> scale,
+                             std::span<const float> zero, const uint8_t* keep, uint8_t* codes) {
+  const Params k{scale.data(), zero.data(), dim,
+                 _mm512_set1_ps(static_cast<float>((1 << bits) - 1))};
+  switch (dim) {
+    case 8:
+      return packed_rows<1>(symbols, n_rows, group_size, k, keep, bits, codes);
+    case 16:
+      return packed_rows<2>(symbols, n_rows, group_size, k, keep, bits, codes);
+    case 32:
+      return packed_rows<4>(symbols, n_rows, group_size, k, keep, bits, codes);
+    default:
+      return column_rows(symbols, n_rows, group_size, k, keep, bits, codes);
+  }
+}
+
+}  // namespace cachegen::detail
