@@ -31,6 +31,44 @@ uint64_t BitReader::window_tail() const noexcept {
   return w << (bit_pos_ & 7);
 }
 
+namespace {
+
+// One code from the top of w, which holds 57 - used bits of input (then zeros): false, with
+// nothing changed, if it does not end within them. A prefix running past them (counting the
+// zeros shifted in, or w == 0) gives a total past them too.
+inline bool take_code(uint64_t& w, size_t& used, int order, int64_t& out) {
+  const size_t zeros = static_cast<size_t>(__builtin_clzll(w | 1));
+  const size_t total = 2 * zeros + 1 + static_cast<size_t>(order);
+  if (used + total > 57) [[unlikely]]
+    return false;
+  const uint64_t z = (w >> (64 - total)) - (uint64_t{1} << order);
+  out = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  w <<= total;  // total <= 57
+  used += total;
+  return true;
+}
+
+}  // namespace
+
+size_t BitReader::signed_exp_golomb_run(int64_t* out, size_t n, const int k[2]) noexcept {
+  // Below `limit` an 8-byte load at the position's byte stays in the input; from a load at
+  // bit offset pos & 7, its first 57 bits are the input's.
+  const size_t limit = in_.size() >= 8 ? (in_.size() - 8) * 8 : 0;
+  size_t pos = bit_pos_, i = 0;
+  while (i < n && pos < limit) {
+    uint64_t w;
+    std::memcpy(&w, in_.data() + (pos >> 3), 8);
+    w = __builtin_bswap64(w) << (pos & 7);
+    size_t used = 0;
+    const size_t start = i;
+    while (i < n && take_code(w, used, k[i & 1], out[i])) ++i;
+    pos += used;
+    if (i == start) break;  // a long code, for signed_exp_golomb
+  }
+  bit_pos_ = pos;
+  return i;
+}
+
 uint64_t BitReader::get_long(int n_bits, const char* field) {
   const uint64_t high = get(n_bits - 32, field);
   return (high << 32) | get(32, field);

@@ -114,6 +114,11 @@ class BitReader {
     const uint64_t z = exp_golomb(k, field);
     return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
   }
+  // Up to n signed Exp-Golomb codes of orders k[0], k[1], k[0], ... into out, the quick way
+  // (several codes per 8-byte load, the bit position in a register): stops before a code that
+  // is long (more than 57 bits with what precedes it in its load) or near the input's end, and
+  // returns how many it read. signed_exp_golomb reads the one it stopped at, or reports it.
+  size_t signed_exp_golomb_run(int64_t* out, size_t n, const int k[2]) noexcept;
   size_t bits_left() const noexcept { return in_.size() * 8 - bit_pos_; }
   // All bytes consumed except zero padding in the last partial byte.
   void finish(const char* section);

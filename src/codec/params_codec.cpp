@@ -4,9 +4,11 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "cachegen/half.h"
+#include "cachegen/runtime.h"
 
 namespace cachegen::detail {
 namespace {
@@ -28,17 +30,22 @@ float bits_float(uint32_t u) {
 }
 
 // Nearest integer to a/b in int64, saturated; 0 for NaN.
-int64_t predict_index(float value, float step) {
-  const float q = value / step;
+int64_t predict_index_far(float q) {
   if (!(q == q)) return 0;
   if (q > 1e15f) return static_cast<int64_t>(1e15);
   if (q < -1e15f) return -static_cast<int64_t>(1e15);
+  return static_cast<int64_t>(std::nearbyint(q));
+}
+inline int64_t predict_index(float value, float step) {
+  const float q = value / step;
   // Round half to even as nearbyint does in the default rounding mode, without its libm call
   // (two per parameter on the encoder's hot path): for |q| < 2^22, q + 1.5 * 2^23 lies in
-  // [2^23, 2^24), where the float spacing is 1, so the addition itself rounds.
+  // [2^23, 2^24), where the float spacing is 1, so the addition itself rounds. (NaN fails the
+  // comparison.)
   constexpr float kRoundMagic = 12582912.0f;
-  if (std::fabs(q) < 4194304.0f) return static_cast<int64_t>((q + kRoundMagic) - kRoundMagic);
-  return static_cast<int64_t>(std::nearbyint(q));
+  if (std::fabs(q) < 4194304.0f) [[likely]]
+    return static_cast<int64_t>((q + kRoundMagic) - kRoundMagic);
+  return predict_index_far(q);
 }
 
 // Index of a zero value exactly on the grid, or false.
@@ -118,16 +125,6 @@ float round_up_mantissa(float v, int mbits) {
 }
 
 }  // namespace
-
-float scale_from_index(uint32_t index, const CompactGrid& g) {
-  const uint32_t exponent = index >> g.scale_mantissa_bits;
-  if (exponent == 0 || exponent >= 255) return 0.0f;
-  return bits_float(index << (23 - g.scale_mantissa_bits));
-}
-
-float zero_step(float scale, const CompactGrid& g) {
-  return scale * (1.0f / static_cast<float>(1 << g.zero_step_log2));
-}
 
 bool params_fit_compact(std::span<const float> scale, std::span<const float> zero,
                         const CompactGrid& g) {
@@ -260,42 +257,158 @@ size_t params_compact_bits(std::span<const float> scale, std::span<const float> 
   return 10 + best_eg_order(scale_res).bits + best_eg_order(zero_res).bits;
 }
 
-void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
-                         std::vector<float>& scale, std::vector<float>& zero) {
-  const int ks = static_cast<int>(r.get(5, "scale Exp-Golomb order"));
-  const int kz = static_cast<int>(r.get(5, "zero Exp-Golomb order"));
-  if (ks > kMaxEgOrder || kz > kMaxEgOrder)
-    fail(ErrorCode::corrupt_input, "codec stream: bad order");
-  scale.assign(n_groups * dim, 0.0f);
-  zero.assign(n_groups * dim, 0.0f);
-  for (size_t c = 0; c < dim; ++c) {
-    for (size_t gi = 0; gi < n_groups; ++gi) {
-      const size_t i = gi * dim + c;
-      const size_t prev = gi > 0 ? i - dim : (c > 0 ? c - 1 : SIZE_MAX);
-      const int64_t ds = r.signed_exp_golomb(ks, "scale residual");
-      const int64_t dz = r.signed_exp_golomb(kz, "zero residual");
-      const int64_t sp = prev == SIZE_MAX ? 0 : scale_index(scale[prev], g);
-      int64_t s = 0;  // a residual near 2^63 overflows the sum: out of range either way
-      if (__builtin_add_overflow(sp, ds, &s)) s = 0;
-      const float sf =
-          (s > 0 && s < (int64_t{1} << 32)) ? scale_from_index(static_cast<uint32_t>(s), g) : 0.0f;
-      if (!(sf > 0)) {
-        fail(ErrorCode::corrupt_input, "codec stream: compact scale index " + std::to_string(s) +
-                                           " of group " + std::to_string(gi) + ", channel " +
-                                           std::to_string(c) + " is not a positive normal float");
-      }
-      const float step = zero_step(sf, g);
+namespace {
+
+// Parameter i from its residuals and the parameter it is predicted from (`prev`, none for the
+// first one). False if the scale index (s) is not a positive normal float or the zero index
+// reaches 2^40.
+template <bool kHasPrev>
+inline bool reconstruct(size_t i, size_t prev, int64_t ds, int64_t dz, const CompactGrid& g,
+                        float* scale, float* zero, int64_t& s) {
+  const int64_t sp = kHasPrev ? scale_index(scale[prev], g) : 0;
+  // A residual near 2^63 overflows the sum: out of range either way.
+  if (__builtin_add_overflow(sp, ds, &s)) s = 0;
+  const float sf =
+      (s > 0 && s < (int64_t{1} << 32)) ? scale_from_index(static_cast<uint32_t>(s), g) : 0.0f;
+  const float step = zero_step(sf, g);
+  int64_t k = 0;
+  const bool zero_ok =
+      !__builtin_add_overflow(kHasPrev ? predict_index(zero[prev], step) : 0, dz, &k) &&
+      k > -kMaxZeroIndex && k < kMaxZeroIndex;
+  scale[i] = sf;
+  zero[i] = static_cast<float>(k) * step;
+  return (sf > 0) & zero_ok;
+}
+
+// Groups 1.. of every channel, each from the group above, as reconstruct<true> computes them:
+// a row's scales, then its zeros, in loops of independent channels. False if any fails.
+bool reconstruct_later_groups(size_t n_groups, size_t dim, const int64_t* __restrict res,
+                              const CompactGrid& g, float* __restrict scale,
+                              float* __restrict zero) {
+  const int shift = 23 - g.scale_mantissa_bits;
+  const float to_step = 1.0f / static_cast<float>(1 << g.zero_step_log2);
+  uint32_t bad = 0;
+  for (size_t gi = 1; gi < n_groups; ++gi) {
+    const float* prev_scale = scale + (gi - 1) * dim;
+    const float* prev_zero = zero + (gi - 1) * dim;
+    float* row_scale = scale + gi * dim;
+    float* row_zero = zero + gi * dim;
+    for (size_t c = 0; c < dim; ++c) {
+      // A wrapped sum is negative or >= 2^32: rejected, as the overflow check rejects it.
+      const uint64_t s = static_cast<uint64_t>(std::bit_cast<uint32_t>(prev_scale[c]) >> shift) +
+                         static_cast<uint64_t>(res[2 * (c * n_groups + gi)]);
+      const uint64_t exponent = s >> g.scale_mantissa_bits;
+      const bool ok = (s >> 32) == 0 && exponent != 0 && exponent < 255;
+      row_scale[c] = ok ? std::bit_cast<float>(static_cast<uint32_t>(s) << shift) : 0.0f;
+      bad |= !ok;
+    }
+    for (size_t c = 0; c < dim; ++c) {
+      const float step = row_scale[c] * to_step;
       int64_t k = 0;
-      if (__builtin_add_overflow(prev == SIZE_MAX ? 0 : predict_index(zero[prev], step), dz, &k) ||
-          k <= -kMaxZeroIndex || k >= kMaxZeroIndex) {
-        fail(ErrorCode::corrupt_input, "codec stream: compact zero index of group " +
-                                           std::to_string(gi) + ", channel " + std::to_string(c) +
-                                           " exceeds 2^40");
-      }
-      scale[i] = sf;
-      zero[i] = static_cast<float>(k) * step;
+      const bool ok = !__builtin_add_overflow(predict_index(prev_zero[c], step),
+                                              res[2 * (c * n_groups + gi) + 1], &k) &&
+                      k > -kMaxZeroIndex && k < kMaxZeroIndex;
+      row_zero[c] = static_cast<float>(k) * step;
+      bad |= !ok;
     }
   }
+  return bad == 0;
+}
+
+// compact_later_groups_avx512 where it runs (the CPU has it, every residual within +-2^30, every
+// parameter valid and near its prediction): false where it did not.
+bool later_groups_avx512(size_t n_groups, size_t dim, const int64_t* res, const CompactGrid& g,
+                         float* scale, float* zero) {
+  if (simd_path() != SimdPath::avx512 || n_groups < 2) return false;
+  // The residuals group-major, as 32-bit integers.
+  thread_local std::vector<int32_t> kept;
+  std::vector<int32_t>& rows = kept;
+  const size_t n = n_groups * dim;
+  rows.resize(2 * n);
+  int32_t* ds = rows.data();
+  int32_t* dz = ds + n;
+  uint64_t far = 0;
+  for (size_t c = 0, p = 0; c < dim; ++c) {
+    for (size_t gi = 0; gi < n_groups; ++gi, ++p) {
+      const int64_t a = res[2 * p], b = res[2 * p + 1];
+      // Within +-2^30 exactly when adding 2^30 (mod 2^64) leaves a value below 2^31.
+      far |= (static_cast<uint64_t>(a) + (uint64_t{1} << 30)) |
+             (static_cast<uint64_t>(b) + (uint64_t{1} << 30));
+      ds[gi * dim + c] = static_cast<int32_t>(a);
+      dz[gi * dim + c] = static_cast<int32_t>(b);
+    }
+  }
+  if (far >> 31) return false;
+  return compact_later_groups_avx512(n_groups, dim, ds, dz, g, scale, zero);
+}
+
+// The first `count` parameters in coding order (channel by channel), reporting the first that
+// fails as corrupt_input: the reader's errors, in its order.
+void reconstruct_in_order(size_t count, size_t n_groups, size_t dim, const int64_t* res,
+                          const CompactGrid& g, float* scale, float* zero) {
+  for (size_t p = 0; p < count; ++p) {
+    const size_t c = p / n_groups, gi = p % n_groups, i = gi * dim + c;
+    int64_t s = 0;
+    const bool good = p == 0 ? reconstruct<false>(i, 0, res[0], res[1], g, scale, zero, s)
+                             : reconstruct<true>(i, gi > 0 ? i - dim : c - 1, res[2 * p],
+                                                 res[2 * p + 1], g, scale, zero, s);
+    if (good) continue;
+    const std::string where = " of group " + std::to_string(gi) + ", channel " + std::to_string(c);
+    if (!(s > 0 && s < (int64_t{1} << 32) && scale_from_index(static_cast<uint32_t>(s), g) > 0)) {
+      fail(ErrorCode::corrupt_input, "codec stream: compact scale index " + std::to_string(s) +
+                                         where + " is not a positive normal float");
+    }
+    fail(ErrorCode::corrupt_input, "codec stream: compact zero index" + where + " exceeds 2^40");
+  }
+}
+
+}  // namespace
+
+void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
+                         std::vector<float>& scale, std::vector<float>& zero) {
+  const int k[2] = {static_cast<int>(r.get(5, "scale Exp-Golomb order")),
+                    static_cast<int>(r.get(5, "zero Exp-Golomb order"))};
+  if (k[0] > kMaxEgOrder || k[1] > kMaxEgOrder)
+    fail(ErrorCode::corrupt_input, "codec stream: bad order");
+  const size_t n = n_groups * dim;
+  scale.assign(n, 0.0f);
+  zero.assign(n, 0.0f);
+  // First every residual (scale and zero of each parameter in coding order), then the
+  // parameters group by group: the channels' prediction chains run side by side, not one
+  // after the other behind the bit reader. A reader error waits until the parameters before it
+  // are checked, so that the first error in coding order is the one reported.
+  thread_local std::vector<int64_t> kept;
+  std::vector<int64_t>& res = kept;
+  res.resize(2 * n);
+  size_t read = 0;
+  std::exception_ptr read_error;
+  try {
+    while (read < 2 * n) {
+      read += r.signed_exp_golomb_run(res.data() + read, 2 * n - read, k);
+      if (read == 2 * n) break;
+      res[read] = r.signed_exp_golomb(k[read & 1], read & 1 ? "zero residual" : "scale residual");
+      ++read;
+    }
+  } catch (const Error&) {
+    read_error = std::current_exception();
+  }
+  if (read_error) {
+    reconstruct_in_order(read / 2, n_groups, dim, res.data(), g, scale.data(), zero.data());
+    std::rethrow_exception(read_error);
+  }
+  // The first group's channels each from the one before (a chain), later groups' from the
+  // group above.
+  bool good = true;
+  int64_t s;
+  for (size_t c = 0; c < dim && n > 0; ++c) {
+    const size_t p = c * n_groups;
+    good &= c == 0 ? reconstruct<false>(0, 0, res[0], res[1], g, scale.data(), zero.data(), s)
+                   : reconstruct<true>(c, c - 1, res[2 * p], res[2 * p + 1], g, scale.data(),
+                                       zero.data(), s);
+  }
+  if (!later_groups_avx512(n_groups, dim, res.data(), g, scale.data(), zero.data()))
+    good &= reconstruct_later_groups(n_groups, dim, res.data(), g, scale.data(), zero.data());
+  if (!good) reconstruct_in_order(n, n_groups, dim, res.data(), g, scale.data(), zero.data());
   check_decoded_params(scale, zero);
 }
 

@@ -1,6 +1,7 @@
 // Internal: storage of group parameters (scale, zero), [n_groups, dim] each.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -18,8 +19,14 @@ struct CompactGrid {
 
 // Compact grid values. scale_from_index fails (returns 0) for indices that are not a positive
 // normal float; zero_from_index multiplies in fp32 (deterministic, IEEE).
-float scale_from_index(uint32_t index, const CompactGrid& g);
-float zero_step(float scale, const CompactGrid& g);
+inline float scale_from_index(uint32_t index, const CompactGrid& g) {
+  const uint32_t exponent = index >> g.scale_mantissa_bits;
+  if (exponent == 0 || exponent >= 255) return 0.0f;
+  return std::bit_cast<float>(index << (23 - g.scale_mantissa_bits));
+}
+inline float zero_step(float scale, const CompactGrid& g) {
+  return scale * (1.0f / static_cast<float>(1 << g.zero_step_log2));
+}
 
 // True when every parameter lies exactly on the grid (so compact storage is lossless).
 bool params_fit_compact(std::span<const float> scale, std::span<const float> zero,
@@ -45,6 +52,13 @@ size_t params_compact_bits(std::span<const float> scale, std::span<const float> 
                            size_t n_groups, size_t dim, const CompactGrid& g);
 void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
                          std::vector<float>& scale, std::vector<float>& zero);
+
+// The AVX-512 part of read_params_compact: groups 1.. of every channel from the group above,
+// residuals [n_groups, dim] (each within +-2^30), where every parameter's zero index lies
+// within 2^22 of its prediction's quotient. False if some parameter does not, or is invalid:
+// the portable code then computes them all.
+bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
+                                 const CompactGrid& g, float* scale, float* zero);
 
 // Throws corrupt_input unless every scale is finite and > 0 and every zero finite.
 void check_decoded_params(std::span<const float> scale, std::span<const float> zero);

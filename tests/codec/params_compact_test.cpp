@@ -1,0 +1,173 @@
+// Compact group parameters below the stream level: read_params_compact returns exactly what
+// write_params_compact wrote on every SIMD path (the AVX-512 one reconstructs later groups 16
+// channels at a time and hands parameters far from their prediction, or residuals past 2^30,
+// to the portable code), and damaged bits decode or fail alike on every path, with the same
+// message (the first bad parameter in coding order).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cachegen/error.h"
+#include "cachegen/runtime.h"
+#include "codec/params_codec.h"
+#include "codec_test_inputs.h"
+
+namespace cachegen::detail {
+namespace {
+
+struct Params {
+  std::vector<float> scale, zero;
+};
+
+// Group minima/maxima of a few kinds: usual ranges, zeros far from the origin relative to the
+// step (zero indices past 2^22, below 2^24 so that the grid holds them), steps spanning 120 binades
+// (scale residuals past 2^30 with the finest grid), and constant zero channels.
+Params random_params(size_t n_groups, size_t dim, int kind, const CompactGrid& g, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> mins(n_groups * dim), maxs(n_groups * dim);
+  for (size_t i = 0; i < mins.size(); ++i) {
+    float lo = u(rng), width = 0.05f + std::abs(u(rng));
+    if (kind == 1 && i % 3 == 0)
+      lo = 1600.0f / static_cast<float>(1 << g.zero_step_log2) * u(rng), width = 1e-3f;
+    if (kind == 2)
+      width = std::ldexp(1.0f, static_cast<int>(rng() % 120) - 60), lo = 4 * width * u(rng);
+    if (kind == 3 && i % 2 == 0) lo = 0.0f, width = 0.0f;
+    mins[i] = lo;
+    maxs[i] = lo + width;
+  }
+  Params p;
+  EXPECT_TRUE(round_params_compact(mins, maxs, 3, g, p.scale, p.zero));
+  // What the encoder writes compactly (exact_param_precision checks it).
+  EXPECT_TRUE(params_fit_compact(p.scale, p.zero, g));
+  return p;
+}
+
+// The decoded parameters, or the error's message.
+std::string read_back(const std::vector<uint8_t>& bytes, size_t n_groups, size_t dim,
+                      const CompactGrid& g, Params& out) {
+  try {
+    BitReader r(bytes, 0);
+    read_params_compact(r, n_groups, dim, g, out.scale, out.zero);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(ParamsCompact, RoundTripOnEveryPath) {
+  const CompactGrid grids[] = {{6, 4}, {23, 0}, {1, 8}};
+  for (const CompactGrid& g : grids) {
+    for (const size_t dim : {1u, 5u, 16u, 64u, 100u}) {
+      for (const size_t n_groups : {1u, 2u, 8u, 33u}) {
+        for (int kind = 0; kind < 4; ++kind) {
+          const Params p = random_params(n_groups, dim, kind, g, static_cast<uint32_t>(dim + kind));
+          BitWriter w;
+          write_params_compact(w, p.scale, p.zero, n_groups, dim, g);
+          const std::vector<uint8_t> bytes = w.finish();
+          for (const SimdPath path : test::supported_simd_paths()) {
+            set_simd_path(path);
+            Params got;
+            const std::string where = std::string(simd_path_name(path)) + " grid " +
+                                      std::to_string(g.scale_mantissa_bits) + "/" +
+                                      std::to_string(g.zero_step_log2) + " dim " +
+                                      std::to_string(dim) + " groups " + std::to_string(n_groups) +
+                                      " kind " + std::to_string(kind);
+            ASSERT_EQ(read_back(bytes, n_groups, dim, g, got), "") << where;
+            ASSERT_TRUE(same_bits(got.scale, p.scale)) << where;
+            ASSERT_TRUE(same_bits(got.zero, p.zero)) << where;
+          }
+        }
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
+// Scale indices at the edges of the float exponents in a later group (the vector path's range
+// check): exponent 254 decodes, 255 and 0 are the same error on every path.
+TEST(ParamsCompact, ScaleExponentEdgesInALaterGroup) {
+  const CompactGrid g{6, 4};
+  const size_t n_groups = 2, dim = 20, bad_channel = 17;
+  const int64_t one = int64_t{127} << g.scale_mantissa_bits;  // the index of scale 1.0
+  for (const int exponent : {254, 255, 0, 256}) {
+    BitWriter w;
+    w.put(0, 5);
+    w.put(0, 5);
+    for (size_t c = 0; c < dim; ++c) {
+      w.signed_exp_golomb(c == 0 ? one : 0, 0);  // group 0: scale 1, zero 0
+      w.signed_exp_golomb(0, 0);
+      const int64_t to = (int64_t{exponent} << g.scale_mantissa_bits) - one;
+      w.signed_exp_golomb(c == bad_channel ? to : 0, 0);  // group 1
+      w.signed_exp_golomb(0, 0);
+    }
+    const std::vector<uint8_t> bytes = w.finish();
+    const std::string want = exponent == 254
+                                 ? ""
+                                 : "corrupt_input: codec stream: compact scale index " +
+                                       std::to_string(int64_t{exponent} << g.scale_mantissa_bits) +
+                                       " of group 1, channel 17 is not a positive normal float";
+    for (const SimdPath path : test::supported_simd_paths()) {
+      set_simd_path(path);
+      Params got;
+      EXPECT_EQ(read_back(bytes, n_groups, dim, g, got), want)
+          << simd_path_name(path) << " exponent " << exponent;
+      if (want.empty()) {
+        EXPECT_EQ(got.scale[dim + bad_channel], std::ldexp(1.0f, 127));
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
+TEST(ParamsCompact, DamagedBitsFailAlikeOnEveryPath) {
+  const CompactGrid g{6, 4};
+  const size_t n_groups = 8, dim = 48;
+  std::mt19937 rng(3);
+  size_t failures = 0, trials = 0;
+  for (int kind = 0; kind < 3; ++kind) {
+    const Params p = random_params(n_groups, dim, kind, g, 17u + static_cast<uint32_t>(kind));
+    BitWriter w;
+    write_params_compact(w, p.scale, p.zero, n_groups, dim, g);
+    const std::vector<uint8_t> good = w.finish();
+    for (int t = 0; t < 300; ++t, ++trials) {
+      std::vector<uint8_t> bad = good;
+      for (int f = 0; f < 1 + t % 3; ++f)
+        bad[rng() % bad.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      if (t % 7 == 0) bad.resize(rng() % bad.size());
+      std::string first_message;
+      Params first;
+      for (const SimdPath path : test::supported_simd_paths()) {
+        set_simd_path(path);
+        Params got;
+        const std::string message = read_back(bad, n_groups, dim, g, got);
+        if (path == SimdPath::scalar) {
+          first_message = message;
+          first = got;
+          failures += !message.empty();
+          continue;
+        }
+        ASSERT_EQ(message, first_message) << simd_path_name(path) << " trial " << t;
+        if (message.empty()) {
+          ASSERT_TRUE(same_bits(got.scale, first.scale)) << simd_path_name(path) << " trial " << t;
+          ASSERT_TRUE(same_bits(got.zero, first.zero)) << simd_path_name(path) << " trial " << t;
+        }
+      }
+    }
+  }
+  // Both outcomes are exercised.
+  EXPECT_GT(failures, trials / 10);
+  EXPECT_LT(failures, trials);
+  set_simd_path(best_supported_simd_path());
+}
+
+}  // namespace
+}  // namespace cachegen::detail
