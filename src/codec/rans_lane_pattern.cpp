@@ -4,29 +4,30 @@
 namespace cachegen::detail {
 namespace {
 
-ThresholdPattern build_threshold_pattern(const DecodeTables& t, size_t dim, size_t width) {
-  ThresholdPattern p;
+void build_threshold_pattern(const DecodeTables& t, size_t dim, size_t width, ThresholdPattern& p) {
+  p.period = 0;
   const size_t period = lane_period(dim);
-  if (period == 0) return p;
+  if (period == 0) return;
   p.period = period;
   p.n_thresholds = t.n_syms - 1;
   const size_t nt = static_cast<size_t>(p.n_thresholds), stride = static_cast<size_t>(t.n_syms) + 1;
   p.thresholds.resize(period * nt * kMaxLanes);
-  // Channels of the tabulated elements, counted up (a division per entry showed in profiles of
-  // short payloads).
-  std::vector<uint32_t> channel(period * kMaxLanes);
-  for (size_t e = 0, c = 0; e < channel.size(); ++e) {
-    channel[e] = static_cast<uint32_t>(c);
-    if (++c == dim) c = 0;
+  // Each lane's position in the vector (the lane order the kernel's u16 packing wants) and
+  // channel, computed once: per entry, the divisions showed in profiles of short payloads.
+  uint32_t position[kMaxLanes];
+  for (size_t l = 0; l < size_t{kMaxLanes}; ++l)
+    position[l] =
+        static_cast<uint32_t>((l / (2 * width)) * 2 * width + 2 * (l % width) + (l / width) % 2);
+  const uint16_t* const cum = t.cum.data();
+  uint16_t* const out = p.thresholds.data();
+  for (size_t k = 0, c = 0; k < period; ++k) {
+    for (size_t l = 0; l < size_t{kMaxLanes}; ++l) {
+      const uint16_t* from = cum + c * stride + 1;
+      uint16_t* to = out + k * nt * kMaxLanes + position[l];
+      for (size_t j = 0; j < nt; ++j) to[j * kMaxLanes] = from[j];
+      if (++c == dim) c = 0;
+    }
   }
-  for (size_t k = 0; k < period; ++k)
-    for (size_t j = 0; j < nt; ++j)
-      for (size_t l = 0; l < size_t{kMaxLanes}; ++l) {
-        const size_t c = channel[k * kMaxLanes + l];
-        const size_t position = (l / (2 * width)) * 2 * width + 2 * (l % width) + (l / width) % 2;
-        p.thresholds[(k * nt + j) * kMaxLanes + position] = t.cum[c * stride + j + 1];
-      }
-  return p;
 }
 
 void build_narrow_pattern(const DecodeTables& t, size_t dim, ThresholdPattern32& p) {
@@ -98,7 +99,7 @@ LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin, s
 const ThresholdPattern& make_threshold_pattern(const DecodeTables& t, size_t dim, size_t width) {
   thread_local PatternCache<ThresholdPattern> cache;
   return cache.get(t, dim, width,
-                   [&](ThresholdPattern& p) { p = build_threshold_pattern(t, dim, width); });
+                   [&](ThresholdPattern& p) { build_threshold_pattern(t, dim, width, p); });
 }
 
 const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim) {
