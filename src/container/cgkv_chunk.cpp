@@ -129,16 +129,22 @@ struct ByteHistograms {
 // lossless encode), std::log2 past them.
 // (Callers hold the table: a function-local static's guard per value cost more than log2.)
 struct Log2Table {
-  std::vector<double> t;
+  std::vector<double> t, n_t;  // log2(n), n * log2(n)
   double operator()(uint64_t n) const {
     return n < t.size() ? t[n] : std::log2(static_cast<double>(n));
+  }
+  double n_log2(uint64_t n) const {
+    return n < n_t.size() ? n_t[n] : static_cast<double>(n) * std::log2(static_cast<double>(n));
   }
 };
 const Log2Table& log2_counts() {
   static const Log2Table table{[] {
-    std::vector<double> t(4097, 0.0);
-    for (size_t k = 1; k < t.size(); ++k) t[k] = std::log2(static_cast<double>(k));
-    return t;
+    Log2Table l{std::vector<double>(4097, 0.0), std::vector<double>(4097, 0.0)};
+    for (size_t k = 1; k < l.t.size(); ++k) {
+      l.t[k] = std::log2(static_cast<double>(k));
+      l.n_t[k] = static_cast<double>(k) * l.t[k];
+    }
+    return l;
   }()};
   return table;
 }
@@ -152,7 +158,8 @@ double symbol_bits(const Log2Table& lg, uint64_t n, double log2_total) {
 // Estimated bits of the anchored high bytes under one pooled table and under a table per channel
 // (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried where it
 // may win, as choosing a model per channel costs more time than coding the symbols. A channel's
-// symbol histogram is its high-byte histogram permuted (high_byte inverts high_symbol).
+// symbol histogram is its high-byte histogram permuted (high_symbol), which leaves its bits as
+// they are.
 bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> anchor) {
   std::vector<uint32_t> pooled(256, 0);
   double per_channel = 0;
@@ -160,11 +167,24 @@ bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> ancho
   const double log2_rows = lg(h.n_rows);  // each channel's histogram sums to n_rows
   for (size_t c = 0; c < h.width; ++c) {
     const uint32_t* high = h.high.data() + c * 256;
-    for (unsigned s = 0; s < 256; ++s) {
-      const uint32_t n = high[high_byte(s, anchor[c])];
-      pooled[s] += n;
-      per_channel += symbol_bits(lg, n, log2_rows);
+    // A channel's values span a few magnitudes: most blocks of 8 high bytes never occur. Its
+    // bits: sum over present symbols of 6 + n * (log2(n_rows) - log2(n)), with sum n = n_rows.
+    uint32_t present = 0;
+    double n_log2[4] = {};  // four sums, so that the adds do not wait on each other
+    for (unsigned b0 = 0; b0 < 256; b0 += 8) {
+      uint64_t any[4];
+      std::memcpy(any, high + b0, sizeof(any));
+      if ((any[0] | any[1] | any[2] | any[3]) == 0) continue;
+      for (unsigned b = b0; b < b0 + 8; ++b) {
+        const uint32_t n = high[b];
+        if (n == 0) continue;
+        pooled[high_symbol(Half{static_cast<uint16_t>(b << 8)}, anchor[c])] += n;
+        ++present;
+        n_log2[b & 3] += lg.n_log2(n);
+      }
     }
+    per_channel += 6.0 * present + static_cast<double>(h.n_rows) * log2_rows -
+                   ((n_log2[0] + n_log2[1]) + (n_log2[2] + n_log2[3]));
   }
   double pooled_bits = 0;
   const double log2_all = lg(uint64_t{h.n_rows} * h.width);
