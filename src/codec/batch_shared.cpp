@@ -246,10 +246,15 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
   // A thread per run only where runs are long enough to pay for their start, and one run inside
   // an outer parallel loop (a file's chunks), which keeps this one on its thread: longer runs
   // group more payloads in lockstep.
-  const size_t runs = inside_parallel_for()
-                          ? 1
-                          : std::min({n_items, std::max<size_t>(1, thread_count()),
-                                      std::max<size_t>(1, total / kMinElementsPerThread)});
+  const size_t threads = inside_parallel_for()
+                             ? 1
+                             : std::min({n_items, std::max<size_t>(1, thread_count()),
+                                         std::max<size_t>(1, total / kMinElementsPerThread)});
+  // On several threads, runs of four items (a lockstep quad) that the threads take in turn, so
+  // that they finish together: halves of a small batch (ten slices as 5 + 5) broke its quads
+  // into slower single payloads, and the threads waited on each other.
+  const size_t per_run = threads > 1 ? 4 : std::max<size_t>(n_items, 1);
+  const size_t runs = (n_items + per_run - 1) / per_run;
   auto slice_payload = [&](const Item& it, uint8_t* symbols) {
     const SharedBatch& b = *it.batch;
     const size_t n = b.heads[0].n_rows * b.heads[0].dim;
@@ -274,7 +279,7 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
   // damaged shared model fails every run).
   std::vector<std::exception_ptr> errors(runs);
   const auto run = [&](size_t r) {
-    const size_t s0 = r * n_items / runs, s1 = (r + 1) * n_items / runs;
+    const size_t s0 = r * per_run, s1 = std::min(n_items, s0 + per_run);
     uint8_t* first = scratch_bytes(std::min<size_t>(s1 - s0, 4) * slice_elements);
     uint8_t* second = first + slice_elements;
     for (size_t i = s0; i < s1;) {
