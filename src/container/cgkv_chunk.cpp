@@ -224,6 +224,10 @@ struct Rotation {
   // squares[k][2i, 2i+1]: pair i's (cos, sin) squared k times (the square-and-multiply chain,
   // the same for every distance: computed once).
   std::vector<std::vector<double>> squares;
+  // The last distance's (cos, sin) per pair, as rotate_row computes them (rows of a repeated
+  // span share their distance). A Rotation is used by one thread at a time.
+  mutable uint64_t last_delta = 0;
+  mutable std::vector<double> last_cs;
   void square_chain() {
     squares.assign(1, cs);
     for (int k = 1; k < 64; ++k) {
@@ -243,19 +247,23 @@ struct Rotation {
 // sets -ffp-contract=off), so every decoder gets the same bits.
 void rotate_row(const Rotation& rot, const Half* src, size_t width, uint64_t delta, Half* pred) {
   const size_t half = rot.dim / 2;
-  thread_local std::vector<double> cs;
-  cs.resize(2 * half);
-  for (size_t c = 0; c < half; ++c) {
-    double xc = 1, xs = 0;
+  std::vector<double>& cs = rot.last_cs;
+  if (cs.size() != 2 * half || rot.last_delta != delta) {
+    // Square-and-multiply, the pairs side by side for each bit (their chains are independent;
+    // each pair's operations are those of a walk over the bits for that pair alone).
+    cs.assign(2 * half, 0.0);
+    for (size_t c = 0; c < half; ++c) cs[2 * c] = 1;
     for (uint64_t n = delta, k = 0; n; n >>= 1, ++k) {
       if (!(n & 1)) continue;
-      const double pc = rot.squares[k][2 * c], ps = rot.squares[k][2 * c + 1];
-      const double t = xc * pc - xs * ps;
-      xs = xc * ps + xs * pc;
-      xc = t;
+      const double* sq = rot.squares[k].data();
+      for (size_t c = 0; c < half; ++c) {
+        const double xc = cs[2 * c], xs = cs[2 * c + 1];
+        const double pc = sq[2 * c], ps = sq[2 * c + 1];
+        cs[2 * c] = xc * pc - xs * ps;
+        cs[2 * c + 1] = xc * ps + xs * pc;
+      }
     }
-    cs[2 * c] = xc;
-    cs[2 * c + 1] = xs;
+    rot.last_delta = delta;
   }
   // Widened and rounded back by the SIMD kernels (the same values as half_to_float and
   // float_to_half per value, which took a quarter of a lossless decode's time).
@@ -323,7 +331,10 @@ Rotation fit_rotation(std::span<const Half> values, size_t width, size_t head_di
   double best_bits = 4.0 * static_cast<double>(rows.size() * width);  // at most ~4 bits a value
   for (const uint8_t mode : {kRotationAdjacent, kRotationHalves}) {
     for (const double base : {1e4, 5e5, 1e6}) {
-      Rotation rot{mode, head_dim, std::vector<double>(head_dim), {}};
+      Rotation rot;
+      rot.mode = mode;
+      rot.dim = head_dim;
+      rot.cs.resize(head_dim);
       for (size_t c = 0; c < head_dim / 2; ++c) {
         const double theta =
             std::pow(base, -2.0 * static_cast<double>(c) / static_cast<double>(head_dim));
