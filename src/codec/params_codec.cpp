@@ -80,22 +80,28 @@ struct EgOrder {
 };
 EgOrder best_eg_order(const std::vector<int64_t>& residuals) {
   uint64_t largest = 0;
-  uint64_t by_length[65] = {};   // values per bit length b
-  int64_t carry_delta[66] = {};  // difference array over k of the values whose code carries
-  for (int64_t r : residuals) {
-    const uint64_t v = BitWriter::zigzag(r);
+  // Per bit length b, the values (by_length) and the nonzero values whose code carries from
+  // order b - r up (carries; r the run of ones at the top): the difference array over k of the
+  // values whose code carries is carries[k] - by_length[k] (k >= 1). Two copies of each, taken
+  // in turn, so that values of one length do not wait on each other's increments.
+  uint64_t by_length[2][65] = {}, carries[2][65] = {};
+  for (size_t i = 0; i < residuals.size(); ++i) {
+    const uint64_t v = BitWriter::zigzag(residuals[i]);
     largest = std::max(largest, v);
-    if (v == 0) {
-      ++by_length[0];
-      continue;
-    }
-    const int b = 64 - __builtin_clzll(v);
-    const uint64_t top = ~(v << (64 - b));  // leading ones of v become leading zeros
-    const int ones = top == 0 ? 64 : __builtin_clzll(top);
-    ++by_length[b];
-    ++carry_delta[b - ones];
-    --carry_delta[b];
+    // Branch-free (zero residuals are common and irregular): b is 0 for v == 0, whose
+    // leading-ones count below is 0 too.
+    const int b = 64 - __builtin_clzll(v | 1) - (v == 0);
+    const uint64_t top = ~(v << ((64 - b) & 63));  // leading ones of v become leading zeros
+    const int ones = __builtin_clzll(top | 1) + (top == 0);
+    ++by_length[i & 1][b];
+    carries[i & 1][b - ones] += v != 0;
   }
+  int64_t carry_delta[66] = {};
+  for (int j = 0; j < 65; ++j) {
+    carry_delta[j] = static_cast<int64_t>(carries[0][j] + carries[1][j]) -
+                     (j == 0 ? 0 : static_cast<int64_t>(by_length[0][j] + by_length[1][j]));
+  }
+  for (int j = 0; j < 65; ++j) by_length[0][j] += by_length[1][j];
   const uint64_t n = residuals.size();
   // Past the largest value's bit length every residual costs k + 1 bits, which only grows
   // with k: the search can stop there and still find the same (first) minimum.
@@ -108,7 +114,7 @@ EgOrder best_eg_order(const std::vector<int64_t>& residuals) {
     if ((largest >> k) + 1 >= (uint64_t{1} << (kMaxEgPrefix + 1))) continue;
     uint64_t bits = n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying);
     for (int b = k + 2; b <= max_length; ++b)
-      bits += 2 * by_length[b] * static_cast<uint64_t>(b - k - 1);
+      bits += 2 * by_length[0][b] * static_cast<uint64_t>(b - k - 1);
     if (bits < best.bits) best.bits = bits, best.k = k;
   }
   return best;
@@ -213,48 +219,62 @@ bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs,
 
 namespace {
 
-// Prediction residuals of the scale and zero indices, in coding order (channel by channel).
-void compact_residuals(std::span<const float> scale, std::span<const float> zero, size_t n_groups,
+// Prediction residuals of the scale and zero indices, in coding order (channel by channel);
+// false, at once, if some parameter is off the grid (params_fit_compact's test, in the same
+// pass).
+bool compact_residuals(std::span<const float> scale, std::span<const float> zero, size_t n_groups,
                        size_t dim, const CompactGrid& g, std::vector<int64_t>& scale_res,
                        std::vector<int64_t>& zero_res) {
-  scale_res.reserve(scale.size());
-  zero_res.reserve(zero.size());
-  for (size_t c = 0; c < dim; ++c) {
-    for (size_t gi = 0; gi < n_groups; ++gi) {
+  scale_res.resize(scale.size());
+  zero_res.resize(zero.size());
+  bool exact = true;
+  for (size_t c = 0, p = 0; c < dim; ++c) {
+    for (size_t gi = 0; gi < n_groups; ++gi, ++p) {
       const size_t i = gi * dim + c;
       // Predict from the previous group of the channel; the first group from channel c-1.
       const size_t prev = gi > 0 ? i - dim : (c > 0 ? c - 1 : SIZE_MAX);
-      const int64_t s = scale_index(scale[i], g);
-      scale_res.push_back(
-          s - (prev == SIZE_MAX ? 0 : static_cast<int64_t>(scale_index(scale[prev], g))));
+      const uint32_t s = scale_index(scale[i], g);
+      exact &= float_bits(scale_from_index(s, g)) == float_bits(scale[i]);
+      scale_res[p] = static_cast<int64_t>(s) -
+                     (prev == SIZE_MAX ? 0 : static_cast<int64_t>(scale_index(scale[prev], g)));
       const float step = zero_step(scale[i], g);
       int64_t k = 0;
-      exact_zero_index(zero[i], step, k);
-      zero_res.push_back(k - (prev == SIZE_MAX ? 0 : predict_index(zero[prev], step)));
+      exact &= exact_zero_index(zero[i], step, k);
+      if (!exact) return false;
+      zero_res[p] = k - (prev == SIZE_MAX ? 0 : predict_index(zero[prev], step));
     }
   }
+  return true;
 }
 
 }  // namespace
 
-void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
-                          size_t n_groups, size_t dim, const CompactGrid& g) {
-  std::vector<int64_t> scale_res, zero_res;
-  compact_residuals(scale, zero, n_groups, dim, g, scale_res, zero_res);
-  const int ks = best_eg_order(scale_res).k, kz = best_eg_order(zero_res).k;
-  w.put(static_cast<uint64_t>(ks), 5);
-  w.put(static_cast<uint64_t>(kz), 5);
-  for (size_t i = 0; i < scale_res.size(); ++i) {
-    w.signed_exp_golomb(scale_res[i], ks);
-    w.signed_exp_golomb(zero_res[i], kz);
+bool plan_params_compact(std::span<const float> scale, std::span<const float> zero, size_t n_groups,
+                         size_t dim, const CompactGrid& g, CompactCode& code) {
+  if (!compact_residuals(scale, zero, n_groups, dim, g, code.scale_res, code.zero_res))
+    return false;
+  const EgOrder os = best_eg_order(code.scale_res), oz = best_eg_order(code.zero_res);
+  code.ks = os.k;
+  code.kz = oz.k;
+  code.bits = 10 + os.bits + oz.bits;
+  return true;
+}
+
+void write_params_compact(BitWriter& w, const CompactCode& code) {
+  w.put(static_cast<uint64_t>(code.ks), 5);
+  w.put(static_cast<uint64_t>(code.kz), 5);
+  for (size_t i = 0; i < code.scale_res.size(); ++i) {
+    w.signed_exp_golomb(code.scale_res[i], code.ks);
+    w.signed_exp_golomb(code.zero_res[i], code.kz);
   }
 }
 
-size_t params_compact_bits(std::span<const float> scale, std::span<const float> zero,
-                           size_t n_groups, size_t dim, const CompactGrid& g) {
-  std::vector<int64_t> scale_res, zero_res;
-  compact_residuals(scale, zero, n_groups, dim, g, scale_res, zero_res);
-  return 10 + best_eg_order(scale_res).bits + best_eg_order(zero_res).bits;
+void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
+                          size_t n_groups, size_t dim, const CompactGrid& g) {
+  CompactCode code;
+  if (!plan_params_compact(scale, zero, n_groups, dim, g, code))
+    fail(ErrorCode::invalid_argument, "codec: compact parameters off their grid");
+  write_params_compact(w, code);
 }
 
 namespace {

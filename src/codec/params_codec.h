@@ -43,13 +43,23 @@ bool round_params_compact(std::span<const float> mins, std::span<const float> ma
 bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs, int bits,
                        std::vector<float>& scale, std::vector<float>& zero);
 
-// Compact parameters, [n_groups, dim] row-major, coded channel by channel.
+// Compact parameters as coded: prediction residuals in coding order (channel by channel), the
+// Exp-Golomb orders that code them in the fewest bits, and those bits (orders included).
+struct CompactCode {
+  std::vector<int64_t> scale_res, zero_res;
+  int ks = 0, kz = 0;
+  size_t bits = 0;
+};
+// Plans the code of [n_groups, dim] parameters; false if some parameter is off the grid
+// (params_fit_compact), when the code would not decode to them.
+bool plan_params_compact(std::span<const float> scale, std::span<const float> zero, size_t n_groups,
+                         size_t dim, const CompactGrid& g, CompactCode& code);
+void write_params_compact(BitWriter& w, const CompactCode& code);
+
+// Compact parameters, [n_groups, dim] row-major, coded channel by channel: parameters on the
+// grid (params_fit_compact; Error(invalid_argument) otherwise).
 void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,
                           size_t n_groups, size_t dim, const CompactGrid& g);
-// The bits write_params_compact writes, without writing them (the orders' searches count
-// them exactly).
-size_t params_compact_bits(std::span<const float> scale, std::span<const float> zero,
-                           size_t n_groups, size_t dim, const CompactGrid& g);
 void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
                          std::vector<float>& scale, std::vector<float>& zero);
 

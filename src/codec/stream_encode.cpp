@@ -153,14 +153,14 @@ ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& o
   ParamPrecision best = ParamPrecision::fp32;
   size_t best_bits = n_params * 64;
   if (params_fit_fp16(s.scale, s.zero)) best = ParamPrecision::fp16, best_bits = n_params * 32;
-  if (!params_fit_compact(s.scale, s.zero, grid)) return best;
+  thread_local CompactCode code;  // kept: its vectors' storage
+  if (!plan_params_compact(s.scale, s.zero, s.n_groups(), s.dim, grid, code)) return best;
   if (!compact_section) {  // counted, not written
-    if (params_compact_bits(s.scale, s.zero, s.n_groups(), s.dim, grid) + 16 <= best_bits)
-      best = ParamPrecision::compact;
+    if (code.bits + 16 <= best_bits) best = ParamPrecision::compact;
     return best;
   }
   BitWriter bits;
-  write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+  write_params_compact(bits, code);
   if (bits.bit_count() + 16 <= best_bits) {
     best = ParamPrecision::compact;
     *compact_section = bits.finish();
