@@ -116,8 +116,8 @@ TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
   if (best_supported_simd_path() == SimdPath::avx512)
     tables.push_back(&detail::quant_kernels_avx512());
   std::mt19937 rng(7);
-  for (const size_t n_syms : {2u, 16u, 64u, 256u}) {
-    for (const size_t dim : {1u, 2u, 3u, 8u, 17u, 64u, 128u, 200u}) {
+  for (const size_t n_syms : {2u, 4u, 8u, 16u, 64u, 256u}) {
+    for (const size_t dim : {1u, 2u, 3u, 4u, 8u, 16u, 17u, 32u, 64u, 128u, 200u}) {
       for (const size_t rows : {0u, 5u, 63u, 64u, 71u, 300u, 1100u}) {
         std::vector<uint8_t> sym(rows * dim);
         std::geometric_distribution<int> skew(0.3);
