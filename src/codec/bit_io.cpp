@@ -17,6 +17,49 @@ void BitWriter::exp_golomb_long(uint64_t v, int k) {
   put(v & ((uint64_t{1} << k) - 1), k);
 }
 
+void BitWriter::signed_exp_golomb_pairs(const int64_t* a, const int64_t* b, size_t n, int ka,
+                                        int kb) {
+  // A code of at most 56 bits moves at most 8 bytes out: a run of pairs needs 16 bytes each
+  // (plus the 8-byte store's slack). Longer codes go through exp_golomb, the state synced.
+  constexpr size_t kRun = 512;
+  for (size_t i = 0; i < n;) {
+    const size_t end = i + std::min(kRun, n - i);
+    if (pos_ + 16 * (end - i) + 8 > bytes_.size()) bytes_.resize(2 * (pos_ + 16 * (end - i) + 8));
+    uint8_t* const out = bytes_.data();
+    uint64_t acc = acc_;
+    int fill = fill_;
+    size_t pos = pos_;
+    const auto code = [&](int64_t value, int k) {
+      const uint64_t v = zigzag(value);
+      const int n_bits = exp_golomb_bits(v, k);
+      if (n_bits > 56) [[unlikely]] {
+        acc_ = acc, fill_ = fill, pos_ = pos;
+        exp_golomb_long(v, k);  // may grow bytes_: `out` is not used again
+        return false;
+      }
+      // fill < 8 before, so the accumulator holds at most 63 bits; its whole bytes go out.
+      acc = (acc << n_bits) | (v + (uint64_t{1} << k));
+      fill += n_bits;
+      const uint64_t w = __builtin_bswap64(acc << (64 - fill));
+      std::memcpy(out + pos, &w, 8);
+      pos += static_cast<size_t>(fill >> 3);
+      fill &= 7;
+      acc &= (uint64_t{1} << fill) - 1;
+      return true;
+    };
+    bool long_code = false;  // then the state is in the members, past the locals'
+    for (; i < end && !long_code; ++i) {
+      if (!code(a[i], ka)) {
+        signed_exp_golomb(b[i], kb);
+        long_code = true;
+      } else {
+        long_code = !code(b[i], kb);
+      }
+    }
+    if (!long_code) acc_ = acc, fill_ = fill, pos_ = pos;
+  }
+}
+
 std::vector<uint8_t> BitWriter::finish() {
   if (fill_ > 0) put(0, 8 - fill_);
   bytes_.resize(pos_);

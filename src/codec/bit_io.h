@@ -43,6 +43,10 @@ class BitWriter {
   }
   // Signed value through the zigzag map (0, -1, 1, -2, ...).
   void signed_exp_golomb(int64_t v, int k) { exp_golomb(zigzag(v), k); }
+  // signed_exp_golomb(a[i], ka) then signed_exp_golomb(b[i], kb) for i < n, with the writer's
+  // state in registers (through the members, every byte store, which may alias them, made the
+  // compiler keep them in memory).
+  void signed_exp_golomb_pairs(const int64_t* a, const int64_t* b, size_t n, int ka, int kb);
   std::vector<uint8_t> finish();
   size_t bit_count() const noexcept { return pos_ * 8 + static_cast<size_t>(fill_); }
 

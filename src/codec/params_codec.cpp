@@ -263,10 +263,8 @@ bool plan_params_compact(std::span<const float> scale, std::span<const float> ze
 void write_params_compact(BitWriter& w, const CompactCode& code) {
   w.put(static_cast<uint64_t>(code.ks), 5);
   w.put(static_cast<uint64_t>(code.kz), 5);
-  for (size_t i = 0; i < code.scale_res.size(); ++i) {
-    w.signed_exp_golomb(code.scale_res[i], code.ks);
-    w.signed_exp_golomb(code.zero_res[i], code.kz);
-  }
+  w.signed_exp_golomb_pairs(code.scale_res.data(), code.zero_res.data(), code.scale_res.size(),
+                            code.ks, code.kz);
 }
 
 void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<const float> zero,

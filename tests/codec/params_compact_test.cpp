@@ -5,6 +5,7 @@
 // message (the first bad parameter in coding order).
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -61,6 +62,33 @@ std::string read_back(const std::vector<uint8_t>& bytes, size_t n_groups, size_t
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The writer's register loop for pairs writes the bytes of one signed_exp_golomb call per code,
+// also around codes past 56 bits (which take the member path) and across its runs of pairs.
+TEST(ParamsCompact, PairWriterMatchesCodeByCode) {
+  std::mt19937_64 rng(9);
+  for (const size_t n : {0u, 1u, 7u, 512u, 513u, 2000u}) {
+    for (const int ka : {0, 4, 30}) {
+      const int kb = (ka + 7) % 31;
+      std::vector<int64_t> a(n), b(n);
+      for (size_t i = 0; i < n; ++i) {
+        const int shift = static_cast<int>(rng() % 64);  // values up to +-2^63
+        a[i] = static_cast<int64_t>(rng()) >> shift;
+        b[i] = i % 97 == 0 ? INT64_MIN : static_cast<int64_t>(rng()) >> (63 - shift % 8);
+      }
+      BitWriter one, pairs;
+      one.put(5, 3);  // start off a byte boundary
+      pairs.put(5, 3);
+      for (size_t i = 0; i < n; ++i) {
+        one.signed_exp_golomb(a[i], ka);
+        one.signed_exp_golomb(b[i], kb);
+      }
+      pairs.signed_exp_golomb_pairs(a.data(), b.data(), n, ka, kb);
+      ASSERT_EQ(pairs.bit_count(), one.bit_count()) << n << " " << ka;
+      ASSERT_EQ(pairs.finish(), one.finish()) << n << " " << ka;
+    }
+  }
 }
 
 TEST(ParamsCompact, RoundTripOnEveryPath) {
