@@ -110,18 +110,19 @@ BENCHMARK(BM_dequant)->Arg(1)->Arg(kAll)->Unit(benchmark::kMillisecond)->UseReal
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::printf("cachegen quant_bench: %zu heads x %zu tokens x %zu dim fp16 (%.1f MB), %zu bits, "
-              "group %zu, SIMD path %s, %d threads\n",
-              kHeads, kTokens, kDim, kElems * 2 / 1e6, kBits, kGroup,
-              simd_path_name(simd_path()), kAll);
+  std::printf(
+      "cachegen quant_bench: %zu heads x %zu tokens x %zu dim fp16 (%.1f MB), %zu bits, "
+      "group %zu, SIMD path %s, %d threads\n",
+      kHeads, kTokens, kDim, kElems * 2 / 1e6, kBits, kGroup, simd_path_name(simd_path()), kAll);
   const auto r = cachegen::bench::run_benchmarks(&argc, argv);
   const std::string all = std::to_string(kAll);
   cachegen::bench::print_comparisons(
-      r, {{"quantize fp16->codes, 1 thread", "BM_quantize/1/real_time", "BM_memcpy_fp16/real_time"},
-          {"dequantize codes->fp16, 1 thread", "BM_dequant/1/real_time", "BM_memcpy_fp16/real_time"},
-          {"quantize fp16->codes, " + all + " threads", "BM_quantize/" + all + "/real_time",
-           "BM_memcpy_fp16_threads/real_time"},
-          {"dequantize codes->fp16, " + all + " threads", "BM_dequant/" + all + "/real_time",
-           "BM_memcpy_fp16_threads/real_time"}});
+      r,
+      {{"quantize fp16->codes, 1 thread", "BM_quantize/1/real_time", "BM_memcpy_fp16/real_time"},
+       {"dequantize codes->fp16, 1 thread", "BM_dequant/1/real_time", "BM_memcpy_fp16/real_time"},
+       {"quantize fp16->codes, " + all + " threads", "BM_quantize/" + all + "/real_time",
+        "BM_memcpy_fp16_threads/real_time"},
+       {"dequantize codes->fp16, " + all + " threads", "BM_dequant/" + all + "/real_time",
+        "BM_memcpy_fp16_threads/real_time"}});
   return 0;
 }

@@ -10,7 +10,8 @@
 namespace cachegen::bench {
 
 struct Result {
-  double bytes_per_second = 0;  // counters "bytes_per_second" (Google Benchmark's SetBytesProcessed)
+  // Counters "bytes_per_second" (Google Benchmark's SetBytesProcessed) and so on.
+  double bytes_per_second = 0;
   double items_per_second = 0;  // SetItemsProcessed
   double real_time_ns = 0;      // per iteration
 };

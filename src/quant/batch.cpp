@@ -9,8 +9,8 @@ namespace cachegen {
 namespace {
 
 template <typename T>
-void quantize_batch_impl(std::span<const T> x, size_t n_heads, size_t n_rows, size_t dim,
-                         int bits, size_t group_size, std::vector<CodeStream>& out) {
+void quantize_batch_impl(std::span<const T> x, size_t n_heads, size_t n_rows, size_t dim, int bits,
+                         size_t group_size, std::vector<CodeStream>& out) {
   const size_t head = detail::checked_mul(n_rows, dim, "x (n_rows * dim)");
   const size_t want = detail::checked_mul(n_heads, head, "x (n_heads * n_rows * dim)");
   if (x.size() != want) {
@@ -69,9 +69,10 @@ void dequant_codes_batch_into(std::span<const CodeStream> streams, std::span<Hal
   }
   const size_t head = n_rows * dim;
   if (out.size() != detail::checked_mul(streams.size(), head, "batch output")) {
-    detail::fail(ErrorCode::output_too_small,
-                 "dequant_codes_batch: out has " + std::to_string(out.size()) +
-                     " values, expected G * n_rows * dim = " + std::to_string(streams.size() * head));
+    detail::fail(
+        ErrorCode::output_too_small,
+        "dequant_codes_batch: out has " + std::to_string(out.size()) +
+            " values, expected G * n_rows * dim = " + std::to_string(streams.size() * head));
   }
   detail::parallel_for(streams.size(), [&](size_t h) {
     dequant_codes_into(streams[h], out.subspan(h * head, head));

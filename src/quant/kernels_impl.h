@@ -242,7 +242,7 @@ static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
   for (size_t blocks = rows / per; blocks > 0;) {
     const size_t run = blocks < 255 ? blocks : 255;
     Bytes64 acc[S];
-    for (int v = 0; v < S; ++v) acc[v] = Bytes64{} ^ Bytes64{};
+    for (int v = 0; v < S; ++v) acc[v] = Bytes64{};
     for (size_t b = 0; b < run; ++b, r += per) {
       Bytes64 block;
       std::memcpy(&block, symbols + r * dim, 64);
