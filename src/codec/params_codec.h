@@ -63,10 +63,11 @@ void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<
 void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
                          std::vector<float>& scale, std::vector<float>& zero);
 
-// The AVX-512 part of read_params_compact: groups 1.. of every channel from the group above,
-// residuals [n_groups, dim] (each within +-2^30), where every parameter's zero index lies
-// within 2^22 of its prediction's quotient. False if some parameter does not, or is invalid:
-// the portable code then computes them all.
+// The AVX-512 part of read_params_compact: groups 1.. of every channel from the group above
+// (group 0 already in scale/zero), from residuals laid out [n_groups, dim] as 32-bit integers
+// (each within +-2^30). False if some parameter is invalid or its prediction's quotient (the
+// previous zero over the new step) is 2^22 or more in magnitude: the portable code then
+// computes them all.
 bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
                                  const CompactGrid& g, float* scale, float* zero);
 

@@ -16,9 +16,9 @@ inline __mmask64 first_bytes(size_t n) {
   return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
 }
 
-// boundary_predictions of 16 channels (lanes) from their previous codes (bytes): p points at the
-// channels' parameters of the new group, p - dim at the previous group's. Lanes off `lanes`
-// divide 0 by 1.
+// boundary_predictions of 16 channels (lanes) from their previous codes (bytes): the new
+// group's parameters at index i of k.scale / k.zero, the previous group's at i - k.dim. Lanes
+// off `lanes` divide 0 by 1.
 struct Params {
   const float* scale;
   const float* zero;
