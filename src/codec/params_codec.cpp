@@ -434,10 +434,11 @@ void check_decoded_params(std::span<const float> scale, std::span<const float> z
   // One pass without branches (comparisons, false on NaN, OR-ed into a word: it vectorises),
   // then the first bad parameter's index only when there is one.
   const auto good = [&](size_t i) {
-    return (scale[i] > 0) & (scale[i] <= FLT_MAX) & (std::fabs(zero[i]) <= FLT_MAX);
+    return static_cast<uint32_t>(scale[i] > 0) & static_cast<uint32_t>(scale[i] <= FLT_MAX) &
+           static_cast<uint32_t>(std::fabs(zero[i]) <= FLT_MAX);
   };
   uint32_t bad = 0;
-  for (size_t i = 0; i < scale.size(); ++i) bad |= static_cast<uint32_t>(!good(i));
+  for (size_t i = 0; i < scale.size(); ++i) bad |= good(i) ^ 1u;
   if (bad == 0) return;
   for (size_t i = 0; i < scale.size(); ++i) {
     if (!good(i)) {

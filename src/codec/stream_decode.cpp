@@ -405,17 +405,21 @@ struct ZeroHalfIterator {
     i -= static_cast<size_t>(d);
     return *this;
   }
-  friend ZeroHalfIterator operator+(ZeroHalfIterator a, difference_type d) noexcept {
+  [[maybe_unused]] friend ZeroHalfIterator operator+(ZeroHalfIterator a,
+                                                     difference_type d) noexcept {
     return a += d;
   }
-  friend ZeroHalfIterator operator-(ZeroHalfIterator a, difference_type d) noexcept {
+  [[maybe_unused]] friend ZeroHalfIterator operator-(ZeroHalfIterator a,
+                                                     difference_type d) noexcept {
     return a -= d;
   }
   friend difference_type operator-(ZeroHalfIterator a, ZeroHalfIterator b) noexcept {
     return static_cast<difference_type>(a.i - b.i);
   }
   friend bool operator==(ZeroHalfIterator a, ZeroHalfIterator b) noexcept { return a.i == b.i; }
-  friend auto operator<=>(ZeroHalfIterator a, ZeroHalfIterator b) noexcept { return a.i <=> b.i; }
+  [[maybe_unused]] friend auto operator<=>(ZeroHalfIterator a, ZeroHalfIterator b) noexcept {
+    return a.i <=> b.i;
+  }
 };
 
 }  // namespace

@@ -66,8 +66,7 @@ void delta_group(const uint8_t* symbols, size_t rows, size_t dim, const uint8_t*
     // row-by-row walk reloads the row just stored: a store-forwarding delay per row). Delta
     // channels keep a byte-wise running sum mod 256 (a multiple of 2^bits, masked on store);
     // its chain is one add per row, the raw channels' symbols join off that chain.
-    Bytes8 mask8;
-    for (int b = 0; b < 8; ++b) mask8[b] = mask;
+    const Bytes8 mask8 = Bytes8{} + mask;  // mask in every byte
     for (size_t c = 0; c < dim; c += 8) {
       Bytes8 acc, kk, in;
       std::memcpy(&acc, pred + c, 8);
