@@ -268,7 +268,15 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
     const size_t n = b.heads[0].n_rows * b.heads[0].dim;
     const size_t h0 = it.slice * b.heads_per_slice;
     const size_t h1 = std::min(b.heads.size(), h0 + b.heads_per_slice);
-    for (size_t h = h0; h < h1; ++h) {
+    // Heads in pairs: their token-delta chains overlap.
+    size_t h = h0;
+    for (; h + 1 < h1; h += 2) {
+      uint8_t* codes = symbols + (h - h0) * n;
+      symbols_to_codes_in_place(codes, b.heads[h], codes + n, b.heads[h + 1], b.is_delta.data());
+      fn(it.index, h, codes);
+      fn(it.index, h + 1, codes + n);
+    }
+    if (h < h1) {
       uint8_t* codes = symbols + (h - h0) * n;
       symbols_to_codes_in_place(codes, b.heads[h], b.is_delta.data());
       fn(it.index, h, codes);

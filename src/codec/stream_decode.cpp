@@ -242,6 +242,13 @@ void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& s, const uint
                    symbols);
 }
 
+void symbols_to_codes_in_place(uint8_t* a, const CodeStream& sa, uint8_t* b, const CodeStream& sb,
+                               const uint8_t* is_delta) {
+  if (std::none_of(is_delta, is_delta + sa.dim, [](uint8_t d) { return d != 0; })) return;
+  symbols_to_codes_pair(DeltaHead{a, sa.scale, sa.zero, a}, DeltaHead{b, sb.scale, sb.zero, b},
+                        sa.n_rows, sa.dim, sa.bits, sa.group_size, is_delta);
+}
+
 void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes) {
   const size_t n = s.n_rows * s.dim;
   s.codes.resize(s.n_groups() * s.group_size * s.dim);

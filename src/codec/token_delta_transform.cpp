@@ -103,7 +103,9 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
   uint8_t* const pred = keep + dim;
   for (size_t c = 0; c < dim; ++c) keep[c] = is_delta[c] ? 0xff : 0;
   if (simd_path() == SimdPath::avx512) {
-    symbols_to_codes_avx512(symbols, n_rows, dim, bits, group_size, scale, zero, keep, codes);
+    const DeltaHead head{symbols, scale, zero, codes};
+    symbols_to_codes_avx512(std::span<const DeltaHead>(&head, 1), n_rows, dim, bits, group_size,
+                            keep);
     return;
   }
   std::memset(pred, 1u << (bits - 1), dim);
@@ -117,6 +119,22 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
     delta_group(symbols + row0 * dim, std::min(group_size, n_rows - row0), dim, pred, keep, mask,
                 codes + row0 * dim);
   }
+}
+
+void symbols_to_codes_pair(const DeltaHead& a, const DeltaHead& b, size_t n_rows, size_t dim,
+                           int bits, size_t group_size, const uint8_t* is_delta) {
+  if (simd_path() != SimdPath::avx512) {
+    symbols_to_codes(a.symbols, n_rows, dim, bits, group_size, a.scale, a.zero, is_delta, a.codes);
+    symbols_to_codes(b.symbols, n_rows, dim, bits, group_size, b.scale, b.zero, is_delta, b.codes);
+    return;
+  }
+  constexpr size_t kOnStack = 256;
+  uint8_t on_stack[kOnStack];
+  std::vector<uint8_t> on_heap(dim > kOnStack ? dim : 0);
+  uint8_t* const keep = dim > kOnStack ? on_heap.data() : on_stack;
+  for (size_t c = 0; c < dim; ++c) keep[c] = is_delta[c] ? 0xff : 0;
+  const DeltaHead heads[2] = {a, b};
+  symbols_to_codes_avx512(heads, n_rows, dim, bits, group_size, keep);
 }
 
 }  // namespace cachegen::detail

@@ -40,10 +40,12 @@ inline __m128i predict16(__m128i prev, const Params& k, size_t i, __mmask16 lane
 
 // Rows of Q qwords (Q = 1, 2, 4): 8 / Q rows per vector. Their running sum is a prefix sum
 // across the vector's rows (log2(8 / Q) shifts by whole rows, each with an add) plus the
-// previous vector's last row, broadcast: one add and one permute on the chain per vector.
-template <int Q>
-void packed_rows(const uint8_t* in, size_t n_rows, size_t group_size, const Params& k,
-                 const uint8_t* keep, int bits, uint8_t* out) {
+// previous vector's last row, broadcast: one add and one permute on the chain per vector, and
+// at a group boundary the prediction (~50 cycles of latency). N heads of one shape go side by
+// side, so that their chains overlap.
+template <int Q, int N>
+void packed_rows(const DeltaHead* heads, size_t n_rows, size_t group_size, const uint8_t* keep,
+                 int bits) {
   constexpr size_t kDim = 8 * Q, kRows = 8 / Q;
   const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
   __m512i kk;
@@ -60,37 +62,46 @@ void packed_rows(const uint8_t* in, size_t n_rows, size_t group_size, const Para
   const __m512i last = _mm512_set_epi64(7, 7 - 1 % Q, 7 - 2 % Q, 7 - 3 % Q, 7 - 4 % Q, 7 - 5 % Q,
                                         7 - 6 % Q, 7 - 7 % Q);
   const __m512i zero = _mm512_setzero_si512();
-  __m512i carry = _mm512_and_si512(_mm512_set1_epi8(static_cast<char>(1u << (bits - 1))), kk);
+  const __m512 top = _mm512_set1_ps(static_cast<float>((1 << bits) - 1));
+  __m512i carry[N];
+  for (int h = 0; h < N; ++h)
+    carry[h] = _mm512_and_si512(_mm512_set1_epi8(static_cast<char>(1u << (bits - 1))), kk);
   for (size_t row0 = 0; row0 < n_rows; row0 += group_size) {
     if (row0 > 0) {
-      // carry holds the previous row's running sums, repeated: the delta channels' codes.
-      const __m512i prev = _mm512_and_si512(carry, mask);
       const size_t i = row0 / group_size * kDim;
-      __m512i pred;
-      if constexpr (Q == 1) {
-        pred = _mm512_broadcastq_epi64(predict16(_mm512_castsi512_si128(prev), k, i, 0xff));
-      } else if constexpr (Q == 2) {
-        pred = _mm512_broadcast_i32x4(predict16(_mm512_castsi512_si128(prev), k, i, 0xffff));
-      } else {
-        const __m128i lo = predict16(_mm512_castsi512_si128(prev), k, i, 0xffff);
-        const __m128i hi = predict16(_mm512_extracti32x4_epi32(prev, 1), k, i + 16, 0xffff);
-        pred = _mm512_broadcast_i64x4(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+      for (int h = 0; h < N; ++h) {
+        // carry holds the previous row's running sums, repeated: the delta channels' codes.
+        const Params k{heads[h].scale.data(), heads[h].zero.data(), kDim, top};
+        const __m512i prev = _mm512_and_si512(carry[h], mask);
+        __m512i pred;
+        if constexpr (Q == 1) {
+          pred = _mm512_broadcastq_epi64(predict16(_mm512_castsi512_si128(prev), k, i, 0xff));
+        } else if constexpr (Q == 2) {
+          pred = _mm512_broadcast_i32x4(predict16(_mm512_castsi512_si128(prev), k, i, 0xffff));
+        } else {
+          const __m128i lo = predict16(_mm512_castsi512_si128(prev), k, i, 0xffff);
+          const __m128i hi = predict16(_mm512_extracti32x4_epi32(prev, 1), k, i + 16, 0xffff);
+          pred = _mm512_broadcast_i64x4(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+        }
+        carry[h] = _mm512_and_si512(pred, kk);
       }
-      carry = _mm512_and_si512(pred, kk);
     }
     const size_t end = std::min(n_rows, row0 + group_size);
     for (size_t t = row0; t < end; t += kRows) {
       const __mmask64 lanes = first_bytes((end - t) * kDim);
-      const __m512i v = _mm512_maskz_loadu_epi8(lanes, in + t * kDim);
-      __m512i d = _mm512_and_si512(v, kk);
-      if constexpr (Q == 1) d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 7));
-      if constexpr (Q <= 2) d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 6));
-      d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 4));
-      const __m512i acc = _mm512_add_epi8(carry, d);
-      const __m512i code = _mm512_and_si512(_mm512_add_epi8(acc, _mm512_andnot_si512(kk, v)), mask);
-      _mm512_mask_storeu_epi8(out + t * kDim, lanes, code);
-      // Rows past `end` added nothing: the broadcast row is the group's last.
-      carry = _mm512_permutexvar_epi64(last, acc);
+      for (int h = 0; h < N; ++h) {
+        const __m512i v = _mm512_maskz_loadu_epi8(lanes, heads[h].symbols + t * kDim);
+        __m512i d = _mm512_and_si512(v, kk);
+        if constexpr (Q == 1) d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 7));
+        if constexpr (Q <= 2) d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 6));
+        d = _mm512_add_epi8(d, _mm512_alignr_epi64(d, zero, 4));
+        const __m512i acc = _mm512_add_epi8(carry[h], d);
+        const __m512i code =
+            _mm512_and_si512(_mm512_add_epi8(acc, _mm512_andnot_si512(kk, v)), mask);
+        _mm512_mask_storeu_epi8(heads[h].codes + t * kDim, lanes, code);
+        // Rows past `end` added nothing: the broadcast row is the group's last.
+        carry[h] = _mm512_permutexvar_epi64(last, acc);
+      }
     }
   }
 }
@@ -134,20 +145,35 @@ void column_rows(const uint8_t* in, size_t n_rows, size_t group_size, const Para
 
 }  // namespace
 
-void symbols_to_codes_avx512(const uint8_t* symbols, size_t n_rows, size_t dim, int bits,
-                             size_t group_size, std::span<const float> scale,
-                             std::span<const float> zero, const uint8_t* keep, uint8_t* codes) {
-  const Params k{scale.data(), zero.data(), dim,
-                 _mm512_set1_ps(static_cast<float>((1 << bits) - 1))};
-  switch (dim) {
-    case 8:
-      return packed_rows<1>(symbols, n_rows, group_size, k, keep, bits, codes);
-    case 16:
-      return packed_rows<2>(symbols, n_rows, group_size, k, keep, bits, codes);
-    case 32:
-      return packed_rows<4>(symbols, n_rows, group_size, k, keep, bits, codes);
-    default:
-      return column_rows(symbols, n_rows, group_size, k, keep, bits, codes);
+void symbols_to_codes_avx512(std::span<const DeltaHead> heads, size_t n_rows, size_t dim, int bits,
+                             size_t group_size, const uint8_t* keep) {
+  if (heads.size() == 2 && (dim == 8 || dim == 16 || dim == 32)) {
+    switch (dim) {
+      case 8:
+        return packed_rows<1, 2>(heads.data(), n_rows, group_size, keep, bits);
+      case 16:
+        return packed_rows<2, 2>(heads.data(), n_rows, group_size, keep, bits);
+      default:
+        return packed_rows<4, 2>(heads.data(), n_rows, group_size, keep, bits);
+    }
+  }
+  for (const DeltaHead& h : heads) {
+    switch (dim) {
+      case 8:
+        packed_rows<1, 1>(&h, n_rows, group_size, keep, bits);
+        break;
+      case 16:
+        packed_rows<2, 1>(&h, n_rows, group_size, keep, bits);
+        break;
+      case 32:
+        packed_rows<4, 1>(&h, n_rows, group_size, keep, bits);
+        break;
+      default:
+        column_rows(h.symbols, n_rows, group_size,
+                    Params{h.scale.data(), h.zero.data(), dim,
+                           _mm512_set1_ps(static_cast<float>((1 << bits) - 1))},
+                    keep, bits, h.codes);
+    }
   }
 }
 

@@ -102,5 +102,46 @@ TEST(TokenDelta, SymbolsToCodesInvertsOnEveryPath) {
   set_simd_path(best_supported_simd_path());
 }
 
+// Two heads of one shape inverted side by side (the AVX-512 kernel's pair) give each head's
+// own codes, in place or not, on every path.
+TEST(TokenDelta, PairsInvertEachHead) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(0.01f, 1.0f);
+  for (const size_t dim : {8u, 16u, 24u, 32u, 64u}) {
+    for (const size_t n_rows : {1u, 33u, 77u}) {
+      const int bits = 3;
+      const size_t group_size = 32, n_groups = (n_rows + group_size - 1) / group_size;
+      std::vector<uint8_t> is_delta(dim);
+      for (uint8_t& d : is_delta) d = static_cast<uint8_t>(rng() % 4 != 0);
+      std::vector<uint8_t> codes[2], symbols[2];
+      std::vector<float> scale[2], zero[2];
+      for (int h = 0; h < 2; ++h) {
+        codes[h].resize(n_rows * dim);
+        for (uint8_t& c : codes[h]) c = static_cast<uint8_t>(rng() & 7);
+        scale[h].resize(n_groups * dim);
+        zero[h].resize(n_groups * dim);
+        for (size_t i = 0; i < scale[h].size(); ++i) scale[h][i] = u(rng), zero[h][i] = u(rng);
+        symbols[h].resize(n_rows * dim);
+        compute_delta_symbols(codes[h].data(), n_rows, dim, bits, group_size, scale[h], zero[h],
+                              symbols[h].data());
+        for (size_t i = 0; i < symbols[h].size(); ++i)
+          if (!is_delta[i % dim]) symbols[h][i] = codes[h][i];
+      }
+      for (const SimdPath path : test::supported_simd_paths()) {
+        set_simd_path(path);
+        const std::string where = std::string(simd_path_name(path)) + " dim " +
+                                  std::to_string(dim) + " rows " + std::to_string(n_rows);
+        std::vector<uint8_t> out_a(n_rows * dim, 0xaa), in_place_b = symbols[1];
+        symbols_to_codes_pair(DeltaHead{symbols[0].data(), scale[0], zero[0], out_a.data()},
+                              DeltaHead{in_place_b.data(), scale[1], zero[1], in_place_b.data()},
+                              n_rows, dim, bits, group_size, is_delta.data());
+        ASSERT_EQ(out_a, codes[0]) << where;
+        ASSERT_EQ(in_place_b, codes[1]) << where;
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
 }  // namespace
 }  // namespace cachegen::detail
