@@ -242,23 +242,6 @@ ChannelModel table_model(ChannelKind kind, const TableChoice& choice,
   return m;
 }
 
-// c * log2(c) for the small counts of one head's channels, from a table.
-constexpr uint32_t kClogTable = 4096;
-const double* count_log2_count_table() {
-  struct Table {
-    double v[kClogTable];
-    Table() {
-      v[0] = 0;
-      for (uint32_t i = 1; i < kClogTable; ++i) v[i] = i * std::log2(static_cast<double>(i));
-    }
-  };
-  static const Table table;
-  return table.v;
-}
-double count_log2_count(const double* table, uint32_t c) {
-  return c < kClogTable ? table[c] : c * std::log2(static_cast<double>(c));
-}
-
 // A lower bound on best_table_choice(kind, counts, n_rows, bits).cost_fp, at a fraction of its
 // cost.
 // Data: every table's frequencies f / 2^t form a distribution q, and log2_fixed(f) never
@@ -290,9 +273,7 @@ uint64_t table_cost_lower_bound(ChannelKind kind, std::span<const uint32_t> coun
   while (last > 0 && counts[order[last - 1]] == 0) --last;
   const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + static_cast<uint64_t>(bits) +
                         (n_present ? (last - 1) + (n_present - 1) : 0);
-  const double n = static_cast<double>(total);
-  const double n_log_n =
-      total <= UINT32_MAX ? count_log2_count(clog, static_cast<uint32_t>(total)) : n * std::log2(n);
+  const double n_log_n = count_log2_count(clog, total);
   const double entropy_fp = (n_log_n - sum_clog) * 65536.0;
   const double margin = entropy_fp * 1e-9 + 1024.0;
   const uint64_t data = entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0;
@@ -300,6 +281,18 @@ uint64_t table_cost_lower_bound(ChannelKind kind, std::span<const uint32_t> coun
 }
 
 }  // namespace
+
+const double* count_log2_count_table() {
+  struct Table {
+    double v[kClogTable];
+    Table() {
+      v[0] = 0;
+      for (uint32_t i = 1; i < kClogTable; ++i) v[i] = i * std::log2(static_cast<double>(i));
+    }
+  };
+  static const Table table;
+  return table.v;
+}
 
 int max_table_precision(size_t n_rows) {
   int lg = 0;

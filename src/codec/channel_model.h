@@ -1,6 +1,7 @@
 // Internal: per-channel probability models, their compact description and the encoder's choice.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -25,6 +26,14 @@ struct ChannelModel {
   ChannelTable table;    // the coder's view (filled for every kind)
   uint64_t cost_fp = 0;  // encoder's estimate of description + data bits, 16.16 fixed point
 };
+
+// c * log2(c) of counts: below kClogTable from a table built once (callers fetch its pointer
+// once: a function-local static's guard per value was a cost), past it computed.
+inline constexpr uint32_t kClogTable = 4096;
+const double* count_log2_count_table();
+inline double count_log2_count(const double* table, uint64_t c) {
+  return c < kClogTable ? table[c] : static_cast<double>(c) * std::log2(static_cast<double>(c));
+}
 
 // Largest table precision a stream of n_rows rows may use: min(12, max(1, ceil(log2 n_rows)+1)).
 // Bounding it by the row count bounds decoder table memory by the element count.

@@ -298,41 +298,6 @@ inline bool reconstruct(size_t i, size_t prev, int64_t ds, int64_t dz, const Com
   return (sf > 0) & zero_ok;
 }
 
-// Groups 1.. of every channel, each from the group above, as reconstruct<true> computes them:
-// a row's scales, then its zeros, in loops of independent channels. False if any fails.
-bool reconstruct_later_groups(size_t n_groups, size_t dim, const int64_t* __restrict res,
-                              const CompactGrid& g, float* __restrict scale,
-                              float* __restrict zero) {
-  const int shift = 23 - g.scale_mantissa_bits;
-  const float to_step = 1.0f / static_cast<float>(1 << g.zero_step_log2);
-  uint32_t bad = 0;
-  for (size_t gi = 1; gi < n_groups; ++gi) {
-    const float* prev_scale = scale + (gi - 1) * dim;
-    const float* prev_zero = zero + (gi - 1) * dim;
-    float* row_scale = scale + gi * dim;
-    float* row_zero = zero + gi * dim;
-    for (size_t c = 0; c < dim; ++c) {
-      // A wrapped sum is negative or >= 2^32: rejected, as the overflow check rejects it.
-      const uint64_t s = static_cast<uint64_t>(std::bit_cast<uint32_t>(prev_scale[c]) >> shift) +
-                         static_cast<uint64_t>(res[2 * (c * n_groups + gi)]);
-      const uint64_t exponent = s >> g.scale_mantissa_bits;
-      const bool ok = (s >> 32) == 0 && exponent != 0 && exponent < 255;
-      row_scale[c] = ok ? std::bit_cast<float>(static_cast<uint32_t>(s) << shift) : 0.0f;
-      bad |= !ok;
-    }
-    for (size_t c = 0; c < dim; ++c) {
-      const float step = row_scale[c] * to_step;
-      int64_t k = 0;
-      const bool ok = !__builtin_add_overflow(predict_index(prev_zero[c], step),
-                                              res[2 * (c * n_groups + gi) + 1], &k) &&
-                      k > -kMaxZeroIndex && k < kMaxZeroIndex;
-      row_zero[c] = static_cast<float>(k) * step;
-      bad |= !ok;
-    }
-  }
-  return bad == 0;
-}
-
 // compact_later_groups_avx512 where it runs (the CPU has it, every residual within +-2^30, every
 // parameter valid and near its prediction): false where it did not.
 bool later_groups_avx512(size_t n_groups, size_t dim, const int64_t* res, const CompactGrid& g,
@@ -424,8 +389,15 @@ void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const Compac
                    : reconstruct<true>(c, c - 1, res[2 * p], res[2 * p + 1], g, scale.data(),
                                        zero.data(), s);
   }
-  if (!later_groups_avx512(n_groups, dim, res.data(), g, scale.data(), zero.data()))
-    good &= reconstruct_later_groups(n_groups, dim, res.data(), g, scale.data(), zero.data());
+  if (!later_groups_avx512(n_groups, dim, res.data(), g, scale.data(), zero.data())) {
+    for (size_t gi = 1; gi < n_groups; ++gi) {
+      for (size_t c = 0; c < dim; ++c) {
+        const size_t i = gi * dim + c, p = c * n_groups + gi;
+        good &= reconstruct<true>(i, i - dim, res[2 * p], res[2 * p + 1], g, scale.data(),
+                                  zero.data(), s);
+      }
+    }
+  }
   if (!good) reconstruct_in_order(n, n_groups, dim, res.data(), g, scale.data(), zero.data());
   check_decoded_params(scale, zero);
 }

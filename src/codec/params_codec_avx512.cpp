@@ -1,5 +1,5 @@
-// AVX-512 twin of reconstruct_later_groups (params_codec.cpp) for the usual parameters: 16
-// channels per vector. Compiled with -mavx512f/bw/vl; only called when cachegen::simd_path()
+// AVX-512 twin of read_params_compact's later groups (params_codec.cpp) for the usual parameters:
+// 16 channels per vector. Compiled with -mavx512f/bw/vl; only called when cachegen::simd_path()
 // says the CPU has them.
 #include <immintrin.h>
 

@@ -90,9 +90,12 @@ void delta_group(const uint8_t* symbols, size_t rows, size_t dim, const uint8_t*
 }
 }  // namespace
 
-void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bits,
-                      size_t group_size, std::span<const float> scale, std::span<const float> zero,
-                      const uint8_t* is_delta, uint8_t* codes) {
+namespace {
+
+// symbols_to_codes of heads of one shape: the AVX-512 kernel takes them together, the portable
+// path one after the other.
+void heads_to_codes(std::span<const DeltaHead> heads, size_t n_rows, size_t dim, int bits,
+                    size_t group_size, const uint8_t* is_delta) {
   const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
   // keep: 0xff for delta channels, 0 for raw, so that the kernels are branch-free; pred: the
   // group's first-row predictions (raw channels' too, then masked off by keep).
@@ -103,38 +106,37 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
   uint8_t* const pred = keep + dim;
   for (size_t c = 0; c < dim; ++c) keep[c] = is_delta[c] ? 0xff : 0;
   if (simd_path() == SimdPath::avx512) {
-    const DeltaHead head{symbols, scale, zero, codes};
-    symbols_to_codes_avx512(std::span<const DeltaHead>(&head, 1), n_rows, dim, bits, group_size,
-                            keep);
+    symbols_to_codes_avx512(heads, n_rows, dim, bits, group_size, keep);
     return;
   }
-  std::memset(pred, 1u << (bits - 1), dim);
-  // Group by group: the row's position in its group is a loop counter, not a division.
-  for (size_t row0 = 0; row0 < n_rows; row0 += group_size) {
-    if (row0 > 0) {
-      const size_t i = row0 / group_size * dim;
-      boundary_predictions(codes + (row0 - 1) * dim, &scale[i - dim], &zero[i - dim], &scale[i],
-                           &zero[i], bits, dim, pred);
+  for (const DeltaHead& h : heads) {
+    std::memset(pred, 1u << (bits - 1), dim);
+    // Group by group: the row's position in its group is a loop counter, not a division.
+    for (size_t row0 = 0; row0 < n_rows; row0 += group_size) {
+      if (row0 > 0) {
+        const size_t i = row0 / group_size * dim;
+        boundary_predictions(h.codes + (row0 - 1) * dim, &h.scale[i - dim], &h.zero[i - dim],
+                             &h.scale[i], &h.zero[i], bits, dim, pred);
+      }
+      delta_group(h.symbols + row0 * dim, std::min(group_size, n_rows - row0), dim, pred, keep,
+                  mask, h.codes + row0 * dim);
     }
-    delta_group(symbols + row0 * dim, std::min(group_size, n_rows - row0), dim, pred, keep, mask,
-                codes + row0 * dim);
   }
+}
+
+}  // namespace
+
+void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bits,
+                      size_t group_size, std::span<const float> scale, std::span<const float> zero,
+                      const uint8_t* is_delta, uint8_t* codes) {
+  const DeltaHead head{symbols, scale, zero, codes};
+  heads_to_codes(std::span<const DeltaHead>(&head, 1), n_rows, dim, bits, group_size, is_delta);
 }
 
 void symbols_to_codes_pair(const DeltaHead& a, const DeltaHead& b, size_t n_rows, size_t dim,
                            int bits, size_t group_size, const uint8_t* is_delta) {
-  if (simd_path() != SimdPath::avx512) {
-    symbols_to_codes(a.symbols, n_rows, dim, bits, group_size, a.scale, a.zero, is_delta, a.codes);
-    symbols_to_codes(b.symbols, n_rows, dim, bits, group_size, b.scale, b.zero, is_delta, b.codes);
-    return;
-  }
-  constexpr size_t kOnStack = 256;
-  uint8_t on_stack[kOnStack];
-  std::vector<uint8_t> on_heap(dim > kOnStack ? dim : 0);
-  uint8_t* const keep = dim > kOnStack ? on_heap.data() : on_stack;
-  for (size_t c = 0; c < dim; ++c) keep[c] = is_delta[c] ? 0xff : 0;
   const DeltaHead heads[2] = {a, b};
-  symbols_to_codes_avx512(heads, n_rows, dim, bits, group_size, keep);
+  heads_to_codes(heads, n_rows, dim, bits, group_size, is_delta);
 }
 
 }  // namespace cachegen::detail

@@ -21,6 +21,7 @@
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
+#include "codec/channel_model.h"
 #include "codec/stream_format.h"
 #include "container/cgkv_internal.h"
 #include "core/wire.h"
@@ -146,22 +147,16 @@ struct ByteHistograms {
 // lossless encode), std::log2 past them.
 // (Callers hold the table: a function-local static's guard per value cost more than log2.)
 struct Log2Table {
-  std::vector<double> t, n_t;  // log2(n), n * log2(n)
+  std::vector<double> t;
   double operator()(uint64_t n) const {
     return n < t.size() ? t[n] : std::log2(static_cast<double>(n));
-  }
-  double n_log2(uint64_t n) const {
-    return n < n_t.size() ? n_t[n] : static_cast<double>(n) * std::log2(static_cast<double>(n));
   }
 };
 const Log2Table& log2_counts() {
   static const Log2Table table{[] {
-    Log2Table l{std::vector<double>(4097, 0.0), std::vector<double>(4097, 0.0)};
-    for (size_t k = 1; k < l.t.size(); ++k) {
-      l.t[k] = std::log2(static_cast<double>(k));
-      l.n_t[k] = static_cast<double>(k) * l.t[k];
-    }
-    return l;
+    std::vector<double> t(4097, 0.0);
+    for (size_t k = 1; k < t.size(); ++k) t[k] = std::log2(static_cast<double>(k));
+    return t;
   }()};
   return table;
 }
@@ -182,10 +177,12 @@ bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> ancho
   double per_channel = 0;
   const Log2Table& lg = log2_counts();
   const double log2_rows = lg(h.n_rows);  // each channel's histogram sums to n_rows
+  const double* const clog = count_log2_count_table();
   for (size_t c = 0; c < h.width; ++c) {
     const uint32_t* high = h.high.data() + c * 256;
     // A channel's values span a few magnitudes: most blocks of 8 high bytes never occur. Its
-    // bits: sum over present symbols of 6 + n * (log2(n_rows) - log2(n)), with sum n = n_rows.
+    // bits: sum over present symbols of 6 + n * (log2(n_rows) - log2(n)), with sum n = n_rows
+    // (n log2 n from the codec's table).
     uint32_t present = 0;
     double n_log2[4] = {};  // four sums, so that the adds do not wait on each other
     for (unsigned b0 = 0; b0 < 256; b0 += 8) {
@@ -197,7 +194,7 @@ bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> ancho
         if (n == 0) continue;
         pooled[high_symbol(Half{static_cast<uint16_t>(b << 8)}, anchor[c])] += n;
         ++present;
-        n_log2[b & 3] += lg.n_log2(n);
+        n_log2[b & 3] += count_log2_count(clog, n);
       }
     }
     per_channel += 6.0 * present + static_cast<double>(h.n_rows) * log2_rows -
