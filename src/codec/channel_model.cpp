@@ -87,8 +87,12 @@ bool normalize(const Present& p, int t, uint16_t* f) {
   };
   if (sum > target) take_from(p.most);
   for (int picks = 0; picks < 4 && sum > target; ++picks) {
-    size_t largest = 0;  // sum > target >= p.n: some frequency is above 1
-    for (size_t i = 1; i < p.n; ++i) largest = f[i] > f[largest] ? i : largest;
+    // The largest value (a loop the compiler vectorises), then its first place: a scan that
+    // carried the index was a chain of dependent selects.
+    uint16_t top = 0;  // sum > target >= p.n: some frequency is above 1
+    for (size_t i = 0; i < p.n; ++i) top = f[i] > top ? f[i] : top;
+    size_t largest = 0;
+    while (f[largest] != top) ++largest;
     take_from(largest);
   }
   if (sum > target) {
@@ -199,19 +203,25 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
   uint32_t last = 0;
   for (uint32_t j = 0; j < counts.size(); ++j)
     if (counts[order[j]] != 0) last = j;
+  // The list holds every present symbol but the one at `last` (present index last_i), and
+  // last + 1 - n absent ones (frequency 0): its cost is a sum over present symbols, taken in
+  // the data cost's loop.
+  size_t last_i = 0;
+  while (last_i < present.n && present.sym[last_i] != order[last]) ++last_i;
   const uint32_t* const log2_of = log2_fixed_table();
   const uint64_t* const eg_bits = eg_bits_packed_table();
-  uint16_t f[256], freq[256] = {};  // by present index; by symbol (0 = absent)
+  const uint64_t absent_list = present.n ? (last + 1 - present.n) * eg_bits[0] : 0;
+  uint16_t f[256];  // by present index
   for (int t = 1; t <= max_table_precision(n_rows); ++t) {
     if (!normalize(present, t, f)) continue;
     // sum of c * (t - log2 f) = t * total - sum of c * log2 f (each term is >= 0: f <= 2^t)
     uint64_t data = (static_cast<uint64_t>(t) * present.total) << 16;
+    uint64_t list = absent_list;  // the list's bits at each order, packed as eg_bits_packed's
     for (size_t i = 0; i < present.n; ++i) {
       data -= static_cast<uint64_t>(present.count[i]) * log2_of[f[i]];
-      freq[present.sym[i]] = f[i];
+      list += eg_bits[f[i]];
     }
-    uint64_t list = 0;  // the list's bits at each order, packed as eg_bits_packed's fields
-    for (uint32_t j = 0; j < last; ++j) list += eg_bits[freq[order[j]]];
+    if (present.n) list -= eg_bits[f[last_i]];
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
       const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits +
                             static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff);
