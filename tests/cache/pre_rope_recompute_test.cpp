@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "cache/cache_test_inputs.h"
 #include "cachegen/error.h"
@@ -107,6 +108,40 @@ TEST(PreRope, FetchReturnsRotatedKeysAndBeatsPlainQuantization) {
       const float want = half_to_float(k[(h * kTokens + 288) * kDim + i]);
       EXPECT_NEAR(half_to_float(got[h * 12 * kDim + i]), want, 2e-3f * (1 + std::fabs(want)));
     }
+  }
+}
+
+// Rotation angles are kept per thread between calls: caches of other offsets, bases and
+// directions rotating in turn on one thread get what each computes alone on a fresh thread.
+TEST(PreRope, AnglesKeptBetweenCallsAreTheRightOnes) {
+  std::vector<KVCacheConfig> cfgs(3, pre_rope_config(ParamMode::compact));
+  cfgs[1].rope.freq_base = 500000.0f;  // at the same positions as cfgs[0]
+  cfgs[1].rope.neox = true;
+  cfgs[2].rope_position_offset = 50;
+  const auto v = kv_walk(kHeads, kTokens, kDim, 12);
+  std::vector<std::vector<Half>> keys, alone(cfgs.size()), part(cfgs.size());
+  for (const KVCacheConfig& cfg : cfgs) keys.push_back(rotated_keys(cfg));
+  for (size_t i = 0; i < cfgs.size(); ++i) {
+    std::thread([&, i] {
+      const LayerKVCache one = fill(cfgs[i], keys[i], v, {64});
+      alone[i] = one.fetch_keys();
+      part[i] = one.fetch_keys(100, 200);
+    }).join();
+  }
+  std::vector<LayerKVCache> c;
+  for (const KVCacheConfig& cfg : cfgs) c.emplace_back(kHeads, kDim, 6, 4, cfg);
+  for (size_t t = 0; t < kTokens; t += 64) {  // in turn, block by block, and fetched between
+    const size_t n = std::min<size_t>(64, kTokens - t);
+    for (size_t i = 0; i < cfgs.size(); ++i) {
+      const auto ks = token_slice(keys[i], kHeads, kTokens, kDim, t, n);
+      const auto vs = token_slice(v, kHeads, kTokens, kDim, t, n);
+      c[i].append(view(ks, kHeads, n, kDim), view(vs, kHeads, n, kDim));
+    }
+    (void)c[2].fetch_keys();
+  }
+  for (size_t i = 0; i < cfgs.size(); ++i) {
+    EXPECT_TRUE(same(c[i].fetch_keys(), alone[i])) << i;
+    EXPECT_TRUE(same(c[i].fetch_keys(100, 200), part[i])) << i;
   }
 }
 
