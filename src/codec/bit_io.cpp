@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 namespace cachegen::detail {
 
@@ -79,13 +80,19 @@ namespace {
 // One code from the top of w, which holds 57 - used bits of input (then zeros): false, with
 // nothing changed, if it does not end within them. A prefix running past them (counting the
 // zeros shifted in, or w == 0) gives a total past them too.
-inline bool take_code(uint64_t& w, size_t& used, int order, int64_t& out) {
+// (Signed: zigzag-decoded.)
+template <class T>
+inline bool take_code(uint64_t& w, size_t& used, int order, T& out) {
   const size_t zeros = static_cast<size_t>(__builtin_clzll(w | 1));
   const size_t total = 2 * zeros + 1 + static_cast<size_t>(order);
   if (used + total > 57) [[unlikely]]
     return false;
   const uint64_t z = (w >> (64 - total)) - (uint64_t{1} << order);
-  out = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  if constexpr (std::is_signed_v<T>) {
+    out = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  } else {
+    out = z;
+  }
   w <<= total;  // total <= 57
   used += total;
   return true;
@@ -94,6 +101,14 @@ inline bool take_code(uint64_t& w, size_t& used, int order, int64_t& out) {
 }  // namespace
 
 size_t BitReader::signed_exp_golomb_run(int64_t* out, size_t n, const int k[2]) noexcept {
+  return code_run(out, n, k);
+}
+size_t BitReader::exp_golomb_run(uint64_t* out, size_t n, const int k[2]) noexcept {
+  return code_run(out, n, k);
+}
+
+template <class T>
+size_t BitReader::code_run(T* out, size_t n, const int k[2]) noexcept {
   // Below `limit` an 8-byte load at the position's byte stays in the input; from a load at
   // bit offset pos & 7, its first 57 bits are the input's.
   const size_t limit = in_.size() >= 8 ? (in_.size() - 8) * 8 : 0;

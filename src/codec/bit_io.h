@@ -123,6 +123,8 @@ class BitReader {
   // is long (more than 57 bits with what precedes it in its load) or near the input's end, and
   // returns how many it read. signed_exp_golomb reads the one it stopped at, or reports it.
   size_t signed_exp_golomb_run(int64_t* out, size_t n, const int k[2]) noexcept;
+  // The same for unsigned codes (exp_golomb's values).
+  size_t exp_golomb_run(uint64_t* out, size_t n, const int k[2]) noexcept;
   size_t bits_left() const noexcept { return in_.size() * 8 - bit_pos_; }
   // All bytes consumed except zero padding in the last partial byte.
   void finish(const char* section);
@@ -139,6 +141,8 @@ class BitReader {
     return __builtin_bswap64(w) << (bit_pos_ & 7);
   }
   uint64_t window_tail() const noexcept;
+  template <class T>
+  size_t code_run(T* out, size_t n, const int k[2]) noexcept;
   uint64_t get_long(int n_bits, const char* field);
   [[noreturn]] void past_end(const char* field) const;
   [[noreturn]] void bad_prefix(size_t zeros, const char* field) const;

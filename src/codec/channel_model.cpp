@@ -451,17 +451,28 @@ void read_channel_model(BitReader& r, int bits, size_t n_rows, ChannelModel& mod
     const uint32_t last = static_cast<uint32_t>(r.get(bits, "table last index"));
     const uint64_t target = uint64_t{1} << t;
     uint64_t sum = 0;
-    for (uint32_t j = 0; j < last; ++j) {
-      const uint64_t f = r.exp_golomb(model.eg_k, "table frequency");
-      sum += f;
-      if (sum >= target) {
-        fail(ErrorCode::corrupt_input, "codec stream: table frequencies reach 2^" +
-                                           std::to_string(t) + " before the last symbol");
+    // The frequencies several per load (reading them one by one was most of a 6-bit level's
+    // model parsing), checked in order after each run: the errors are those of reading and
+    // checking one at a time.
+    const uint16_t* const order = list_order(model.kind, bits);
+    const int ks[2] = {model.eg_k, model.eg_k};
+    uint64_t f[256];  // last < 2^bits <= 256
+    for (uint32_t j = 0; j < last;) {
+      size_t got = r.exp_golomb_run(f + j, last - j, ks);
+      if (got == 0) {  // a long code, or the input's end near
+        f[j] = r.exp_golomb(model.eg_k, "table frequency");
+        got = 1;
       }
-      model.table.freq[table_order_symbol(model.kind, j, bits)] = static_cast<uint16_t>(f);
+      for (const uint32_t end = j + static_cast<uint32_t>(got); j < end; ++j) {
+        sum += f[j];
+        if (sum >= target) {
+          fail(ErrorCode::corrupt_input, "codec stream: table frequencies reach 2^" +
+                                             std::to_string(t) + " before the last symbol");
+        }
+        model.table.freq[order[j]] = static_cast<uint16_t>(f[j]);
+      }
     }
-    model.table.freq[table_order_symbol(model.kind, last, bits)] =
-        static_cast<uint16_t>(target - sum);
+    model.table.freq[order[last]] = static_cast<uint16_t>(target - sum);
   }
   fill_cum(model.table);
 }

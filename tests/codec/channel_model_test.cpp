@@ -2,15 +2,20 @@
 // must choose: every precision and Exp-Golomb order tried, frequencies normalised by taking
 // from the current largest one step at a time. The search's shortcuts (sorted take order,
 // packed Exp-Golomb bit counts, lower bounds that skip kinds) must not change the choice:
-// the files encoders write depend on it.
+// the files encoders write depend on it. And the model reader (several frequencies per load)
+// against reading them one at a time.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "codec/channel_model.h"
+#include "core/checks.h"
 
 namespace cachegen::detail {
 namespace {
@@ -172,6 +177,100 @@ TEST(ChannelModelSearch, ChoosesWhatTheDirectSearchChooses) {
       ASSERT_EQ(got.table.freq, want.freq);
     }
   }
+}
+
+// The model reader reads a table's frequencies several per load: what it returns, or the error
+// it reports, must be what reading them one at a time (each code, then the running sum's
+// check) gives, on written models and on damaged and truncated ones, from any bit offset.
+void read_one_at_a_time(BitReader& r, int bits, size_t n_rows, ChannelModel& m) {
+  m = ChannelModel{};
+  m.kind = static_cast<ChannelKind>(r.get(2, "channel model kind"));
+  if (m.kind == ChannelKind::constant) {
+    m.constant_symbol = static_cast<uint8_t>(r.get(bits, "constant channel symbol"));
+    return;
+  }
+  if (m.kind == ChannelKind::uniform) return;
+  const int t = static_cast<int>(r.get(4, "table precision")) + 1;
+  if (t > max_table_precision(n_rows)) {
+    fail(ErrorCode::corrupt_input, "codec stream: table precision " + std::to_string(t) +
+                                       " exceeds the limit " +
+                                       std::to_string(max_table_precision(n_rows)) + " for " +
+                                       std::to_string(n_rows) + " rows");
+  }
+  m.eg_k = static_cast<int>(r.get(2, "table Exp-Golomb order"));
+  m.table.t = t;
+  m.table.freq.assign(size_t{1} << bits, 0);
+  const uint32_t last = static_cast<uint32_t>(r.get(bits, "table last index"));
+  uint64_t sum = 0;
+  for (uint32_t j = 0; j < last; ++j) {
+    const uint64_t f = r.exp_golomb(m.eg_k, "table frequency");
+    sum += f;
+    if (sum >= (uint64_t{1} << t)) {
+      fail(ErrorCode::corrupt_input, "codec stream: table frequencies reach 2^" +
+                                         std::to_string(t) + " before the last symbol");
+    }
+    m.table.freq[table_order_symbol(m.kind, j, bits)] = static_cast<uint16_t>(f);
+  }
+  m.table.freq[table_order_symbol(m.kind, last, bits)] =
+      static_cast<uint16_t>((uint64_t{1} << t) - sum);
+}
+
+// Three models after `skip` bits: each model's fields (or the error's message).
+template <class Read>
+std::string read_models(std::span<const uint8_t> bytes, size_t skip, int bits, size_t n_rows,
+                        Read read) {
+  std::ostringstream out;
+  try {
+    BitReader r(bytes, 0);
+    (void)r.get(static_cast<int>(skip), "skip");
+    for (int c = 0; c < 3; ++c) {
+      ChannelModel m;
+      read(r, bits, n_rows, m);
+      out << static_cast<int>(m.kind) << ' ' << int{m.constant_symbol} << ':';
+      if (m.kind == ChannelKind::raw_table || m.kind == ChannelKind::delta_table) {
+        out << ' ' << m.eg_k << ' ' << m.table.t << ':';
+        for (const uint16_t f : m.table.freq) out << ' ' << f;
+      }
+      out << '\n';
+    }
+  } catch (const Error& e) {
+    out << e.what();
+  }
+  return out.str();
+}
+
+TEST(ChannelModelRead, ReadsWhatReadingOneAtATimeReads) {
+  std::mt19937 rng(11);
+  size_t failed = 0, tables = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int bits = 1 + static_cast<int>(rng() % 8);
+    const size_t n_rows = std::vector<size_t>{9, 100, 256, 512, 4096}[rng() % 5];
+    const size_t skip = rng() % 13;
+    BitWriter w;
+    w.put(rng() & ((1u << skip) - 1), static_cast<int>(skip));
+    for (int c = 0; c < 3; ++c) {
+      const ChannelModel m = choose_channel_model(random_counts(rng, bits, n_rows),
+                                                  random_counts(rng, bits, n_rows), n_rows, bits);
+      tables += m.kind == ChannelKind::raw_table || m.kind == ChannelKind::delta_table;
+      write_channel_model(w, m, bits);
+    }
+    std::vector<uint8_t> bytes = w.finish();
+    if (trial % 4 != 0 && !bytes.empty()) {  // damaged: bits flipped, or cut short
+      if (rng() % 2) {
+        for (int k = 1 + static_cast<int>(rng() % 3); k > 0; --k)
+          bytes[rng() % bytes.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      } else {
+        bytes.resize(rng() % bytes.size());
+      }
+    }
+    const std::string want = read_models(bytes, skip, bits, n_rows, read_one_at_a_time);
+    const std::string got = read_models(bytes, skip, bits, n_rows, read_channel_model);
+    ASSERT_EQ(got, want) << "trial " << trial;
+    failed += want.find("codec stream") != std::string::npos;
+  }
+  // Both outcomes were exercised, and tables (the frequency lists) among the models.
+  EXPECT_GT(failed, 1000u);
+  EXPECT_GT(tables, 5000u);
 }
 
 }  // namespace
