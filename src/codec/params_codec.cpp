@@ -154,36 +154,43 @@ bool params_fit_fp16(std::span<const float> scale, std::span<const float> zero) 
   return true;
 }
 
-bool round_params_compact(std::span<const float> mins, std::span<const float> maxs, int bits,
-                          const CompactGrid& g, std::vector<float>& scale,
-                          std::vector<float>& zero) {
+bool round_param_compact(float mn, float mx, int bits, const CompactGrid& g, float& scale,
+                         float& zero) {
   const float levels = static_cast<float>((1 << bits) - 1);
   // Room for the zero to move down by up to one zero step.
   const float usable = levels - 1.0f / static_cast<float>(1 << g.zero_step_log2);
+  float need = (mx - mn) / usable;
+  if (!(need >= 1e-8f)) need = 1e-8f;
+  float s = round_up_mantissa(need, g.scale_mantissa_bits);
+  for (int attempt = 0;; ++attempt) {
+    if (!std::isfinite(s) || attempt > 4) return false;
+    const float step = zero_step(s, g);
+    const float q = std::floor(mn / step);
+    if (!(std::fabs(q) < static_cast<float>(kMaxZeroIndex))) return false;
+    int64_t k = static_cast<int64_t>(q);
+    while (static_cast<float>(k) * step > mn) --k;
+    if (k <= -kMaxZeroIndex || k >= kMaxZeroIndex) return false;  // the reader's bound
+    const float z = static_cast<float>(k) * step;
+    if (!std::isfinite(z)) return false;
+    if (z + s * levels >= mx) {
+      scale = s;
+      zero = z;
+      return true;
+    }
+    s = bits_float(float_bits(s) + (1u << (23 - g.scale_mantissa_bits)));
+  }
+}
+
+bool round_params_compact(std::span<const float> mins, std::span<const float> maxs, int bits,
+                          const CompactGrid& g, std::vector<float>& scale,
+                          std::vector<float>& zero) {
   scale.resize(mins.size());
   zero.resize(mins.size());
-  for (size_t i = 0; i < mins.size(); ++i) {
-    float need = (maxs[i] - mins[i]) / usable;
-    if (!(need >= 1e-8f)) need = 1e-8f;
-    float s = round_up_mantissa(need, g.scale_mantissa_bits);
-    for (int attempt = 0;; ++attempt) {
-      if (!std::isfinite(s) || attempt > 4) return false;
-      const float step = zero_step(s, g);
-      const float q = std::floor(mins[i] / step);
-      if (!(std::fabs(q) < static_cast<float>(kMaxZeroIndex))) return false;
-      int64_t k = static_cast<int64_t>(q);
-      while (static_cast<float>(k) * step > mins[i]) --k;
-      if (k <= -kMaxZeroIndex || k >= kMaxZeroIndex) return false;  // the reader's bound
-      const float z = static_cast<float>(k) * step;
-      if (!std::isfinite(z)) return false;
-      if (z + s * levels >= maxs[i]) {
-        scale[i] = s;
-        zero[i] = z;
-        break;
-      }
-      s = bits_float(float_bits(s) + (1u << (23 - g.scale_mantissa_bits)));
-    }
-  }
+  if (simd_path() == SimdPath::avx512)
+    return round_params_compact_avx512(mins.data(), maxs.data(), mins.size(), bits, g, scale.data(),
+                                       zero.data());
+  for (size_t i = 0; i < mins.size(); ++i)
+    if (!round_param_compact(mins[i], maxs[i], bits, g, scale[i], zero[i])) return false;
   return true;
 }
 

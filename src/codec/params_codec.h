@@ -42,6 +42,13 @@ bool round_params_compact(std::span<const float> mins, std::span<const float> ma
                           std::vector<float>& zero);
 bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs, int bits,
                        std::vector<float>& scale, std::vector<float>& zero);
+// One group-channel of round_params_compact.
+bool round_param_compact(float mn, float mx, int bits, const CompactGrid& g, float& scale,
+                         float& zero);
+// The AVX-512 twin of round_params_compact's loop over n group-channels (the same values;
+// parameters off its fast path through round_param_compact).
+bool round_params_compact_avx512(const float* mins, const float* maxs, size_t n, int bits,
+                                 const CompactGrid& g, float* scale, float* zero);
 
 // Compact parameters as coded: prediction residuals in coding order (channel by channel), the
 // Exp-Golomb orders that code them in the fewest bits, and those bits (orders included).

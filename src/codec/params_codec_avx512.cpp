@@ -47,4 +47,59 @@ bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds,
   return bad == 0;
 }
 
+bool round_params_compact_avx512(const float* mins, const float* maxs, size_t n, int bits,
+                                 const CompactGrid& g, float* scale, float* zero) {
+  // round_param_compact's operations, 16 group-channels at a time, for those whose first
+  // scale candidate fits with at most one step down of the zero index and whose quotient stays
+  // below 2^22 (so the index is exact in fp32 and int32); the others, one by one, by the
+  // portable function (which gives every lane's same values: the operations are the same IEEE
+  // ones, no FMA).
+  const float levels_f = static_cast<float>((1 << bits) - 1);
+  const __m512 levels = _mm512_set1_ps(levels_f);
+  const __m512 usable = _mm512_set1_ps(levels_f - 1.0f / static_cast<float>(1 << g.zero_step_log2));
+  const __m512 to_step = _mm512_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2));
+  const __m512 tiny = _mm512_set1_ps(1e-8f), near = _mm512_set1_ps(4194304.0f);
+  const __m512i low_bits =
+      _mm512_set1_epi32(static_cast<int>((1u << (23 - g.scale_mantissa_bits)) - 1));
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    const __m512 mn = _mm512_maskz_loadu_ps(lanes, mins + i);
+    const __m512 mx = _mm512_maskz_loadu_ps(lanes, maxs + i);
+    __m512 need = _mm512_div_ps(_mm512_sub_ps(mx, mn), usable);
+    need = _mm512_mask_mov_ps(tiny, _mm512_cmp_ps_mask(need, tiny, _CMP_GE_OQ), need);
+    // round_up_mantissa: drop the low significand bits, one grid step up if any was set.
+    const __m512i u = _mm512_castps_si512(need);
+    const __m512i low = _mm512_and_si512(u, low_bits);
+    const __m512i up =
+        _mm512_add_epi32(_mm512_andnot_si512(low_bits, u),
+                         _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(low, low),
+                                                _mm512_add_epi32(low_bits, _mm512_set1_epi32(1))));
+    const __m512 s = _mm512_castsi512_ps(up);
+    const __mmask16 finite_s = _mm512_cmpneq_epi32_mask(_mm512_and_si512(up, exponent), exponent);
+    const __m512 step = _mm512_mul_ps(s, to_step);
+    const __m512 q =
+        _mm512_roundscale_ps(_mm512_div_ps(mn, step), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(q), near, _CMP_LT_OQ);
+    // k = q as an integer (-0 becomes +0, as the portable int64 does), then one step down where
+    // k * step is still above the minimum.
+    __m512 k = _mm512_cvtepi32_ps(_mm512_cvttps_epi32(q));
+    k = _mm512_mask_sub_ps(k, _mm512_cmp_ps_mask(_mm512_mul_ps(k, step), mn, _CMP_GT_OQ), k,
+                           _mm512_set1_ps(1.0f));
+    const __m512 z = _mm512_mul_ps(k, step);
+    const __mmask16 settled = _mm512_cmp_ps_mask(z, mn, _CMP_LE_OQ);
+    const __mmask16 covers =
+        _mm512_cmp_ps_mask(_mm512_add_ps(z, _mm512_mul_ps(s, levels)), mx, _CMP_GE_OQ);
+    _mm512_mask_storeu_ps(scale + i, lanes, s);
+    _mm512_mask_storeu_ps(zero + i, lanes, z);
+    unsigned slow = lanes & ~(finite_s & small & settled & covers);
+    while (slow) {
+      const size_t j = i + static_cast<size_t>(__builtin_ctz(slow));
+      if (!round_param_compact(mins[j], maxs[j], bits, g, scale[j], zero[j])) return false;
+      slow &= slow - 1;
+    }
+  }
+  return true;
+}
+
 }  // namespace cachegen::detail

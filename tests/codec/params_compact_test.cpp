@@ -197,5 +197,57 @@ TEST(ParamsCompact, DamagedBitsFailAlikeOnEveryPath) {
   set_simd_path(best_supported_simd_path());
 }
 
+// round_params_compact's AVX-512 twin against the portable loop: the same outcome and the same
+// bits, on ranges that take its fast path and every way off it (a second step down of the
+// zero index, a scale retry, quotients past 2^22, overflow, zero widths, NaN and infinities),
+// in every position of a vector and its tail.
+TEST(ParamsCompact, RoundingIsTheSameOnEveryPath) {
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const float specials[] = {0.0f,     -0.0f,     1e-30f, -1e-30f, 3e38f, -3e38f,
+                            INFINITY, -INFINITY, NAN,    1e7f,    -1e7f, 65504.0f};
+  size_t succeeded = 0, failed = 0;
+  for (const CompactGrid& g : {CompactGrid{6, 4}, CompactGrid{23, 0}, CompactGrid{1, 8}}) {
+    for (int bits = 1; bits <= 8; ++bits) {
+      for (const size_t n : {1u, 15u, 16u, 17u, 100u}) {
+        for (int kind = 0; kind < 6; ++kind) {
+          std::vector<float> mins(n), maxs(n);
+          for (size_t i = 0; i < n; ++i) {
+            const float scale = std::pow(10.0f, static_cast<float>(rng() % 12) - 6.0f);
+            float lo = unit(rng) * scale, hi = lo + std::fabs(unit(rng)) * scale;
+            if (kind == 1) hi = lo;                                           // zero width
+            if (kind == 2) lo = -static_cast<float>(rng() % 9), hi = lo + 1;  // grid-aligned
+            if (kind == 3) lo *= 1e9f, hi = lo + scale;                       // quotients past 2^22
+            if (kind == 4 && rng() % 3 == 0) lo = specials[rng() % 12];
+            if (kind == 5 && rng() % 3 == 0) hi = specials[rng() % 12];
+            mins[i] = lo;
+            maxs[i] = hi;
+          }
+          std::vector<float> want_s, want_z, got_s, got_z;
+          set_simd_path(SimdPath::scalar);
+          const bool want = round_params_compact(mins, maxs, bits, g, want_s, want_z);
+          failed += !want;
+          succeeded += want;
+          for (const SimdPath path : test::supported_simd_paths()) {
+            set_simd_path(path);
+            const bool got = round_params_compact(mins, maxs, bits, g, got_s, got_z);
+            const std::string where = std::string(simd_path_name(path)) + " bits " +
+                                      std::to_string(bits) + " n " + std::to_string(n) + " kind " +
+                                      std::to_string(kind);
+            ASSERT_EQ(got, want) << where;
+            if (want) {
+              ASSERT_TRUE(same_bits(got_s, want_s)) << where;
+              ASSERT_TRUE(same_bits(got_z, want_z)) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+  EXPECT_GT(succeeded, 300u);
+  EXPECT_GT(failed, 20u);
+}
+
 }  // namespace
 }  // namespace cachegen::detail
