@@ -42,29 +42,20 @@ ParamPrecision quantize_for_codec(std::span<const float> x, size_t n_rows, size_
     detail::invalid("x has " + std::to_string(x.size()) +
                     " values, expected n_rows * dim = " + std::to_string(n));
   }
-  if (!detail::quant_kernels().all_finite(x.data(), n)) detail::invalid("x contains NaN or Inf");
   const size_t n_groups = (n_rows + group_size - 1) / group_size;
   // Per thread, as the stream's buffers: fresh allocations page-fault on every call.
   thread_local std::vector<float> mins, maxs, scale, zero;
   mins.resize(n_groups * dim);
   maxs.resize(n_groups * dim);
-  for (size_t g = 0; g < n_groups; ++g) {
-    // Row by row, so that the channel loop vectorises. std::min/std::max keep the first of
-    // equal values (-0 and +0), which fp16 parameters preserve: not the quant kernels'
-    // minmax_rows, which keeps the last.
-    float* lo = mins.data() + g * dim;
-    float* hi = maxs.data() + g * dim;
-    const size_t end = std::min(n_rows, (g + 1) * group_size);
-    std::copy_n(x.data() + g * group_size * dim, dim, lo);
-    std::copy_n(x.data() + g * group_size * dim, dim, hi);
-    for (size_t t = g * group_size + 1; t < end; ++t) {
-      const float* row = x.data() + t * dim;
-      for (size_t c = 0; c < dim; ++c) {
-        lo[c] = std::min(lo[c], row[c]);
-        hi[c] = std::max(hi[c], row[c]);
-      }
-    }
+  // The ranges keep the first of equal values (-0 and +0), which fp16 parameters preserve.
+  const auto minmax = detail::quant_kernels().minmax_rows_first;
+  bool finite = true;
+  for (size_t g = 0; g < n_groups && n > 0; ++g) {
+    const size_t row0 = g * group_size, rows = std::min(n_rows - row0, group_size);
+    finite &=
+        minmax(x.data() + row0 * dim, rows, dim, mins.data() + g * dim, maxs.data() + g * dim);
   }
+  if (!finite) detail::invalid("x contains NaN or Inf");
   const detail::CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
   ParamPrecision precision = ParamPrecision::compact;
   if (!detail::round_params_compact(mins, maxs, bits, grid, scale, zero)) {

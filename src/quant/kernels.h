@@ -14,11 +14,14 @@ struct QuantKernels {
   // Widen n fp16 / bf16 values to fp32 (exact).
   void (*f16_to_f32)(const uint16_t* in, float* out, size_t n);
   void (*bf16_to_f32)(const uint16_t* in, float* out, size_t n);
+  // Per-channel min and max over rows x[rows, dim] (rows >= 1); false when any value is
+  // NaN or +-Inf (then mn/mx are meaningless). Of equal values (-0 and +0) minmax_rows keeps
+  // the last (the reference quantizer's), minmax_rows_first the first (what fp16 parameters
+  // preserve: the codec's).
+  bool (*minmax_rows)(const float* x, size_t rows, size_t dim, float* mn, float* mx);
+  bool (*minmax_rows_first)(const float* x, size_t rows, size_t dim, float* mn, float* mx);
   // True when none of the n values is NaN or +-Inf.
   bool (*all_finite)(const float* x, size_t n);
-  // Per-channel min and max over rows x[rows, dim] (rows >= 1); false when any value is
-  // NaN or +-Inf (then mn/mx are meaningless).
-  bool (*minmax_rows)(const float* x, size_t rows, size_t dim, float* mn, float* mx);
   // codes[r, c] = clamp(round_half_even((x[r, c] - zero[c]) / scale[c]), 0, max_code).
   void (*quantize_rows)(const float* x, size_t rows, size_t dim, const float* scale,
                         const float* zero, float max_code, uint8_t* codes);

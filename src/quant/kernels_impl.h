@@ -58,7 +58,9 @@ static bool all_finite(const float* x, size_t n) {
   return bad == 0;
 }
 
-static bool minmax_rows(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+// kFirst: of equal values (-0 and +0) the first is kept, else the last.
+template <bool kFirst>
+static bool minmax_rows_keeping(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
   uint32_t bad = 0;
   for (size_t c = 0; c < dim; ++c) mn[c] = mx[c] = x[c];
   for (size_t r = 0; r < rows; ++r) {
@@ -67,11 +69,17 @@ static bool minmax_rows(const float* x, size_t rows, size_t dim, float* mn, floa
       uint32_t u;
       std::memcpy(&u, row + c, sizeof u);
       bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-      mn[c] = min_f(mn[c], row[c]);
-      mx[c] = max_f(mx[c], row[c]);
+      mn[c] = kFirst ? min_f(row[c], mn[c]) : min_f(mn[c], row[c]);
+      mx[c] = kFirst ? max_f(row[c], mx[c]) : max_f(mx[c], row[c]);
     }
   }
   return bad == 0;
+}
+static bool minmax_rows(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+  return minmax_rows_keeping<false>(x, rows, dim, mn, mx);
+}
+static bool minmax_rows_first(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+  return minmax_rows_keeping<true>(x, rows, dim, mn, mx);
 }
 
 // n consecutive values with their own scale and zero each.
@@ -342,8 +350,9 @@ static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
   }
 }
 
-inline const QuantKernels kTable = {f16_to_f32,    bf16_to_f32,       all_finite,    minmax_rows,
-                                    quantize_rows, dequant_rows,      basis_combine, f32_to_f16_sat,
-                                    f32_to_f16,    channel_histograms};
+inline const QuantKernels kTable = {f16_to_f32,        bf16_to_f32,       minmax_rows,
+                                    minmax_rows_first, all_finite,        quantize_rows,
+                                    dequant_rows,      basis_combine,     f32_to_f16_sat,
+                                    f32_to_f16,        channel_histograms};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

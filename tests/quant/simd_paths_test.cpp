@@ -138,5 +138,50 @@ TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
   }
 }
 
+// The two min/max kernels on every path: the same ranges, the first (minmax_rows_first) or
+// the last (minmax_rows) of equal -0 and +0, and false for any NaN or infinity.
+TEST(SimdPaths, MinMaxKeepTheFirstOrTheLastOfEqualValues) {
+  std::vector<const detail::QuantKernels*> tables = {&detail::quant_kernels_scalar()};
+  if (static_cast<int>(best_supported_simd_path()) >= 1)
+    tables.push_back(&detail::quant_kernels_avx2());
+  if (best_supported_simd_path() == SimdPath::avx512)
+    tables.push_back(&detail::quant_kernels_avx512());
+  std::mt19937 rng(3);
+  for (const size_t dim : {1u, 7u, 16u, 33u, 64u}) {
+    for (const size_t rows : {1u, 2u, 5u, 32u}) {
+      std::vector<float> x(rows * dim);
+      for (float& v : x) v = (rng() % 3 == 0) ? ((rng() & 1) ? -0.0f : 0.0f) : 1.0f;
+      for (int bad = 0; bad < 3; ++bad) {
+        std::vector<float> y = x;
+        if (bad == 1) y[rng() % y.size()] = NAN;
+        if (bad == 2) y[rng() % y.size()] = -INFINITY;
+        for (const detail::QuantKernels* k : tables) {
+          for (const bool first : {true, false}) {
+            std::vector<float> mn(dim), mx(dim);
+            const bool ok = (first ? k->minmax_rows_first : k->minmax_rows)(y.data(), rows, dim,
+                                                                            mn.data(), mx.data());
+            ASSERT_EQ(ok, bad == 0) << "dim " << dim << " rows " << rows;
+            if (!ok) continue;
+            for (size_t c = 0; c < dim; ++c) {
+              // The wanted values: the smallest and largest, and among equal ones the first or
+              // the last row's (signs of zeros compared through their bits).
+              float lo = y[c], hi = y[c];
+              for (size_t r = 1; r < rows; ++r) {
+                const float v = y[r * dim + c];
+                if (v < lo || (!first && v == lo)) lo = v;
+                if (v > hi || (!first && v == hi)) hi = v;
+              }
+              ASSERT_EQ(std::signbit(mn[c]), std::signbit(lo)) << "first " << first;
+              ASSERT_EQ(mn[c], lo);
+              ASSERT_EQ(std::signbit(mx[c]), std::signbit(hi)) << "first " << first;
+              ASSERT_EQ(mx[c], hi);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cachegen
