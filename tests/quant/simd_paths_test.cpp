@@ -16,6 +16,16 @@
 namespace cachegen {
 namespace {
 
+// The kernel tables this CPU runs.
+std::vector<const detail::QuantKernels*> supported_tables() {
+  std::vector<const detail::QuantKernels*> tables = {&detail::quant_kernels_scalar()};
+  if (static_cast<int>(best_supported_simd_path()) >= 1)
+    tables.push_back(&detail::quant_kernels_avx2());
+  if (best_supported_simd_path() == SimdPath::avx512)
+    tables.push_back(&detail::quant_kernels_avx512());
+  return tables;
+}
+
 TEST(SimdPaths, AllPathsBitIdentical) {
   const std::vector<SimdPath> paths = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512};
   std::printf("best supported path: %s\n", simd_path_name(best_supported_simd_path()));
@@ -89,11 +99,7 @@ TEST(SimdPaths, FloatToHalfKernelsMatchFloatToHalf) {
   }
   std::vector<uint16_t> want(in.size());
   for (size_t i = 0; i < in.size(); ++i) want[i] = float_to_half(in[i]).bits;
-  std::vector<const detail::QuantKernels*> tables = {&detail::quant_kernels_scalar()};
-  if (static_cast<int>(best_supported_simd_path()) >= 1)
-    tables.push_back(&detail::quant_kernels_avx2());
-  if (best_supported_simd_path() == SimdPath::avx512)
-    tables.push_back(&detail::quant_kernels_avx512());
+  const std::vector<const detail::QuantKernels*> tables = supported_tables();
   for (const detail::QuantKernels* k : tables) {
     std::vector<uint16_t> got(in.size());
     k->f32_to_f16(in.data(), got.data(), in.size());
@@ -110,11 +116,7 @@ TEST(SimdPaths, FloatToHalfKernelsMatchFloatToHalf) {
 // channels in four, wide tables in L1-sized channel blocks, the row-by-row tail), with skewed
 // symbols (runs of one symbol stress the tables' interleaving) and counts added to nonzero ones.
 TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
-  std::vector<const detail::QuantKernels*> tables = {&detail::quant_kernels_scalar()};
-  if (static_cast<int>(best_supported_simd_path()) >= 1)
-    tables.push_back(&detail::quant_kernels_avx2());
-  if (best_supported_simd_path() == SimdPath::avx512)
-    tables.push_back(&detail::quant_kernels_avx512());
+  const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(7);
   for (const size_t n_syms : {2u, 4u, 8u, 16u, 64u, 256u}) {
     for (const size_t dim : {1u, 2u, 3u, 4u, 8u, 16u, 17u, 32u, 64u, 128u, 200u}) {
@@ -141,11 +143,7 @@ TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
 // The two min/max kernels on every path: the same ranges, the first (minmax_rows_first) or
 // the last (minmax_rows) of equal -0 and +0, and false for any NaN or infinity.
 TEST(SimdPaths, MinMaxKeepTheFirstOrTheLastOfEqualValues) {
-  std::vector<const detail::QuantKernels*> tables = {&detail::quant_kernels_scalar()};
-  if (static_cast<int>(best_supported_simd_path()) >= 1)
-    tables.push_back(&detail::quant_kernels_avx2());
-  if (best_supported_simd_path() == SimdPath::avx512)
-    tables.push_back(&detail::quant_kernels_avx512());
+  const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(3);
   for (const size_t dim : {1u, 7u, 16u, 33u, 64u}) {
     for (const size_t rows : {1u, 2u, 5u, 32u}) {
