@@ -234,6 +234,10 @@ bool compact_residuals(std::span<const float> scale, std::span<const float> zero
                        std::vector<int64_t>& zero_res) {
   scale_res.resize(scale.size());
   zero_res.resize(zero.size());
+  if (simd_path() == SimdPath::avx512 && n_groups * dim < (size_t{1} << 31) &&
+      compact_residuals_avx512(scale.data(), zero.data(), n_groups, dim, g, scale_res.data(),
+                               zero_res.data()))
+    return true;
   bool exact = true;
   for (size_t c = 0, p = 0; c < dim; ++c) {
     for (size_t gi = 0; gi < n_groups; ++gi, ++p) {

@@ -78,6 +78,13 @@ void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const Compac
 bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
                                  const CompactGrid& g, float* scale, float* zero);
 
+// The AVX-512 twin of the encoder's residuals (plan_params_compact) for parameters on the grid
+// whose quotients (zero over step, the predicted one too) stay below 2^22: every residual at
+// once, or false (nothing decided: the portable loop then computes them, and whether the
+// parameters are on the grid). n_groups * dim < 2^31.
+bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_groups, size_t dim,
+                              const CompactGrid& g, int64_t* scale_res, int64_t* zero_res);
+
 // Throws corrupt_input unless every scale is finite and > 0 and every zero finite.
 void check_decoded_params(std::span<const float> scale, std::span<const float> zero);
 

@@ -249,5 +249,48 @@ TEST(ParamsCompact, RoundingIsTheSameOnEveryPath) {
   EXPECT_GT(failed, 20u);
 }
 
+// The encoder's plan (residuals in coding order, orders, bits) is the same on every path, for
+// parameters of every kind (the AVX-512 residuals' fast path and its fallbacks: quotients past
+// 2^22, scale indices far apart) and for parameters off the grid (false on every path).
+TEST(ParamsCompact, PlanIsTheSameOnEveryPath) {
+  std::mt19937 rng(17);
+  for (const CompactGrid& g : {CompactGrid{6, 4}, CompactGrid{23, 0}, CompactGrid{1, 8}}) {
+    for (const size_t dim : {1u, 5u, 16u, 17u, 64u}) {
+      for (const size_t n_groups : {1u, 2u, 9u}) {
+        for (int kind = 0; kind < 5; ++kind) {
+          Params p = random_params(n_groups, dim, kind % 4, g, static_cast<uint32_t>(rng()));
+          if (kind == 4) {  // one parameter off the grid, anywhere
+            const size_t i = rng() % p.scale.size();
+            if (rng() & 1) {
+              p.zero[i] = std::nextafter(p.zero[i], 1e30f);
+            } else {
+              p.scale[i] = std::nextafter(p.scale[i], 1e30f);
+            }
+          }
+          set_simd_path(SimdPath::scalar);
+          CompactCode want;
+          const bool fits = plan_params_compact(p.scale, p.zero, n_groups, dim, g, want);
+          ASSERT_EQ(fits, kind != 4 || params_fit_compact(p.scale, p.zero, g));
+          for (const SimdPath path : test::supported_simd_paths()) {
+            set_simd_path(path);
+            CompactCode got;
+            const std::string where = std::string(simd_path_name(path)) + " dim " +
+                                      std::to_string(dim) + " groups " + std::to_string(n_groups) +
+                                      " kind " + std::to_string(kind);
+            ASSERT_EQ(plan_params_compact(p.scale, p.zero, n_groups, dim, g, got), fits) << where;
+            if (!fits) continue;
+            ASSERT_EQ(got.scale_res, want.scale_res) << where;
+            ASSERT_EQ(got.zero_res, want.zero_res) << where;
+            ASSERT_EQ(got.ks, want.ks) << where;
+            ASSERT_EQ(got.kz, want.kz) << where;
+            ASSERT_EQ(got.bits, want.bits) << where;
+          }
+        }
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
 }  // namespace
 }  // namespace cachegen::detail
