@@ -142,21 +142,29 @@ const uint32_t* log2_fixed_table() {
 }
 
 // table_order_symbol(kind, j, bits) for every j, from a table (the search reads the list order
-// of every channel at every precision).
-const uint16_t* list_order(ChannelKind kind, int bits) {
-  struct Orders {
-    uint16_t v[2][9][256];
-    Orders() {
+// of every channel at every precision), and its inverse: symbol s's place in the list.
+struct ListOrders {
+  uint16_t symbol[2][9][256], place[2][9][256];
+  ListOrders() {
+    for (int k = 0; k < 2; ++k)
       for (int b = 0; b <= 8; ++b)
         for (uint32_t j = 0; j < 256; ++j) {
-          v[0][b][j] = static_cast<uint16_t>(j);
-          v[1][b][j] = static_cast<uint16_t>(
-              j < (1u << b) ? table_order_symbol(ChannelKind::delta_table, j, b) : j);
+          const uint32_t s =
+              k == 1 && j < (1u << b) ? table_order_symbol(ChannelKind::delta_table, j, b) : j;
+          symbol[k][b][j] = static_cast<uint16_t>(s);
+          place[k][b][s] = static_cast<uint16_t>(j);
         }
-    }
-  };
-  static const Orders orders;
-  return orders.v[kind == ChannelKind::delta_table ? 1 : 0][bits];
+  }
+};
+const ListOrders& list_orders() {
+  static const ListOrders orders;
+  return orders;
+}
+const uint16_t* list_order(ChannelKind kind, int bits) {
+  return list_orders().symbol[kind == ChannelKind::delta_table ? 1 : 0][bits];
+}
+const uint16_t* list_place(ChannelKind kind, int bits) {
+  return list_orders().place[kind == ChannelKind::delta_table ? 1 : 0][bits];
 }
 
 void fill_cum(ChannelTable& table) {
@@ -199,15 +207,17 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
                               int bits) {
   TableChoice best;
   const Present present(counts);
-  const uint16_t* const order = list_order(kind, bits);
+  // The list holds every present symbol but the last one listed (at place `last`, present
+  // index last_i), and last + 1 - n absent ones (frequency 0): its cost is a sum over present
+  // symbols, taken in the data cost's loop.
+  const uint16_t* const place = list_place(kind, bits);
   uint32_t last = 0;
-  for (uint32_t j = 0; j < counts.size(); ++j)
-    if (counts[order[j]] != 0) last = j;
-  // The list holds every present symbol but the one at `last` (present index last_i), and
-  // last + 1 - n absent ones (frequency 0): its cost is a sum over present symbols, taken in
-  // the data cost's loop.
   size_t last_i = 0;
-  while (last_i < present.n && present.sym[last_i] != order[last]) ++last_i;
+  for (size_t i = 0; i < present.n; ++i) {
+    const uint32_t at = place[present.sym[i]];
+    last_i = at > last ? i : last_i;
+    last = at > last ? at : last;
+  }
   const uint32_t* const log2_of = log2_fixed_table();
   const uint64_t* const eg_bits = eg_bits_packed_table();
   const uint64_t absent_list = present.n ? (last + 1 - present.n) * eg_bits[0] : 0;
