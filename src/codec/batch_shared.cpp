@@ -45,16 +45,16 @@ uint64_t model_cost_fp(std::span<const ChannelModel> models) {
   return fp;
 }
 
-std::vector<ChannelModel> choose_models(const uint32_t* raw, const uint32_t* delta, size_t dim,
-                                        size_t n_syms, size_t n_rows, int bits) {
-  std::vector<ChannelModel> models(dim);
+// Into `models`, reusing their storage.
+void choose_models(const uint32_t* raw, const uint32_t* delta, size_t dim, size_t n_syms,
+                   size_t n_rows, int bits, std::vector<ChannelModel>& models) {
+  models.resize(dim);
   for (size_t c = 0; c < dim; ++c) {
-    models[c] = choose_channel_model(
+    choose_channel_model(
         std::span<const uint32_t>(raw + c * n_syms, n_syms),
         delta ? std::span<const uint32_t>(delta + c * n_syms, n_syms) : std::span<const uint32_t>(),
-        n_rows, bits);
+        n_rows, bits, models[c]);
   }
-  return models;
 }
 
 // A parsed layout-1 batch.
@@ -362,11 +362,18 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   // Kept per calling thread with the payloads below: fresh ones page-faulted on every batch.
   // (Named through references: a lambda names a thread_local directly, i.e. each pool
   // thread's own instance.)
+  // So are the histograms, the models and their tables (a few allocations per channel were
+  // ~8% of a file encode's short batches).
   thread_local std::vector<std::vector<uint8_t>> kept_delta, kept_payloads;
+  thread_local std::vector<std::vector<uint32_t>> kept_raw_counts, kept_delta_counts;
+  thread_local std::vector<ChannelModel> kept_models;
+  thread_local std::vector<ChannelTable> kept_tables;
   std::vector<std::vector<uint8_t>>& delta = kept_delta;
   std::vector<std::vector<uint8_t>>& payloads = kept_payloads;
+  std::vector<std::vector<uint32_t>>& raw_counts = kept_raw_counts;
+  std::vector<std::vector<uint32_t>>& delta_counts = kept_delta_counts;
   if (delta.size() < G) delta.resize(G);
-  std::vector<std::vector<uint32_t>> raw_counts(G), delta_counts(G);
+  if (raw_counts.size() < G) raw_counts.resize(G), delta_counts.resize(G);
   std::vector<uint64_t> head_cost(G), head_fp(G), channel_bound(G * dim);
   const auto histograms = quant_kernels().channel_histograms;
   parallel_for(G, [&](size_t h) {
@@ -400,8 +407,9 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     for (size_t i = 0; i < del.size(); ++i) del[i] += delta_counts[h][i];
   }
   const size_t total_rows = G * first.n_rows;
-  const std::vector<ChannelModel> models = choose_models(
-      raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits);
+  std::vector<ChannelModel>& models = kept_models;
+  choose_models(raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits,
+                models);
   const size_t heads_per_slice = std::min(G, std::max<size_t>(1, (kSliceElements + n - 1) / n));
   const size_t n_slices = (G + heads_per_slice - 1) / heads_per_slice;
   uint64_t shared = fp_bytes(model_cost_fp(models)) + 4;
@@ -441,7 +449,8 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   }
 
   int precision = 1;
-  std::vector<ChannelTable> tables(dim);
+  std::vector<ChannelTable>& tables = kept_tables;  // copy-assignment reuses their storage
+  tables.resize(dim);
   for (size_t c = 0; c < dim; ++c) {
     precision = std::max(precision, models[c].table.t);
     tables[c] = models[c].table;

@@ -242,24 +242,24 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
   return best;
 }
 
-// The chosen table itself (the winner's frequencies are computed once, not at every
+// The chosen table itself into m (the winner's frequencies are computed once, not at every
 // improvement of the search).
-ChannelModel table_model(ChannelKind kind, const TableChoice& choice,
-                         std::span<const uint32_t> counts) {
-  ChannelModel m;
+void table_model(ChannelKind kind, const TableChoice& choice, std::span<const uint32_t> counts,
+                 ChannelModel& m) {
   m.kind = kind;
+  m.constant_symbol = 0;
   m.cost_fp = choice.cost_fp;
   m.eg_k = choice.eg_k;
+  m.table.t = choice.t;
+  m.table.freq.clear();
   if (choice.t != 0) {
+    m.table.freq.assign(counts.size(), 0);
     const Present present(counts);
     uint16_t f[256];
     normalize(present, choice.t, f);
-    m.table.t = choice.t;
-    m.table.freq.assign(counts.size(), 0);
     for (size_t i = 0; i < present.n; ++i) m.table.freq[present.sym[i]] = f[i];
   }
   fill_cum(m.table);
-  return m;
 }
 
 // A lower bound on best_table_choice(kind, counts, n_rows, bits).cost_fp, at a fraction of its
@@ -368,33 +368,41 @@ ModelChoice search_channel_model(std::span<const uint32_t> raw_counts,
 
 }  // namespace
 
-ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
-                                  std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
+void choose_channel_model(std::span<const uint32_t> raw_counts,
+                          std::span<const uint32_t> delta_counts, size_t n_rows, int bits,
+                          ChannelModel& model) {
   const size_t n_syms = size_t{1} << bits;
   const ModelChoice choice = search_channel_model(raw_counts, delta_counts, n_rows, bits);
   switch (choice.kind) {
     case ChannelKind::raw_table:
-      return table_model(choice.kind, choice.table, raw_counts);
+      return table_model(choice.kind, choice.table, raw_counts, model);
     case ChannelKind::delta_table:
-      return table_model(choice.kind, choice.table, delta_counts);
+      return table_model(choice.kind, choice.table, delta_counts, model);
     default:
       break;
   }
   // The coder's view of the non-table kinds.
-  ChannelModel best;
-  best.kind = choice.kind;
-  best.cost_fp = choice.cost_fp;
-  if (best.kind == ChannelKind::constant) {
-    best.constant_symbol = choice.constant_symbol;
-    best.table.t = 0;
-    best.table.freq.assign(n_syms, 0);
-    best.table.freq[best.constant_symbol] = 1;
+  model.kind = choice.kind;
+  model.cost_fp = choice.cost_fp;
+  model.eg_k = 0;
+  model.constant_symbol = 0;
+  if (model.kind == ChannelKind::constant) {
+    model.constant_symbol = choice.constant_symbol;
+    model.table.t = 0;
+    model.table.freq.assign(n_syms, 0);
+    model.table.freq[model.constant_symbol] = 1;
   } else {
-    best.table.t = bits;
-    best.table.freq.assign(n_syms, 1);
+    model.table.t = bits;
+    model.table.freq.assign(n_syms, 1);
   }
-  fill_cum(best.table);
-  return best;
+  fill_cum(model.table);
+}
+
+ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
+                                  std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
+  ChannelModel model;
+  choose_channel_model(raw_counts, delta_counts, n_rows, bits, model);
+  return model;
 }
 
 uint64_t channel_model_cost(std::span<const uint32_t> raw_counts,

@@ -47,6 +47,11 @@ uint32_t log2_fixed(uint32_t v);
 // its raw codes and of its token deltas (delta_counts empty = delta not allowed).
 ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
                                   std::span<const uint32_t> delta_counts, size_t n_rows, int bits);
+// The same into `model`, reusing its tables' storage (encoders keep models between batches
+// instead of allocating two vectors per channel).
+void choose_channel_model(std::span<const uint32_t> raw_counts,
+                          std::span<const uint32_t> delta_counts, size_t n_rows, int bits,
+                          ChannelModel& model);
 
 // choose_channel_model(...).cost_fp without building the model (estimates).
 uint64_t channel_model_cost(std::span<const uint32_t> raw_counts,

@@ -93,23 +93,28 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
     compute_delta_symbols(s.codes.data(), s.n_rows, s.dim, s.bits, s.group_size, s.scale, s.zero,
                           delta.data());
   }
-  std::vector<ChannelModel> models(s.dim);
-  std::vector<uint32_t> raw_counts(s.dim * n_syms, 0),
-      delta_counts(allow_delta ? s.dim * n_syms : 0, 0);
+  // Histograms, models and tables kept per thread (their storage reused: a few allocations per
+  // channel were a cost of short streams).
+  thread_local std::vector<ChannelModel> models;
+  thread_local std::vector<uint32_t> raw_counts, delta_counts;
+  thread_local std::vector<ChannelTable> tables;
+  models.resize(s.dim);
+  raw_counts.assign(s.dim * n_syms, 0);
+  delta_counts.assign(allow_delta ? s.dim * n_syms : 0, 0);
   const auto histograms = quant_kernels().channel_histograms;
   histograms(s.codes.data(), s.n_rows, s.dim, n_syms, raw_counts.data());
   if (allow_delta) histograms(delta.data(), s.n_rows, s.dim, n_syms, delta_counts.data());
   for (size_t c = 0; c < s.dim; ++c) {
-    models[c] = choose_channel_model(
-        std::span<const uint32_t>(raw_counts).subspan(c * n_syms, n_syms),
-        allow_delta ? std::span<const uint32_t>(delta_counts).subspan(c * n_syms, n_syms)
-                    : std::span<const uint32_t>(),
-        s.n_rows, s.bits);
+    choose_channel_model(std::span<const uint32_t>(raw_counts).subspan(c * n_syms, n_syms),
+                         allow_delta
+                             ? std::span<const uint32_t>(delta_counts).subspan(c * n_syms, n_syms)
+                             : std::span<const uint32_t>(),
+                         s.n_rows, s.bits, models[c]);
   }
   const std::span<uint8_t> symbols(scratch_bytes(n, Scratch::symbols), n);
   if (n > 0) stream_symbols(s, models, delta, symbols.data());
   int precision_bits = 0;
-  std::vector<ChannelTable> tables(s.dim);
+  tables.resize(s.dim);  // copy-assignment reuses their storage
   for (size_t c = 0; c < s.dim; ++c) {
     precision_bits = std::max(precision_bits, models[c].table.t);
     tables[c] = models[c].table;
