@@ -43,9 +43,15 @@ std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
   if (x.token_major && x.n_kv_heads > 1) {  // to [heads, tokens, dim]
     std::vector<Half> t(out);  // every element is overwritten; a copy is cheaper than a fill
     const size_t H = x.n_kv_heads, T = x.n_tokens, D = x.head_dim;
+    // A row of a head is short (16..256 bytes): copied by a loop, not a memcpy call per row
+    // (the calls were 5% of a file encode).
+    const uint16_t* __restrict from = reinterpret_cast<const uint16_t*>(out.data());
+    uint16_t* __restrict to = reinterpret_cast<uint16_t*>(t.data());
     for (size_t tok = 0; tok < T; ++tok) {
       for (size_t h = 0; h < H; ++h) {
-        std::memcpy(t.data() + (h * T + tok) * D, out.data() + (tok * H + h) * D, D * sizeof(Half));
+        const uint16_t* src = from + (tok * H + h) * D;
+        uint16_t* dst = to + (h * T + tok) * D;
+        for (size_t j = 0; j < D; ++j) dst[j] = src[j];
       }
     }
     out.swap(t);
