@@ -8,6 +8,7 @@
 #include "cachegen/kv_cache.h"
 #include "core/checks.h"
 #include "quant/kernels.h"
+#include "transform/rope_kept.h"
 
 namespace cachegen {
 
@@ -258,62 +259,19 @@ void LayerKVCache::seal_block(int kind) {
 void LayerKVCache::rotate_keys(std::vector<Half>& x, size_t n_tokens, size_t first,
                                bool inverse) const {
   if (n_tokens == 0) return;
-  // The angles once for every head, and kept per thread for later calls at positions they
-  // cover (every layer rotates its keys at the same positions, block after block: sin and cos
-  // were 6% of a pre-RoPE file encode), extended by the next block's and up to a bounded size;
-  // the conversions through the SIMD kernels (the same values as half_to_float /
+  // The angles once for every head (kept between calls: every layer rotates at the same
+  // positions); the conversions through the SIMD kernels (the same values as half_to_float /
   // float_to_half).
-  struct KeptAngles {
-    int64_t first = 0;  // angles of positions [first, first + rows)
-    size_t rows = 0, dim = 0;
-    RopeParams rope;
-    bool inverse = false;
-    RopeAngles angles;
-  };
-  thread_local KeptAngles kept;
-  constexpr size_t kMaxKeptAngles = size_t{1} << 20;  // rows * dim: <= 8 MiB of cos and sin
-  const int64_t first_pos = int64_t{config_.rope_position_offset} + static_cast<int64_t>(first);
-  const auto angles_of = [&](size_t rows) {
-    std::vector<int32_t> pos(rows);
-    for (size_t t = 0; t < rows; ++t)
-      pos[t] = static_cast<int32_t>(first_pos + static_cast<int64_t>(t));
-    return rope_angles(pos, dim_, config_.rope, inverse);
-  };
-  const bool same =
-      kept.rows != 0 && kept.dim == dim_ && kept.rope == config_.rope && kept.inverse == inverse;
-  const int64_t kept_end = kept.first + static_cast<int64_t>(kept.rows);
-  RopeAngles fresh;
-  const RopeAngles* angles = &kept.angles;
-  if (!(same && first_pos >= kept.first &&
-        first_pos + static_cast<int64_t>(n_tokens) <= kept_end)) {
-    if (same && first_pos == kept_end && (kept.rows + n_tokens) * dim_ <= kMaxKeptAngles) {
-      const RopeAngles more = angles_of(n_tokens);  // the next block's: appended
-      const size_t rows = kept.rows;
-      kept.rows = 0;  // not kept until both are extended
-      kept.angles.cos.insert(kept.angles.cos.end(), more.cos.begin(), more.cos.end());
-      kept.angles.sin.insert(kept.angles.sin.end(), more.sin.begin(), more.sin.end());
-      kept.rows = rows + n_tokens;
-    } else if (n_tokens * dim_ <= kMaxKeptAngles) {
-      RopeAngles replaced = angles_of(n_tokens);
-      kept.rows = 0;  // not kept until every field is
-      kept.angles = std::move(replaced);
-      kept.first = first_pos;
-      kept.dim = dim_;
-      kept.rope = config_.rope;
-      kept.inverse = inverse;
-      kept.rows = n_tokens;
-    } else {
-      fresh = angles_of(n_tokens);
-      angles = &fresh;
-    }
-  }
-  const size_t first_row = angles == &fresh ? 0 : static_cast<size_t>(first_pos - kept.first);
+  size_t first_row = 0;
+  const RopeAngles& angles =
+      detail::kept_rope_angles(int64_t{config_.rope_position_offset} + static_cast<int64_t>(first),
+                               n_tokens, dim_, config_.rope, inverse, first_row);
   const detail::QuantKernels& k = detail::quant_kernels();
   std::vector<float> f(n_tokens * dim_);
   for (size_t h = 0; h < heads_; ++h) {  // [heads, T, dim]: one head's rows at a time
     uint16_t* head = reinterpret_cast<uint16_t*>(x.data() + h * n_tokens * dim_);
     k.f16_to_f32(head, f.data(), f.size());
-    rope_rows(f, n_tokens, 1, dim_, *angles, first_row, config_.rope.neox);
+    rope_rows(f, n_tokens, 1, dim_, angles, first_row, config_.rope.neox);
     k.f32_to_f16(f.data(), head, f.size());
   }
 }

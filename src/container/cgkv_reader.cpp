@@ -16,6 +16,7 @@
 #include "core/wire.h"
 #include "profile/transform_codec.h"
 #include "quant/kernels.h"
+#include "transform/rope_kept.h"
 
 namespace cachegen {
 
@@ -192,13 +193,14 @@ void decode_tensor(const CgkvInfo& info, const KvProfile* profile, size_t c, con
 void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::span<Half> out) {
   if (!info.has_rope || T == 0 || info.codec == ContainerCodec::transform) return;
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
-  std::vector<int32_t> pos(T);
-  for (size_t i = 0; i < T; ++i)
-    pos[i] = static_cast<int32_t>(info.rope_position_offset + begin + i);
-  // The angles once for every layer; rows in blocks through an fp32 buffer per thread, widened
-  // and rounded back (saturating, as dequantization does: keys that were finite fp16 stay
-  // finite) by the SIMD kernels.
-  const RopeAngles angles = rope_angles(pos, D, info.rope, false);
+  // The angles once for every layer (kept between reads: chunks of files that start a context
+  // at the same position rotate at the same positions); rows in blocks through an fp32 buffer
+  // per thread, widened and rounded back (saturating, as dequantization does: keys that were
+  // finite fp16 stay finite) by the SIMD kernels.
+  size_t first_row = 0;
+  const RopeAngles& angles =
+      detail::kept_rope_angles(int64_t{info.rope_position_offset} + static_cast<int64_t>(begin), T,
+                               D, info.rope, false, first_row);
   std::vector<Half*> keys;
   size_t t = 0;
   for (const CgkvLayerInfo& li : info.layers) {
@@ -215,7 +217,7 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::spa
     thread_local std::vector<float> x;
     x.resize(rows * H * D);
     kernels.f16_to_f32(k, x.data(), x.size());
-    rope_rows(x, rows, H, D, angles, r0, info.rope.neox);
+    rope_rows(x, rows, H, D, angles, first_row + r0, info.rope.neox);
     kernels.f32_to_f16_sat(x.data(), k, x.size());
   });
 }

@@ -5,6 +5,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/transform.h"
+#include "transform/rope_kept.h"
 
 namespace cachegen {
 namespace {
@@ -117,6 +118,62 @@ RopeAngles rope_angles(std::span<const int32_t> positions, size_t head_dim, cons
   }
   return a;
 }
+
+namespace detail {
+
+const RopeAngles& kept_rope_angles(int64_t first, size_t rows, size_t head_dim,
+                                   const RopeParams& rope, bool inverse, size_t& first_row) {
+  struct Kept {
+    int64_t first = 0;  // angles of positions [first, first + rows)
+    size_t rows = 0, dim = 0;
+    RopeParams rope;
+    bool inverse = false;
+    RopeAngles angles;
+  };
+  thread_local Kept kept;
+  thread_local RopeAngles too_many;             // a request past the bound, not kept
+  constexpr size_t kMaxKept = size_t{1} << 20;  // rows * head_dim: <= 8 MiB of cos and sin
+  const auto angles_of = [&](size_t n) {
+    std::vector<int32_t> pos(n);
+    for (size_t t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(first + static_cast<int64_t>(t));
+    return rope_angles(pos, head_dim, rope, inverse);
+  };
+  const bool same =
+      kept.rows != 0 && kept.dim == head_dim && kept.rope == rope && kept.inverse == inverse;
+  const int64_t kept_end = kept.first + static_cast<int64_t>(kept.rows);
+  const int64_t end = first + static_cast<int64_t>(rows);
+  if (same && first >= kept.first && end <= kept_end) {
+    first_row = static_cast<size_t>(first - kept.first);
+    return kept.angles;
+  }
+  if (same && first == kept_end && (kept.rows + rows) * head_dim <= kMaxKept) {
+    const RopeAngles more = angles_of(rows);  // the next run: appended
+    const size_t had = kept.rows;
+    kept.rows = 0;  // not kept until both are extended
+    kept.angles.cos.insert(kept.angles.cos.end(), more.cos.begin(), more.cos.end());
+    kept.angles.sin.insert(kept.angles.sin.end(), more.sin.begin(), more.sin.end());
+    kept.rows = had + rows;
+    first_row = had;
+    return kept.angles;
+  }
+  if (rows * head_dim <= kMaxKept) {
+    RopeAngles replaced = angles_of(rows);
+    kept.rows = 0;  // not kept until every field is
+    kept.angles = std::move(replaced);
+    kept.first = first;
+    kept.dim = head_dim;
+    kept.rope = rope;
+    kept.inverse = inverse;
+    kept.rows = rows;
+    first_row = 0;
+    return kept.angles;
+  }
+  too_many = angles_of(rows);
+  first_row = 0;
+  return too_many;
+}
+
+}  // namespace detail
 
 void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_dim,
                const RopeAngles& angles, size_t first_row, bool neox) {

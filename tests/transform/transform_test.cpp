@@ -11,6 +11,7 @@
 #include "cachegen/kv_cache.h"
 #include "cachegen/quality_levels.h"
 #include "cachegen/transform.h"
+#include "transform/rope_kept.h"
 
 namespace cachegen {
 namespace {
@@ -222,6 +223,45 @@ TEST(QualityLevels, OneTableNamesParsesAndSizesEveryLevel) {
   EXPECT_STREQ(quality_level_name(static_cast<QualityLevel>(9)), "unknown");
   EXPECT_EQ(default_chunk_tokens(true), 1024u);
   EXPECT_EQ(default_chunk_tokens(false), 256u);
+}
+
+// The angles kept between calls are rope_angles' for the positions asked, whatever came
+// before on the thread: runs that extend, repeat, fall inside or outside what is kept, other
+// head sizes, bases, pairings and directions, and runs too long to keep.
+TEST(Rope, KeptAnglesAreTheAnglesOfThePositionsAsked) {
+  std::mt19937 rng(13);
+  RopeParams ropes[3];
+  ropes[1].freq_base = 500000.0f;
+  ropes[2].neox = true;
+  ropes[2].n_rot = 32;
+  int64_t last_first = 0, last_rows = 0;
+  for (int call = 0; call < 400; ++call) {
+    const size_t dim = (rng() % 4 == 0) ? 64 : 128;
+    const RopeParams& rope = ropes[rng() % 3];
+    const bool inverse = rng() % 4 == 0;
+    // A run anywhere, the run after the last one (blocks of a layer), or one inside the last.
+    const int kind = static_cast<int>(rng() % 3);
+    size_t rows = call % 50 == 49 ? 9000 : 1 + rng() % 300;
+    int64_t first = kind == 0 ? static_cast<int64_t>(rng() % 2000) : last_first + last_rows;
+    if (kind == 2 && last_rows >= 3) {
+      first = last_first + static_cast<int64_t>(last_rows / 3);
+      rows = static_cast<size_t>(last_rows / 3);
+    }
+    last_first = first;
+    last_rows = static_cast<int64_t>(rows);
+    size_t row = 99;
+    const RopeAngles& got = detail::kept_rope_angles(first, rows, dim, rope, inverse, row);
+    std::vector<int32_t> pos(rows);
+    for (size_t t = 0; t < rows; ++t)
+      pos[t] = static_cast<int32_t>(first + static_cast<int64_t>(t));
+    const RopeAngles want = rope_angles(pos, dim, rope, inverse);
+    ASSERT_EQ(got.n_pairs, want.n_pairs) << call;
+    ASSERT_GE(got.cos.size(), (row + rows) * got.n_pairs) << call;
+    for (size_t i = 0; i < want.cos.size(); ++i) {
+      ASSERT_EQ(got.cos[row * got.n_pairs + i], want.cos[i]) << call << " " << i;
+      ASSERT_EQ(got.sin[row * got.n_pairs + i], want.sin[i]) << call << " " << i;
+    }
+  }
 }
 
 }  // namespace
