@@ -127,6 +127,39 @@ size_t BitReader::code_run(T* out, size_t n, const int k[2]) noexcept {
   return i;
 }
 
+void BitReader::signed_exp_golomb_runs(BitReader& a, int64_t* out_a, size_t n_a, const int ka[2],
+                                       size_t& got_a, BitReader& b, int64_t* out_b, size_t n_b,
+                                       const int kb[2], size_t& got_b) noexcept {
+  const auto limit_of = [](const BitReader& r) {
+    return r.in_.size() >= 8 ? (r.in_.size() - 8) * 8 : size_t{0};
+  };
+  const size_t limit_a = limit_of(a), limit_b = limit_of(b);
+  size_t pos_a = a.bit_pos_, pos_b = b.bit_pos_, i = 0, j = 0;
+  while (i < n_a && j < n_b && pos_a < limit_a && pos_b < limit_b) {
+    uint64_t wa, wb;
+    std::memcpy(&wa, a.in_.data() + (pos_a >> 3), 8);
+    std::memcpy(&wb, b.in_.data() + (pos_b >> 3), 8);
+    wa = __builtin_bswap64(wa) << (pos_a & 7);
+    wb = __builtin_bswap64(wb) << (pos_b & 7);
+    size_t used_a = 0, used_b = 0;
+    const size_t start_a = i, start_b = j;
+    for (;;) {
+      const bool more_a = i < n_a && take_code(wa, used_a, ka[i & 1], out_a[i]);
+      i += more_a;
+      const bool more_b = j < n_b && take_code(wb, used_b, kb[j & 1], out_b[j]);
+      j += more_b;
+      if (!(more_a & more_b)) break;
+    }
+    pos_a += used_a;
+    pos_b += used_b;
+    if (i == start_a || j == start_b) break;  // a long code: each reader's own run from here
+  }
+  a.bit_pos_ = pos_a;
+  b.bit_pos_ = pos_b;
+  got_a += i;
+  got_b += j;
+}
+
 uint64_t BitReader::get_long(int n_bits, const char* field) {
   const uint64_t high = get(n_bits - 32, field);
   return (high << 32) | get(32, field);

@@ -125,6 +125,12 @@ class BitReader {
   size_t signed_exp_golomb_run(int64_t* out, size_t n, const int k[2]) noexcept;
   // The same for unsigned codes (exp_golomb's values).
   size_t exp_golomb_run(uint64_t* out, size_t n, const int k[2]) noexcept;
+  // signed_exp_golomb_run on two readers at once, their codes taken in turn (two chains side by
+  // side): adds to got_a / got_b the codes each read into out_a / out_b (up to n_a / n_b), and
+  // stops when either reader would stop.
+  static void signed_exp_golomb_runs(BitReader& a, int64_t* out_a, size_t n_a, const int ka[2],
+                                     size_t& got_a, BitReader& b, int64_t* out_b, size_t n_b,
+                                     const int kb[2], size_t& got_b) noexcept;
   size_t bits_left() const noexcept { return in_.size() * 8 - bit_pos_; }
   // All bytes consumed except zero padding in the last partial byte.
   void finish(const char* section);

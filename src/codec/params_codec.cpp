@@ -358,29 +358,50 @@ void reconstruct_in_order(size_t count, size_t n_groups, size_t dim, const int64
 
 }  // namespace
 
-void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
-                         std::vector<float>& scale, std::vector<float>& zero) {
-  const int k[2] = {static_cast<int>(r.get(5, "scale Exp-Golomb order")),
-                    static_cast<int>(r.get(5, "zero Exp-Golomb order"))};
-  if (k[0] > kMaxEgOrder || k[1] > kMaxEgOrder)
+namespace {
+
+// read_params_compact in two steps, so that two sections' residuals can be read side by side
+// in between: the orders (and the outputs sized), then the rest of the residuals and the
+// parameters.
+struct CompactRead {
+  int k[2] = {0, 0};
+  size_t n = 0;               // parameters
+  std::vector<int64_t>* res;  // 2n residuals, `read` of them so far
+  size_t read = 0;
+};
+
+void begin_compact(BitReader& r, size_t n_groups, size_t dim, std::vector<float>& scale,
+                   std::vector<float>& zero, std::vector<int64_t>& res, CompactRead& c) {
+  c.k[0] = static_cast<int>(r.get(5, "scale Exp-Golomb order"));
+  c.k[1] = static_cast<int>(r.get(5, "zero Exp-Golomb order"));
+  if (c.k[0] > kMaxEgOrder || c.k[1] > kMaxEgOrder)
     fail(ErrorCode::corrupt_input, "codec stream: bad order");
-  const size_t n = n_groups * dim;
-  scale.assign(n, 0.0f);
-  zero.assign(n, 0.0f);
+  c.n = n_groups * dim;
+  scale.assign(c.n, 0.0f);
+  zero.assign(c.n, 0.0f);
+  res.resize(2 * c.n);
+  c.res = &res;
+  c.read = 0;
+}
+
+void finish_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
+                    std::vector<float>& scale, std::vector<float>& zero, CompactRead& c) {
   // First every residual (scale and zero of each parameter in coding order), then the
   // parameters group by group: the channels' prediction chains run side by side, not one
   // after the other behind the bit reader. A reader error waits until the parameters before it
   // are checked, so that the first error in coding order is the one reported.
-  thread_local std::vector<int64_t> kept;
-  std::vector<int64_t>& res = kept;
-  res.resize(2 * n);
-  size_t read = 0;
+  const size_t n = c.n;
+  std::vector<int64_t>& res = *c.res;
+  size_t read = c.read;
   std::exception_ptr read_error;
   try {
     while (read < 2 * n) {
+      // The run's first code is residual `read`: its order is k[read & 1] (a run stopped by a
+      // long code, or by the other section of a pair, can leave `read` odd).
+      const int k[2] = {c.k[read & 1], c.k[(read + 1) & 1]};
       read += r.signed_exp_golomb_run(res.data() + read, 2 * n - read, k);
       if (read == 2 * n) break;
-      res[read] = r.signed_exp_golomb(k[read & 1], read & 1 ? "zero residual" : "scale residual");
+      res[read] = r.signed_exp_golomb(c.k[read & 1], read & 1 ? "zero residual" : "scale residual");
       ++read;
     }
   } catch (const Error&) {
@@ -394,16 +415,16 @@ void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const Compac
   // group above.
   bool good = true;
   int64_t s;
-  for (size_t c = 0; c < dim && n > 0; ++c) {
-    const size_t p = c * n_groups;
-    good &= c == 0 ? reconstruct<false>(0, 0, res[0], res[1], g, scale.data(), zero.data(), s)
-                   : reconstruct<true>(c, c - 1, res[2 * p], res[2 * p + 1], g, scale.data(),
-                                       zero.data(), s);
+  for (size_t ch = 0; ch < dim && n > 0; ++ch) {
+    const size_t p = ch * n_groups;
+    good &= ch == 0 ? reconstruct<false>(0, 0, res[0], res[1], g, scale.data(), zero.data(), s)
+                    : reconstruct<true>(ch, ch - 1, res[2 * p], res[2 * p + 1], g, scale.data(),
+                                        zero.data(), s);
   }
   if (!later_groups_avx512(n_groups, dim, res.data(), g, scale.data(), zero.data())) {
     for (size_t gi = 1; gi < n_groups; ++gi) {
-      for (size_t c = 0; c < dim; ++c) {
-        const size_t i = gi * dim + c, p = c * n_groups + gi;
+      for (size_t ch = 0; ch < dim; ++ch) {
+        const size_t i = gi * dim + ch, p = ch * n_groups + gi;
         good &= reconstruct<true>(i, i - dim, res[2 * p], res[2 * p + 1], g, scale.data(),
                                   zero.data(), s);
       }
@@ -411,6 +432,41 @@ void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const Compac
   }
   if (!good) reconstruct_in_order(n, n_groups, dim, res.data(), g, scale.data(), zero.data());
   check_decoded_params(scale, zero);
+}
+
+}  // namespace
+
+void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
+                         std::vector<float>& scale, std::vector<float>& zero) {
+  thread_local std::vector<int64_t> kept;
+  CompactRead c;
+  begin_compact(r, n_groups, dim, scale, zero, kept, c);
+  finish_compact(r, n_groups, dim, g, scale, zero, c);
+}
+
+void read_params_compact_pair(BitReader& ra, size_t n_groups_a, size_t dim_a, const CompactGrid& ga,
+                              std::vector<float>& scale_a, std::vector<float>& zero_a,
+                              BitReader& rb, size_t n_groups_b, size_t dim_b, const CompactGrid& gb,
+                              std::vector<float>& scale_b, std::vector<float>& zero_b,
+                              const char* section, int& failing) {
+  failing = 0;
+  thread_local std::vector<int64_t> kept[2];
+  CompactRead a, b;
+  begin_compact(ra, n_groups_a, dim_a, scale_a, zero_a, kept[0], a);
+  std::exception_ptr b_error;  // reported after everything of a
+  try {
+    begin_compact(rb, n_groups_b, dim_b, scale_b, zero_b, kept[1], b);
+    BitReader::signed_exp_golomb_runs(ra, a.res->data(), 2 * a.n, a.k, a.read, rb, b.res->data(),
+                                      2 * b.n, b.k, b.read);
+  } catch (const Error&) {
+    b_error = std::current_exception();
+  }
+  finish_compact(ra, n_groups_a, dim_a, ga, scale_a, zero_a, a);
+  ra.finish(section);
+  failing = 1;
+  if (b_error) std::rethrow_exception(b_error);
+  finish_compact(rb, n_groups_b, dim_b, gb, scale_b, zero_b, b);
+  rb.finish(section);
 }
 
 void check_decoded_params(std::span<const float> scale, std::span<const float> zero) {

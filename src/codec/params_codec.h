@@ -69,6 +69,14 @@ void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<
                           size_t n_groups, size_t dim, const CompactGrid& g);
 void read_params_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid& g,
                          std::vector<float>& scale, std::vector<float>& zero);
+// Two whole sections of parameters, as read_params_compact then finish(section) on ra, then
+// the same on rb, give them (the values, or the first error: a's before anything of b's, with
+// `failing` 0 for a's, 1 for b's), their residuals read side by side.
+void read_params_compact_pair(BitReader& ra, size_t n_groups_a, size_t dim_a, const CompactGrid& ga,
+                              std::vector<float>& scale_a, std::vector<float>& zero_a,
+                              BitReader& rb, size_t n_groups_b, size_t dim_b, const CompactGrid& gb,
+                              std::vector<float>& scale_b, std::vector<float>& zero_b,
+                              const char* section, int& failing);
 
 // The AVX-512 part of read_params_compact: groups 1.. of every channel from the group above
 // (group 0 already in scale/zero), from residuals laid out [n_groups, dim] as 32-bit integers

@@ -178,6 +178,13 @@ void decode_compact_params(const CompactParams& compact, CodeStream& s) {
   bits_in.finish("compact parameters");
 }
 
+void decode_compact_params_pair(const CompactParams& ca, CodeStream& sa, const CompactParams& cb,
+                                CodeStream& sb, int& failing) {
+  BitReader ra(ca.bits, ca.offset), rb(cb.bits, cb.offset);
+  read_params_compact_pair(ra, sa.n_groups(), sa.dim, ca.grid, sa.scale, sa.zero, rb, sb.n_groups(),
+                           sb.dim, cb.grid, sb.scale, sb.zero, "compact parameters", failing);
+}
+
 void read_param_block(wire::Reader& r, CodeStream& s) {
   CompactParams compact;
   if (frame_param_block(r, s, compact)) decode_compact_params(compact, s);

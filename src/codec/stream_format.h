@@ -115,6 +115,10 @@ struct CompactParams {
 };
 bool frame_param_block(wire::Reader& r, CodeStream& s, CompactParams& compact);
 void decode_compact_params(const CompactParams& compact, CodeStream& s);
+// decode_compact_params(ca, sa) then (cb, sb), a's errors first (`failing` says whose: 0 or
+// 1), the two sections' codes read side by side.
+void decode_compact_params_pair(const CompactParams& ca, CodeStream& sa, const CompactParams& cb,
+                                CodeStream& sb, int& failing);
 
 // Shared-model batch (layout 1): heads must share n_rows, dim, bits and group_size.
 // Returns false (writing nothing) when the heads cannot or should not share: mismatched

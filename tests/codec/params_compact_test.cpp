@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cachegen/error.h"
@@ -290,6 +291,111 @@ TEST(ParamsCompact, PlanIsTheSameOnEveryPath) {
     }
   }
   set_simd_path(best_supported_simd_path());
+}
+
+// A code longer than the reader's 57-bit window is read on its own and the run resumes after
+// it with the next code's order: a scale residual (even place) past 2^28 among small ones once
+// resumed with the wrong order and failed a valid stream (the finest grid, one scale 2^40
+// below its neighbours); also a long zero residual, and both in one stream, on every path.
+TEST(ParamsCompact, LongCodesResumeWithTheRightOrder) {
+  const CompactGrid g{23, 0};
+  const size_t n_groups = 4, dim = 64;
+  for (int kind = 0; kind < 3; ++kind) {
+    for (const size_t at : {size_t{0}, size_t{9}, 2 * dim + 9, n_groups * dim - 1}) {
+      Params p;
+      p.scale.assign(n_groups * dim, 1.0f);
+      p.zero.resize(n_groups * dim);
+      for (size_t i = 0; i < p.zero.size(); ++i) p.zero[i] = static_cast<float>(i % 5);
+      if (kind != 1) p.scale[at] = std::ldexp(1.0f, -40), p.zero[at] = 0.0f;   // long scale code
+      if (kind != 0) p.zero[(at + 7) % p.zero.size()] = std::ldexp(1.0f, 38);  // long zero code
+      CompactCode code;
+      ASSERT_TRUE(plan_params_compact(p.scale, p.zero, n_groups, dim, g, code));
+      bool long_code = false;
+      for (size_t i = 0; i < code.scale_res.size(); ++i) {
+        long_code |= BitWriter::exp_golomb_bits(BitWriter::zigzag(code.scale_res[i]), code.ks) > 57;
+        long_code |= BitWriter::exp_golomb_bits(BitWriter::zigzag(code.zero_res[i]), code.kz) > 57;
+      }
+      ASSERT_TRUE(long_code) << kind << " " << at;  // the case this test is about
+      BitWriter w;
+      write_params_compact(w, code);
+      const std::vector<uint8_t> bytes = w.finish();
+      for (const SimdPath path : test::supported_simd_paths()) {
+        set_simd_path(path);
+        Params got;
+        ASSERT_EQ(read_back(bytes, n_groups, dim, g, got), "") << kind << " " << at;
+        ASSERT_TRUE(same_bits(got.scale, p.scale)) << kind << " " << at;
+        ASSERT_TRUE(same_bits(got.zero, p.zero)) << kind << " " << at;
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
+// Two sections read side by side give what reading one whole section and then the other gives:
+// both sets of values, or the first error (a's before b's) and whose it is; on sections of
+// other shapes, intact, damaged or cut short.
+TEST(ParamsCompact, PairReadsAsTwoSectionsInTurn) {
+  const CompactGrid g{6, 4};
+  std::mt19937 rng(23);
+  size_t a_failed = 0, b_failed = 0, both_read = 0;
+  for (int t = 0; t < 600; ++t) {
+    const size_t ga = 1 + rng() % 9, da = 1 + rng() % 70, gb = 1 + rng() % 9, db = 1 + rng() % 70;
+    const Params pa = random_params(ga, da, t % 3, g, static_cast<uint32_t>(rng()));
+    const Params pb = random_params(gb, db, (t / 3) % 3, g, static_cast<uint32_t>(rng()));
+    std::vector<uint8_t> sa, sb;
+    for (auto [p, n_groups, dim, out] :
+         {std::tuple{&pa, ga, da, &sa}, std::tuple{&pb, gb, db, &sb}}) {
+      BitWriter w;
+      write_params_compact(w, p->scale, p->zero, n_groups, dim, g);
+      *out = w.finish();
+      if (rng() % 3 == 0) (*out)[rng() % out->size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      if (rng() % 8 == 0) out->resize(rng() % out->size());
+    }
+    // One at a time.
+    std::string want;
+    int want_failing = -1;
+    Params wa, wb;
+    try {
+      want_failing = 0;
+      BitReader ra(sa, 0);
+      read_params_compact(ra, ga, da, g, wa.scale, wa.zero);
+      ra.finish("compact parameters");
+      want_failing = 1;
+      BitReader rb(sb, 0);
+      read_params_compact(rb, gb, db, g, wb.scale, wb.zero);
+      rb.finish("compact parameters");
+      want_failing = -1;
+    } catch (const Error& e) {
+      want = e.what();
+    }
+    for (const SimdPath path : test::supported_simd_paths()) {
+      set_simd_path(path);
+      std::string got;
+      int failing = -1;
+      Params xa, xb;
+      try {
+        BitReader ra(sa, 0), rb(sb, 0);
+        read_params_compact_pair(ra, ga, da, g, xa.scale, xa.zero, rb, gb, db, g, xb.scale, xb.zero,
+                                 "compact parameters", failing);
+        failing = -1;
+      } catch (const Error& e) {
+        got = e.what();
+      }
+      ASSERT_EQ(got, want) << "trial " << t << " " << simd_path_name(path);
+      ASSERT_EQ(failing, want_failing) << "trial " << t;
+      if (want.empty()) {
+        ASSERT_TRUE(same_bits(xa.scale, wa.scale) && same_bits(xa.zero, wa.zero)) << t;
+        ASSERT_TRUE(same_bits(xb.scale, wb.scale) && same_bits(xb.zero, wb.zero)) << t;
+      }
+    }
+    a_failed += want_failing == 0;
+    b_failed += want_failing == 1;
+    both_read += want.empty();
+  }
+  set_simd_path(best_supported_simd_path());
+  EXPECT_GT(a_failed, 50u);
+  EXPECT_GT(b_failed, 50u);
+  EXPECT_GT(both_read, 100u);
 }
 
 }  // namespace
