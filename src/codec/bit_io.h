@@ -122,6 +122,7 @@ class BitReader {
   // (several codes per 8-byte load, the bit position in a register): stops before a code that
   // is long (more than 57 bits with what precedes it in its load) or near the input's end, and
   // returns how many it read. signed_exp_golomb reads the one it stopped at, or reports it.
+  // out[0] takes order k[0]: a caller resuming at an odd place passes the orders swapped.
   size_t signed_exp_golomb_run(int64_t* out, size_t n, const int k[2]) noexcept;
   // The same for unsigned codes (exp_golomb's values).
   size_t exp_golomb_run(uint64_t* out, size_t n, const int k[2]) noexcept;
