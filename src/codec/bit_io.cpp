@@ -109,14 +109,10 @@ size_t BitReader::exp_golomb_run(uint64_t* out, size_t n, const int k[2]) noexce
 
 template <class T>
 size_t BitReader::code_run(T* out, size_t n, const int k[2]) noexcept {
-  // Below `limit` an 8-byte load at the position's byte stays in the input; from a load at
-  // bit offset pos & 7, its first 57 bits are the input's.
-  const size_t limit = in_.size() >= 8 ? (in_.size() - 8) * 8 : 0;
+  const size_t limit = run_limit();
   size_t pos = bit_pos_, i = 0;
   while (i < n && pos < limit) {
-    uint64_t w;
-    std::memcpy(&w, in_.data() + (pos >> 3), 8);
-    w = __builtin_bswap64(w) << (pos & 7);
+    uint64_t w = window_at(pos);
     size_t used = 0;
     const size_t start = i;
     while (i < n && take_code(w, used, k[i & 1], out[i])) ++i;
@@ -130,17 +126,10 @@ size_t BitReader::code_run(T* out, size_t n, const int k[2]) noexcept {
 void BitReader::signed_exp_golomb_runs(BitReader& a, int64_t* out_a, size_t n_a, const int ka[2],
                                        size_t& got_a, BitReader& b, int64_t* out_b, size_t n_b,
                                        const int kb[2], size_t& got_b) noexcept {
-  const auto limit_of = [](const BitReader& r) {
-    return r.in_.size() >= 8 ? (r.in_.size() - 8) * 8 : size_t{0};
-  };
-  const size_t limit_a = limit_of(a), limit_b = limit_of(b);
+  const size_t limit_a = a.run_limit(), limit_b = b.run_limit();
   size_t pos_a = a.bit_pos_, pos_b = b.bit_pos_, i = 0, j = 0;
   while (i < n_a && j < n_b && pos_a < limit_a && pos_b < limit_b) {
-    uint64_t wa, wb;
-    std::memcpy(&wa, a.in_.data() + (pos_a >> 3), 8);
-    std::memcpy(&wb, b.in_.data() + (pos_b >> 3), 8);
-    wa = __builtin_bswap64(wa) << (pos_a & 7);
-    wb = __builtin_bswap64(wb) << (pos_b & 7);
+    uint64_t wa = a.window_at(pos_a), wb = b.window_at(pos_b);
     size_t used_a = 0, used_b = 0;
     const size_t start_a = i, start_b = j;
     for (;;) {

@@ -140,13 +140,18 @@ class BitReader {
   // The next 64 bits from bit_pos_, MSB first, zeros past the end (at least 57 of them are
   // the input's when that many are left).
   uint64_t window() const noexcept {
-    const size_t byte = bit_pos_ >> 3;
-    if (byte + 8 > in_.size()) [[unlikely]]
+    if ((bit_pos_ >> 3) + 8 > in_.size()) [[unlikely]]
       return window_tail();
-    uint64_t w;
-    std::memcpy(&w, in_.data() + byte, 8);
-    return __builtin_bswap64(w) << (bit_pos_ & 7);
+    return window_at(bit_pos_);
   }
+  // The 64 bits from bit position pos, MSB first, by one 8-byte load: pos < run_limit(), where
+  // the load stays in the input and its first 57 bits are the input's (the runs' windows).
+  uint64_t window_at(size_t pos) const noexcept {
+    uint64_t w;
+    std::memcpy(&w, in_.data() + (pos >> 3), 8);
+    return __builtin_bswap64(w) << (pos & 7);
+  }
+  size_t run_limit() const noexcept { return in_.size() >= 8 ? (in_.size() - 8) * 8 : 0; }
   uint64_t window_tail() const noexcept;
   template <class T>
   size_t code_run(T* out, size_t n, const int k[2]) noexcept;

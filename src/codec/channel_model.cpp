@@ -433,12 +433,12 @@ void write_channel_model(BitWriter& w, const ChannelModel& model, int bits) {
   w.put(static_cast<uint64_t>(model.table.t - 1), kPrecisionBits);
   w.put(static_cast<uint64_t>(model.eg_k), kEgOrderBits);
   const auto& freq = model.table.freq;
+  const uint16_t* const order = list_order(model.kind, bits);
   uint32_t last = 0;
   for (uint32_t j = 0; j < freq.size(); ++j)
-    if (freq[table_order_symbol(model.kind, j, bits)] != 0) last = j;
+    if (freq[order[j]] != 0) last = j;
   w.put(last, bits);
-  for (uint32_t j = 0; j < last; ++j)
-    w.exp_golomb(freq[table_order_symbol(model.kind, j, bits)], model.eg_k);
+  for (uint32_t j = 0; j < last; ++j) w.exp_golomb(freq[order[j]], model.eg_k);
 }
 
 void read_channel_model(BitReader& r, int bits, size_t n_rows, ChannelModel& model) {
