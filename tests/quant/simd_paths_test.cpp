@@ -111,6 +111,40 @@ TEST(SimdPaths, FloatToHalfKernelsMatchFloatToHalf) {
   }
 }
 
+// quantize_rows on every path against the scalar one, byte for byte, with parameters and
+// values the codec never makes as well (NaN, infinities, zero and negative scales, values far
+// outside their group's range), for row widths that take the 32- and 8-wide vector loops,
+// their tails and the short-row blocks.
+TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
+  const std::vector<const detail::QuantKernels*> tables = supported_tables();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  const float special[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, 3e38f, -3e38f};
+  auto pick = [&](float usual) {
+    return rng() % 8 == 0 ? special[rng() % std::size(special)] : usual;
+  };
+  for (const float max_code : {1.0f, 3.0f, 7.0f, 15.0f, 255.0f}) {
+    for (const size_t dim : {1u, 3u, 8u, 24u, 31u, 32u, 33u, 40u, 64u, 100u}) {
+      for (const size_t rows : {1u, 3u, 17u}) {
+        std::vector<float> x(rows * dim), scale(dim), zero(dim);
+        for (float& v : x) v = pick(u(rng) * 3.0f);
+        for (size_t c = 0; c < dim; ++c) {
+          scale[c] = pick(std::abs(u(rng)) / max_code);
+          zero[c] = pick(u(rng));
+        }
+        std::vector<uint8_t> want(x.size());
+        tables[0]->quantize_rows(x.data(), rows, dim, scale.data(), zero.data(), max_code,
+                                 want.data());
+        for (const detail::QuantKernels* k : tables) {
+          std::vector<uint8_t> got(x.size(), 0xAA);
+          k->quantize_rows(x.data(), rows, dim, scale.data(), zero.data(), max_code, got.data());
+          ASSERT_EQ(got, want) << "max_code " << max_code << " dim " << dim << " rows " << rows;
+        }
+      }
+    }
+  }
+}
+
 // channel_histograms against a count of every value, on every path, for shapes that take each
 // of its branches (small alphabets in byte blocks, one channel in eight tables, two or three
 // channels in four, wide tables in L1-sized channel blocks, the row-by-row tail), with skewed
