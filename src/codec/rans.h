@@ -75,12 +75,16 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
 // renormalisation x < f * 2^(32-p), and with e = m * f - 2^(32+L) < f, x * e < f^2 * 2^(32-p)
 // <= 2^(32+L) (as L <= p): floor(x * m / 2^(32+L)) = floor(x / f), computed as
 // ((x * (m - 2^32)) >> 32) + x, shifted right by L (floors nest).
+// The AVX2 encoder's entries are two 32-bit tables: avx2_entry f | start << 13 | (L - 1) << 25
+// (0 for f = 1) and avx2_magic m - 2^32, the narrow entries' parts.
 struct RansEncodeTables {
   const uint32_t* packed = nullptr;
   const double* inv_freq = nullptr;
   const uint64_t* narrow = nullptr;
   int n_syms = 0;
   int precision = 0;
+  const uint32_t* avx2_entry = nullptr;
+  const uint32_t* avx2_magic = nullptr;
 };
 // Encodes elements [0, end) of a 32-lane payload (end a multiple of 32) backwards from the
 // states x[32], writing words downwards from words + w_pos; returns the new w_pos. The same
@@ -90,6 +94,10 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
 // The same for an 8-lane payload (end a multiple of 8, states x[8]).
 size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
                                  size_t end, uint32_t* x, uint16_t* words, size_t w_pos);
+
+// AVX2: elements [0, end) of a 32- or 8-lane payload (end a multiple of n_lanes), as above.
+size_t rans_encode_avx2(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
+                        int n_lanes, uint32_t* x, uint16_t* words, size_t w_pos);
 
 // Decodes n symbols from `payload` (states + words, exactly as rans_encode wrote them; any
 // other length or a final state other than kRansLow is corrupt_input). `payload_offset` is

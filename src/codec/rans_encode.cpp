@@ -41,6 +41,18 @@ const uint64_t* reciprocals() {
   return table.v;
 }
 
+// m = ceil(2^(32+L) / f) with L = ceil(log2 f), from rcp = ceil(2^44 / f): ceilings of
+// divisions nest. 2^32 <= m < 2^33 (the narrow encoders' multiplier, see RansEncodeTables).
+struct Magic {
+  uint64_t m;
+  int L;
+};
+Magic magic_of(uint64_t rcp, uint32_t f) {
+  const int L = std::bit_width(f - 1);
+  const int down = 12 - L;
+  return {(rcp + (uint64_t{1} << down) - 1) >> down, L};
+}
+
 }  // namespace
 
 void rans_encode(std::span<const uint8_t> symbols, size_t dim,
@@ -78,8 +90,9 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   // 32- and 8-lane payloads: an AVX-512 encoder takes every full step of n_lanes elements;
   // the scalar loop below codes the partial step at the end (coded first).
   const auto lanes = static_cast<size_t>(n_lanes);
+  const SimdPath path = simd_path();
   const bool simd = (lanes == kMaxLanes || lanes == kNarrowLanes) && n >= lanes &&
-                    simd_path() == SimdPath::avx512;
+                    (path == SimdPath::avx512 || path == SimdPath::avx2);
   const size_t scalar_end = simd ? n - n % lanes : 0;
   size_t lane = n == 0 ? 0 : (n - 1) % static_cast<size_t>(n_lanes);
   size_t channel = n == 0 ? 0 : (n - 1) % dim;
@@ -97,7 +110,19 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     lane = lane == 0 ? static_cast<size_t>(n_lanes) - 1 : lane - 1;
     channel = channel == 0 ? dim - 1 : channel - 1;
   }
-  if (simd && lanes == kMaxLanes) {
+  if (simd && path == SimdPath::avx2) {
+    std::vector<uint32_t> entry(table.size(), 0), magic(table.size(), 0);
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (table[i].rcp == 0) continue;  // absent: never coded
+      const uint32_t f = (1u << precision) - table[i].cmpl;
+      const Magic mg = magic_of(table[i].rcp, f);
+      entry[i] = f | table[i].bias << 13 | static_cast<uint32_t>(mg.L > 0 ? mg.L - 1 : 0) << 25;
+      magic[i] = static_cast<uint32_t>(mg.m - (uint64_t{1} << 32));
+    }
+    const RansEncodeTables t{nullptr,   nullptr,      nullptr,     static_cast<int>(n_syms),
+                             precision, entry.data(), magic.data()};
+    w_pos = rans_encode_avx2(t, symbols.data(), dim, scalar_end, n_lanes, x, words, w_pos);
+  } else if (simd && lanes == kMaxLanes) {
     std::vector<uint32_t> packed(table.size());
     std::vector<double> inv_freq(table.size());
     for (size_t i = 0; i < table.size(); ++i) {
@@ -113,12 +138,9 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     for (size_t i = 0; i < table.size(); ++i) {
       if (table[i].rcp == 0) continue;  // absent: never coded
       const uint32_t f = (1u << precision) - table[i].cmpl;
-      // m = ceil(2^(32+L) / f) from rcp = ceil(2^44 / f): ceilings of divisions nest.
-      const int L = std::bit_width(f - 1);
-      const int down = 12 - L;
-      const uint64_t m = (table[i].rcp + (uint64_t{1} << down) - 1) >> down;
-      narrow[i] = (m - (uint64_t{1} << 32)) | uint64_t{f} << 32 | uint64_t{table[i].bias} << 45 |
-                  uint64_t(L) << 58;
+      const Magic mg = magic_of(table[i].rcp, f);
+      narrow[i] = (mg.m - (uint64_t{1} << 32)) | uint64_t{f} << 32 | uint64_t{table[i].bias} << 45 |
+                  uint64_t(mg.L) << 58;
     }
     const RansEncodeTables t{nullptr, nullptr, narrow.data(), static_cast<int>(n_syms), precision};
     w_pos = rans_encode_avx512_lanes8(t, symbols.data(), dim, scalar_end, x, words, w_pos);
