@@ -32,6 +32,9 @@ size_t encode_steps(const RansEncodeTables& t, const uint8_t* symbols, size_t di
   static const CompressHighTable compress;
   constexpr size_t kStep = 8 * static_cast<size_t>(V);
   const auto n_syms = static_cast<int32_t>(t.n_syms);
+  // In locals: the word stores could alias t's fields, which were loaded again every vector.
+  const int* const entries = reinterpret_cast<const int*>(t.avx2_entry);
+  const int* const magics = reinterpret_cast<const int*>(t.avx2_magic);
   const __m256i wrap_v = _mm256_set1_epi32(static_cast<int32_t>(dim) * n_syms);
   const __m256i step_v = _mm256_set1_epi32(static_cast<int32_t>(kStep % dim) * n_syms);
   const __m256i full_v = _mm256_set1_epi32(1 << t.precision);
@@ -56,8 +59,8 @@ size_t encode_steps(const RansEncodeTables& t, const uint8_t* symbols, size_t di
       const __m256i sym =
           _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(symbols + base)));
       const __m256i idx = _mm256_add_epi32(row[v], sym);
-      const __m256i e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.avx2_entry), idx, 4);
-      const __m256i m = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.avx2_magic), idx, 4);
+      const __m256i e = _mm256_i32gather_epi32(entries, idx, 4);
+      const __m256i m = _mm256_i32gather_epi32(magics, idx, 4);
       const __m256i f = _mm256_and_si256(e, mask13);
       // Renormalise: x >= f << (32 - p), i.e. x >> (32 - p) > f - 1 (both below 2^13).
       __m256i s = xs[v];
