@@ -189,6 +189,9 @@ bool round_params_compact(std::span<const float> mins, std::span<const float> ma
   if (simd_path() == SimdPath::avx512)
     return round_params_compact_avx512(mins.data(), maxs.data(), mins.size(), bits, g, scale.data(),
                                        zero.data());
+  if (simd_path() == SimdPath::avx2)
+    return round_params_compact_avx2(mins.data(), maxs.data(), mins.size(), bits, g, scale.data(),
+                                     zero.data());
   for (size_t i = 0; i < mins.size(); ++i)
     if (!round_param_compact(mins[i], maxs[i], bits, g, scale[i], zero[i])) return false;
   return true;

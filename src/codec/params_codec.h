@@ -49,6 +49,9 @@ bool round_param_compact(float mn, float mx, int bits, const CompactGrid& g, flo
 // parameters off its fast path through round_param_compact).
 bool round_params_compact_avx512(const float* mins, const float* maxs, size_t n, int bits,
                                  const CompactGrid& g, float* scale, float* zero);
+// The same, 8 at a time (AVX2).
+bool round_params_compact_avx2(const float* mins, const float* maxs, size_t n, int bits,
+                               const CompactGrid& g, float* scale, float* zero);
 
 // Compact parameters as coded: prediction residuals in coding order (channel by channel), the
 // Exp-Golomb orders that code them in the fewest bits, and those bits (orders included).
