@@ -81,6 +81,11 @@ class Writer {
   }
   void bytes(std::span<const uint8_t> b) { out_.insert(out_.end(), b.begin(), b.end()); }
   void zeros(size_t n) { out_.insert(out_.end(), n, 0); }
+  // n more bytes, uninitialised as far as the caller is concerned: it writes every one.
+  uint8_t* extend(size_t n) {
+    out_.resize(out_.size() + n);
+    return out_.data() + out_.size() - n;
+  }
   size_t size() const noexcept { return out_.size(); }
 
  private:
