@@ -312,11 +312,12 @@ inline bool reconstruct(size_t i, size_t prev, int64_t ds, int64_t dz, const Com
   return (sf > 0) & zero_ok;
 }
 
-// compact_later_groups_avx512 where it runs (the CPU has it, every residual within +-2^30, every
-// parameter valid and near its prediction): false where it did not.
-bool later_groups_avx512(size_t n_groups, size_t dim, const int64_t* res, const CompactGrid& g,
-                         float* scale, float* zero) {
-  if (simd_path() != SimdPath::avx512 || n_groups < 2) return false;
+// compact_later_groups_avx512 or _avx2 where one runs (the CPU has it, every residual within
+// +-2^30, every parameter valid and near its prediction): false where it did not.
+bool later_groups_simd(size_t n_groups, size_t dim, const int64_t* res, const CompactGrid& g,
+                       float* scale, float* zero) {
+  const SimdPath path = simd_path();
+  if (path == SimdPath::scalar || n_groups < 2) return false;
   // The residuals group-major, as 32-bit integers.
   thread_local std::vector<int32_t> kept;
   std::vector<int32_t>& rows = kept;
@@ -336,7 +337,9 @@ bool later_groups_avx512(size_t n_groups, size_t dim, const int64_t* res, const 
     }
   }
   if (far >> 31) return false;
-  return compact_later_groups_avx512(n_groups, dim, ds, dz, g, scale, zero);
+  return path == SimdPath::avx512
+             ? compact_later_groups_avx512(n_groups, dim, ds, dz, g, scale, zero)
+             : compact_later_groups_avx2(n_groups, dim, ds, dz, g, scale, zero);
 }
 
 // The first `count` parameters in coding order (channel by channel), reporting the first that
@@ -424,7 +427,7 @@ void finish_compact(BitReader& r, size_t n_groups, size_t dim, const CompactGrid
                     : reconstruct<true>(ch, ch - 1, res[2 * p], res[2 * p + 1], g, scale.data(),
                                         zero.data(), s);
   }
-  if (!later_groups_avx512(n_groups, dim, res.data(), g, scale.data(), zero.data())) {
+  if (!later_groups_simd(n_groups, dim, res.data(), g, scale.data(), zero.data())) {
     for (size_t gi = 1; gi < n_groups; ++gi) {
       for (size_t ch = 0; ch < dim; ++ch) {
         const size_t i = gi * dim + ch, p = ch * n_groups + gi;

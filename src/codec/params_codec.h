@@ -88,6 +88,9 @@ void read_params_compact_pair(BitReader& ra, size_t n_groups_a, size_t dim_a, co
 // computes them all.
 bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
                                  const CompactGrid& g, float* scale, float* zero);
+// The same, 8 channels at a time (AVX2).
+bool compact_later_groups_avx2(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
+                               const CompactGrid& g, float* scale, float* zero);
 
 // The AVX-512 twin of the encoder's residuals (plan_params_compact) for parameters on the grid
 // whose quotients (zero over step, the predicted one too) stay below 2^22: every residual at

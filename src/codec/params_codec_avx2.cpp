@@ -1,11 +1,58 @@
-// AVX2 twin of round_params_compact (params_codec.cpp): 8 group-channels per vector, the
-// AVX-512 twin's operations and fast-path conditions. Compiled with -mavx2; only called when
-// cachegen::simd_path() says the CPU has it.
+// AVX2 twins of round_params_compact and of read_params_compact's later groups
+// (params_codec.cpp): 8 group-channels per vector, the AVX-512 twins' operations and fast-path
+// conditions. Compiled with -mavx2; only called when cachegen::simd_path() says the CPU has it.
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "codec/params_codec.h"
 
 namespace cachegen::detail {
+
+bool compact_later_groups_avx2(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
+                               const CompactGrid& g, float* scale, float* zero) {
+  const __m128i shift = _mm_cvtsi32_si128(23 - g.scale_mantissa_bits);
+  const __m128i mbits = _mm_cvtsi32_si128(g.scale_mantissa_bits);
+  const __m256 to_step = _mm256_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2));
+  const __m256 magic = _mm256_set1_ps(12582912.0f), near = _mm256_set1_ps(4194304.0f);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i one = _mm256_set1_epi32(1), top_exponent = _mm256_set1_epi32(253);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 bad = _mm256_setzero_ps();
+  for (size_t gi = 1; gi < n_groups; ++gi) {
+    const size_t row = gi * dim, prev = row - dim;
+    for (size_t c = 0; c < dim; c += 8) {
+      const __m256i lanes = _mm256_cmpgt_epi32(
+          _mm256_set1_epi32(static_cast<int>(std::min<size_t>(dim - c, 8))), lane);
+      // The scale index: the previous group's plus the residual. With the previous scale a
+      // positive float (bits < 2^31) and |residual| < 2^30, the 32-bit sum is the index when
+      // its exponent is 1..254 and out of that range (as the wider sum) otherwise.
+      const __m256i s = _mm256_add_epi32(
+          _mm256_srl_epi32(
+              _mm256_maskload_epi32(reinterpret_cast<const int*>(scale + prev + c), lanes), shift),
+          _mm256_maskload_epi32(ds + row + c, lanes));
+      // exponent - 1 <= 253 unsigned: max(exponent - 1, 253) == 253.
+      const __m256i e1 = _mm256_sub_epi32(_mm256_srl_epi32(s, mbits), one);
+      const __m256i valid = _mm256_cmpeq_epi32(_mm256_max_epu32(e1, top_exponent), top_exponent);
+      const __m256 sf = _mm256_castsi256_ps(_mm256_and_si256(valid, _mm256_sll_epi32(s, shift)));
+      const __m256 step = _mm256_mul_ps(sf, to_step);
+      // The zero index: nearest to the previous zero over the step (rounded as predict_index
+      // rounds below 2^22) plus the residual (|sum| < 2^31).
+      const __m256 q =
+          _mm256_div_ps(_mm256_maskload_ps(zero + prev + c, lanes),
+                        _mm256_blendv_ps(_mm256_set1_ps(1.0f), step, _mm256_castsi256_ps(valid)));
+      const __m256 fast = _mm256_cmp_ps(_mm256_and_ps(q, magnitude), near, _CMP_LT_OQ);
+      const __m256i k =
+          _mm256_add_epi32(_mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(q, magic), magic)),
+                           _mm256_maskload_epi32(dz + row + c, lanes));
+      _mm256_maskstore_ps(scale + row + c, lanes, sf);
+      _mm256_maskstore_ps(zero + row + c, lanes, _mm256_mul_ps(_mm256_cvtepi32_ps(k), step));
+      bad = _mm256_or_ps(bad, _mm256_andnot_ps(_mm256_and_ps(_mm256_castsi256_ps(valid), fast),
+                                               _mm256_castsi256_ps(lanes)));
+    }
+  }
+  return _mm256_movemask_ps(bad) == 0;
+}
 
 bool round_params_compact_avx2(const float* mins, const float* maxs, size_t n, int bits,
                                const CompactGrid& g, float* scale, float* zero) {
