@@ -11,7 +11,8 @@ size_t thread_count() noexcept;
 void set_thread_count(size_t n) noexcept;
 
 // SIMD kernel families. Every path gives byte-identical results; the scalar path is the
-// reference twin of every vector kernel.
+// reference twin of every vector kernel. avx2 needs AVX2, F16C, BMI1/2, LZCNT and POPCNT;
+// avx512 those and AVX-512 F/BW/VL.
 enum class SimdPath : int { scalar = 0, avx2 = 1, avx512 = 2 };
 
 // The path in use: the best the CPU supports, unless CACHEGEN_SIMD=scalar|avx2|avx512

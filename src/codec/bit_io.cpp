@@ -2,7 +2,10 @@
 
 #include <cstring>
 #include <string>
-#include <type_traits>
+
+#include "cachegen/runtime.h"
+#define CACHEGEN_BIT_RUNS_NS base
+#include "codec/bit_io_runs.h"
 
 namespace cachegen::detail {
 
@@ -77,76 +80,26 @@ uint64_t BitReader::window_tail() const noexcept {
 
 namespace {
 
-// One code from the top of w, which holds 57 - used bits of input (then zeros): false, with
-// nothing changed, if it does not end within them. A prefix running past them (counting the
-// zeros shifted in, or w == 0) gives a total past them too.
-// (Signed: zigzag-decoded.)
-template <class T>
-inline bool take_code(uint64_t& w, size_t& used, int order, T& out) {
-  const size_t zeros = static_cast<size_t>(__builtin_clzll(w | 1));
-  const size_t total = 2 * zeros + 1 + static_cast<size_t>(order);
-  if (used + total > 57) [[unlikely]]
-    return false;
-  const uint64_t z = (w >> (64 - total)) - (uint64_t{1} << order);
-  if constexpr (std::is_signed_v<T>) {
-    out = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
-  } else {
-    out = z;
-  }
-  w <<= total;  // total <= 57
-  used += total;
-  return true;
+// The run readers for this path: the baseline's, or the LZCNT/BMI2 twin's.
+const BitRunKernels& bit_runs() noexcept {
+  return simd_path() == SimdPath::scalar ? base::kBitRuns : bit_run_kernels_bmi2();
 }
 
 }  // namespace
 
 size_t BitReader::signed_exp_golomb_run(int64_t* out, size_t n, const int k[2]) noexcept {
-  return code_run(out, n, k);
+  return bit_runs().signed_run(in_.data(), run_limit(), bit_pos_, out, n, k);
 }
 size_t BitReader::exp_golomb_run(uint64_t* out, size_t n, const int k[2]) noexcept {
-  return code_run(out, n, k);
-}
-
-template <class T>
-size_t BitReader::code_run(T* out, size_t n, const int k[2]) noexcept {
-  const size_t limit = run_limit();
-  size_t pos = bit_pos_, i = 0;
-  while (i < n && pos < limit) {
-    uint64_t w = window_at(pos);
-    size_t used = 0;
-    const size_t start = i;
-    while (i < n && take_code(w, used, k[i & 1], out[i])) ++i;
-    pos += used;
-    if (i == start) break;  // a long code, for signed_exp_golomb
-  }
-  bit_pos_ = pos;
-  return i;
+  return bit_runs().unsigned_run(in_.data(), run_limit(), bit_pos_, out, n, k);
 }
 
 void BitReader::signed_exp_golomb_runs(BitReader& a, int64_t* out_a, size_t n_a, const int ka[2],
                                        size_t& got_a, BitReader& b, int64_t* out_b, size_t n_b,
                                        const int kb[2], size_t& got_b) noexcept {
-  const size_t limit_a = a.run_limit(), limit_b = b.run_limit();
-  size_t pos_a = a.bit_pos_, pos_b = b.bit_pos_, i = 0, j = 0;
-  while (i < n_a && j < n_b && pos_a < limit_a && pos_b < limit_b) {
-    uint64_t wa = a.window_at(pos_a), wb = b.window_at(pos_b);
-    size_t used_a = 0, used_b = 0;
-    const size_t start_a = i, start_b = j;
-    for (;;) {
-      const bool more_a = i < n_a && take_code(wa, used_a, ka[i & 1], out_a[i]);
-      i += more_a;
-      const bool more_b = j < n_b && take_code(wb, used_b, kb[j & 1], out_b[j]);
-      j += more_b;
-      if (!(more_a & more_b)) break;
-    }
-    pos_a += used_a;
-    pos_b += used_b;
-    if (i == start_a || j == start_b) break;  // a long code: each reader's own run from here
-  }
-  a.bit_pos_ = pos_a;
-  b.bit_pos_ = pos_b;
-  got_a += i;
-  got_b += j;
+  const BitRunSide sa{a.in_.data(), a.run_limit(), out_a, n_a, ka};
+  const BitRunSide sb{b.in_.data(), b.run_limit(), out_b, n_b, kb};
+  bit_runs().signed_runs_pair(sa, a.bit_pos_, got_a, sb, b.bit_pos_, got_b);
 }
 
 uint64_t BitReader::get_long(int n_bits, const char* field) {

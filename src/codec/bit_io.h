@@ -79,6 +79,25 @@ class BitWriter {
   int fill_ = 0;  // bits in acc_ (< 8 between calls)
 };
 
+// One reader's side of a paired run (BitReader::signed_exp_golomb_runs).
+struct BitRunSide {
+  const uint8_t* in;
+  size_t limit;  // positions below it load 8 bytes inside the input
+  int64_t* out;
+  size_t n;
+  const int* k;  // the orders of codes 0, 1 (then in turn)
+};
+// The run readers' entry points, compiled twice (bit_io_runs.h).
+struct BitRunKernels {
+  size_t (*signed_run)(const uint8_t* in, size_t limit, size_t& pos, int64_t* out, size_t n,
+                       const int k[2]) noexcept;
+  size_t (*unsigned_run)(const uint8_t* in, size_t limit, size_t& pos, uint64_t* out, size_t n,
+                         const int k[2]) noexcept;
+  void (*signed_runs_pair)(const BitRunSide& a, size_t& pos_a, size_t& got_a, const BitRunSide& b,
+                           size_t& pos_b, size_t& got_b) noexcept;
+};
+const BitRunKernels& bit_run_kernels_bmi2() noexcept;
+
 // Reads what BitWriter wrote. Reading past the end throws truncated_input; the padding bits of
 // the last byte must be zero (checked by finish()). The common cases are inline (the side
 // information of a stream is thousands of fields); errors and the stream's tail are not.
@@ -153,8 +172,6 @@ class BitReader {
   }
   size_t run_limit() const noexcept { return in_.size() >= 8 ? (in_.size() - 8) * 8 : 0; }
   uint64_t window_tail() const noexcept;
-  template <class T>
-  size_t code_run(T* out, size_t n, const int k[2]) noexcept;
   uint64_t get_long(int n_bits, const char* field);
   [[noreturn]] void past_end(const char* field) const;
   [[noreturn]] void bad_prefix(size_t zeros, const char* field) const;

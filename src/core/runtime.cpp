@@ -76,12 +76,16 @@ static bool cpu_has_f16c() noexcept {
 static SimdPath detect_simd_path() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  const bool f16c = cpu_has_f16c();
+  // Both vector paths' files are also compiled with BMI1/2, LZCNT and POPCNT: a CPU with AVX2
+  // and F16C but without them runs the scalar path.
+  const bool base = cpu_has_f16c() && __builtin_cpu_supports("bmi") &&
+                    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("lzcnt") &&
+                    __builtin_cpu_supports("popcnt");
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && f16c) {
+      __builtin_cpu_supports("avx512vl") && base) {
     return SimdPath::avx512;
   }
-  if (__builtin_cpu_supports("avx2") && f16c) return SimdPath::avx2;
+  if (__builtin_cpu_supports("avx2") && base) return SimdPath::avx2;
 #endif
   return SimdPath::scalar;
 }
