@@ -1,11 +1,12 @@
 #include "codec/bit_io.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "cachegen/runtime.h"
-#define CACHEGEN_BIT_RUNS_NS base
-#include "codec/bit_io_runs.h"
+#define CACHEGEN_EXP_GOLOMB_NS base
+#include "codec/bit_io_kernels.h"
 
 namespace cachegen::detail {
 
@@ -24,43 +25,21 @@ void BitWriter::exp_golomb_long(uint64_t v, int k) {
 void BitWriter::signed_exp_golomb_pairs(const int64_t* a, const int64_t* b, size_t n, int ka,
                                         int kb) {
   // A code of at most 56 bits moves at most 8 bytes out: a run of pairs needs 16 bytes each
-  // (plus the 8-byte store's slack). Longer codes go through exp_golomb, the state synced.
+  // (plus the 8-byte store's slack). Longer codes go through exp_golomb_long.
   constexpr size_t kRun = 512;
+  const auto put_pairs = exp_golomb_kernels().put_pairs;
   for (size_t i = 0; i < n;) {
-    const size_t end = i + std::min(kRun, n - i);
-    if (pos_ + 16 * (end - i) + 8 > bytes_.size()) bytes_.resize(2 * (pos_ + 16 * (end - i) + 8));
-    uint8_t* const out = bytes_.data();
-    uint64_t acc = acc_;
-    int fill = fill_;
-    size_t pos = pos_;
-    const auto code = [&](int64_t value, int k) {
-      const uint64_t v = zigzag(value);
-      const int n_bits = exp_golomb_bits(v, k);
-      if (n_bits > 56) [[unlikely]] {
-        acc_ = acc, fill_ = fill, pos_ = pos;
-        exp_golomb_long(v, k);  // may grow bytes_: `out` is not used again
-        return false;
-      }
-      // fill < 8 before, so the accumulator holds at most 63 bits; its whole bytes go out.
-      acc = (acc << n_bits) | (v + (uint64_t{1} << k));
-      fill += n_bits;
-      const uint64_t w = __builtin_bswap64(acc << (64 - fill));
-      std::memcpy(out + pos, &w, 8);
-      pos += static_cast<size_t>(fill >> 3);
-      fill &= 7;
-      acc &= (uint64_t{1} << fill) - 1;
-      return true;
-    };
-    bool long_code = false;  // then the state is in the members, past the locals'
-    for (; i < end && !long_code; ++i) {
-      if (!code(a[i], ka)) {
-        signed_exp_golomb(b[i], kb);
-        long_code = true;
-      } else {
-        long_code = !code(b[i], kb);
-      }
-    }
-    if (!long_code) acc_ = acc, fill_ = fill, pos_ = pos;
+    const size_t run = std::min(kRun, n - i);
+    if (pos_ + 16 * run + 8 > bytes_.size()) bytes_.resize(2 * (pos_ + 16 * run + 8));
+    BitPairState s{bytes_.data(), pos_, acc_, fill_};
+    const size_t done = put_pairs(s, a + i, b + i, run, ka, kb);
+    pos_ = s.pos, acc_ = s.acc, fill_ = s.fill;
+    i += done / 2;
+    if (done == 2 * run) continue;
+    // A long code (may grow bytes_): the pair's a-code, then its b-code, or the b-code alone.
+    if (done % 2 == 0) signed_exp_golomb(a[i], ka);
+    signed_exp_golomb(b[i], kb);
+    ++i;
   }
 }
 
@@ -78,20 +57,15 @@ uint64_t BitReader::window_tail() const noexcept {
   return w << (bit_pos_ & 7);
 }
 
-namespace {
-
-// The run readers for this path: the baseline's, or the LZCNT/BMI2 twin's.
-const BitRunKernels& bit_runs() noexcept {
-  return simd_path() == SimdPath::scalar ? base::kBitRuns : bit_run_kernels_bmi2();
+const ExpGolombKernels& exp_golomb_kernels() noexcept {
+  return simd_path() == SimdPath::scalar ? base::kExpGolomb : exp_golomb_kernels_bmi2();
 }
-
-}  // namespace
 
 size_t BitReader::signed_exp_golomb_run(int64_t* out, size_t n, const int k[2]) noexcept {
-  return bit_runs().signed_run(in_.data(), run_limit(), bit_pos_, out, n, k);
+  return exp_golomb_kernels().signed_run(in_.data(), run_limit(), bit_pos_, out, n, k);
 }
 size_t BitReader::exp_golomb_run(uint64_t* out, size_t n, const int k[2]) noexcept {
-  return bit_runs().unsigned_run(in_.data(), run_limit(), bit_pos_, out, n, k);
+  return exp_golomb_kernels().unsigned_run(in_.data(), run_limit(), bit_pos_, out, n, k);
 }
 
 void BitReader::signed_exp_golomb_runs(BitReader& a, int64_t* out_a, size_t n_a, const int ka[2],
@@ -99,7 +73,7 @@ void BitReader::signed_exp_golomb_runs(BitReader& a, int64_t* out_a, size_t n_a,
                                        const int kb[2], size_t& got_b) noexcept {
   const BitRunSide sa{a.in_.data(), a.run_limit(), out_a, n_a, ka};
   const BitRunSide sb{b.in_.data(), b.run_limit(), out_b, n_b, kb};
-  bit_runs().signed_runs_pair(sa, a.bit_pos_, got_a, sb, b.bit_pos_, got_b);
+  exp_golomb_kernels().signed_runs_pair(sa, a.bit_pos_, got_a, sb, b.bit_pos_, got_b);
 }
 
 uint64_t BitReader::get_long(int n_bits, const char* field) {

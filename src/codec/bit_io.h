@@ -87,16 +87,32 @@ struct BitRunSide {
   size_t n;
   const int* k;  // the orders of codes 0, 1 (then in turn)
 };
-// The run readers' entry points, compiled twice (bit_io_runs.h).
-struct BitRunKernels {
+// A BitWriter's state as put_pairs takes it.
+struct BitPairState {
+  uint8_t* out;
+  size_t pos;
+  uint64_t acc;
+  int fill;
+};
+// An Exp-Golomb order and the bits it codes a section in.
+struct ExpGolombOrder {
+  int k = 24;
+  uint64_t bits = UINT64_MAX;
+};
+// The Exp-Golomb kernels' entry points, compiled twice (bit_io_kernels.h); this path's.
+struct ExpGolombKernels {
   size_t (*signed_run)(const uint8_t* in, size_t limit, size_t& pos, int64_t* out, size_t n,
                        const int k[2]) noexcept;
   size_t (*unsigned_run)(const uint8_t* in, size_t limit, size_t& pos, uint64_t* out, size_t n,
                          const int k[2]) noexcept;
   void (*signed_runs_pair)(const BitRunSide& a, size_t& pos_a, size_t& got_a, const BitRunSide& b,
                            size_t& pos_b, size_t& got_b) noexcept;
+  size_t (*put_pairs)(BitPairState& s, const int64_t* a, const int64_t* b, size_t n, int ka,
+                      int kb) noexcept;
+  ExpGolombOrder (*best_order)(const int64_t* residuals, size_t n, int max_prefix) noexcept;
 };
-const BitRunKernels& bit_run_kernels_bmi2() noexcept;
+const ExpGolombKernels& exp_golomb_kernels() noexcept;
+const ExpGolombKernels& exp_golomb_kernels_bmi2() noexcept;
 
 // Reads what BitWriter wrote. Reading past the end throws truncated_input; the padding bits of
 // the last byte must be zero (checked by finish()). The common cases are inline (the side

@@ -74,50 +74,8 @@ uint32_t scale_index(float scale, const CompactGrid& g) {
 // b - k bits, or b - k + 1 when the top b - k bits of v are all ones (the +1 carries out);
 // for k >= b it is 1. So v costs k + 1 + 2 * max(0, b - k - 1), plus 2 when k lies in
 // [b - r, b - 1] where r is the run of ones at the top of v.
-struct EgOrder {
-  int k = 24;
-  uint64_t bits = UINT64_MAX;  // of every residual at order k
-};
-EgOrder best_eg_order(const std::vector<int64_t>& residuals) {
-  uint64_t largest = 0;
-  // Per bit length b, the values (by_length) and the nonzero values whose code carries from
-  // order b - r up (carries; r the run of ones at the top): the difference array over k of the
-  // values whose code carries is carries[k] - by_length[k] (k >= 1). Two copies of each, taken
-  // in turn, so that values of one length do not wait on each other's increments.
-  uint64_t by_length[2][65] = {}, carries[2][65] = {};
-  for (size_t i = 0; i < residuals.size(); ++i) {
-    const uint64_t v = BitWriter::zigzag(residuals[i]);
-    largest = std::max(largest, v);
-    // Branch-free (zero residuals are common and irregular): b is 0 for v == 0, whose
-    // leading-ones count below is 0 too.
-    const int b = 64 - __builtin_clzll(v | 1) - (v == 0);
-    const uint64_t top = ~(v << ((64 - b) & 63));  // leading ones of v become leading zeros
-    const int ones = __builtin_clzll(top | 1) + (top == 0);
-    ++by_length[i & 1][b];
-    carries[i & 1][b - ones] += v != 0;
-  }
-  int64_t carry_delta[66] = {};
-  for (int j = 0; j < 65; ++j) {
-    carry_delta[j] = static_cast<int64_t>(carries[0][j] + carries[1][j]) -
-                     (j == 0 ? 0 : static_cast<int64_t>(by_length[0][j] + by_length[1][j]));
-  }
-  for (int j = 0; j < 65; ++j) by_length[0][j] += by_length[1][j];
-  const uint64_t n = residuals.size();
-  // Past the largest value's bit length every residual costs k + 1 bits, which only grows
-  // with k: the search can stop there and still find the same (first) minimum.
-  const int max_length = 64 - __builtin_clzll(largest | 1);  // no value is longer
-  const int last_k = std::min(24, max_length + 1);
-  EgOrder best;
-  int64_t carrying = 0;
-  for (int k = 0; k <= last_k; ++k) {
-    carrying += carry_delta[k];
-    if ((largest >> k) + 1 >= (uint64_t{1} << (kMaxEgPrefix + 1))) continue;
-    uint64_t bits = n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying);
-    for (int b = k + 2; b <= max_length; ++b)
-      bits += 2 * by_length[0][b] * static_cast<uint64_t>(b - k - 1);
-    if (bits < best.bits) best.bits = bits, best.k = k;
-  }
-  return best;
+ExpGolombOrder best_eg_order(const std::vector<int64_t>& residuals) {
+  return exp_golomb_kernels().best_order(residuals.data(), residuals.size(), kMaxEgPrefix);
 }
 
 // Rounds v up to a float with `mbits` fractional significand bits (v > 0, finite).
@@ -267,7 +225,7 @@ bool plan_params_compact(std::span<const float> scale, std::span<const float> ze
                          size_t dim, const CompactGrid& g, CompactCode& code) {
   if (!compact_residuals(scale, zero, n_groups, dim, g, code.scale_res, code.zero_res))
     return false;
-  const EgOrder os = best_eg_order(code.scale_res), oz = best_eg_order(code.zero_res);
+  const ExpGolombOrder os = best_eg_order(code.scale_res), oz = best_eg_order(code.zero_res);
   code.ks = os.k;
   code.kz = oz.k;
   code.bits = 10 + os.bits + oz.bits;

@@ -1,0 +1,189 @@
+// Internal: the Exp-Golomb kernels' bodies (BitReader's runs, BitWriter's pairs, the order
+// search), included by bit_io.cpp (the baseline) and bit_io_bmi2.cpp (compiled with -mlzcnt
+// -mbmi2: one LZCNT per prefix and flag-free shifts; +8% on an AVX2 compact-parameter decode),
+// each inside its own namespace, which uses nothing inline from other headers (the linker could
+// merge such a function's copies into one with the wrong instructions). exp_golomb_kernels()
+// picks one at run time (cachegen::simd_path()).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace cachegen::detail::CACHEGEN_EXP_GOLOMB_NS {
+
+// The 64 bits from bit position pos, MSB first, by one 8-byte load (pos below the run limit):
+// BitReader::window_at's, a copy of this namespace's own (an inline function shared with the
+// other target's TU could be merged by the linker into a copy using the wrong instructions).
+static inline uint64_t window_at(const uint8_t* in, size_t pos) noexcept {
+  uint64_t w;
+  std::memcpy(&w, in + (pos >> 3), 8);
+  return __builtin_bswap64(w) << (pos & 7);
+}
+
+// One code from the top of w, which holds 57 - used bits of input (then zeros): false, with
+// nothing changed, if it does not end within them. A prefix running past them (counting the
+// zeros shifted in, or w == 0) gives a total past them too.
+// (Signed: zigzag-decoded.)
+template <class T>
+static inline bool take_code(uint64_t& w, size_t& used, int order, T& out) noexcept {
+  const size_t zeros = static_cast<size_t>(__builtin_clzll(w | 1));
+  const size_t total = 2 * zeros + 1 + static_cast<size_t>(order);
+  if (used + total > 57) [[unlikely]]
+    return false;
+  const uint64_t z = (w >> (64 - total)) - (uint64_t{1} << order);
+  if constexpr (std::is_signed_v<T>) {
+    out = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  } else {
+    out = z;
+  }
+  w <<= total;  // total <= 57
+  used += total;
+  return true;
+}
+
+// Up to n codes of orders k[0], k[1], ... from bit position pos (advanced) while it is below
+// limit; returns how many.
+template <class T>
+static size_t code_run(const uint8_t* in, size_t limit, size_t& pos_io, T* out, size_t n,
+                       const int k[2]) noexcept {
+  size_t pos = pos_io, i = 0;
+  while (i < n && pos < limit) {
+    uint64_t w = window_at(in, pos);
+    size_t used = 0;
+    const size_t start = i;
+    while (i < n && take_code(w, used, k[i & 1], out[i])) ++i;
+    pos += used;
+    if (i == start) break;  // a long code, for signed_exp_golomb
+  }
+  pos_io = pos;
+  return i;
+}
+
+static size_t signed_run(const uint8_t* in, size_t limit, size_t& pos, int64_t* out, size_t n,
+                         const int k[2]) noexcept {
+  return code_run(in, limit, pos, out, n, k);
+}
+static size_t unsigned_run(const uint8_t* in, size_t limit, size_t& pos, uint64_t* out, size_t n,
+                           const int k[2]) noexcept {
+  return code_run(in, limit, pos, out, n, k);
+}
+
+// Two readers' signed runs, their codes taken in turn; each stops where its own run would.
+static void signed_runs_pair(const BitRunSide& a, size_t& pos_a_io, size_t& got_a,
+                             const BitRunSide& b, size_t& pos_b_io, size_t& got_b) noexcept {
+  size_t pos_a = pos_a_io, pos_b = pos_b_io, i = 0, j = 0;
+  while (i < a.n && j < b.n && pos_a < a.limit && pos_b < b.limit) {
+    uint64_t wa = window_at(a.in, pos_a), wb = window_at(b.in, pos_b);
+    size_t used_a = 0, used_b = 0;
+    const size_t start_a = i, start_b = j;
+    for (;;) {
+      const bool more_a = i < a.n && take_code(wa, used_a, a.k[i & 1], a.out[i]);
+      i += more_a;
+      const bool more_b = j < b.n && take_code(wb, used_b, b.k[j & 1], b.out[j]);
+      j += more_b;
+      if (!(more_a & more_b)) break;
+    }
+    pos_a += used_a;
+    pos_b += used_b;
+    if (i == start_a || j == start_b) break;  // a long code: each reader's own run from here
+  }
+  pos_a_io = pos_a;
+  pos_b_io = pos_b;
+  got_a += i;
+  got_b += j;
+}
+
+static inline uint64_t zigzag(int64_t v) noexcept {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+
+// Codes of a[i] (order ka) and b[i] (order kb) in turn, into s.out from byte s.pos (room for 16
+// bytes per pair plus 8), until a code longer than 56 bits: returns 2 * pairs + (1 if that
+// pair's a-code was written), the state in s up to there.
+static size_t put_pairs(BitPairState& s, const int64_t* a, const int64_t* b, size_t n, int ka,
+                        int kb) noexcept {
+  uint8_t* const out = s.out;
+  uint64_t acc = s.acc;
+  int fill = s.fill;
+  size_t pos = s.pos;
+  size_t done = 2 * n;
+  const auto code = [&](int64_t value, int k) {
+    const uint64_t v = zigzag(value);
+    const int n_bits = 2 * (63 - __builtin_clzll((v >> k) + 1)) + 1 + k;
+    if (n_bits > 56) [[unlikely]]
+      return false;
+    // fill < 8 before, so the accumulator holds at most 63 bits; its whole bytes go out.
+    acc = (acc << n_bits) | (v + (uint64_t{1} << k));
+    fill += n_bits;
+    const uint64_t w = __builtin_bswap64(acc << (64 - fill));
+    std::memcpy(out + pos, &w, 8);
+    pos += static_cast<size_t>(fill >> 3);
+    fill &= 7;
+    acc &= (uint64_t{1} << fill) - 1;
+    return true;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (!code(a[i], ka)) {
+      done = 2 * i;
+      break;
+    }
+    if (!code(b[i], kb)) {
+      done = 2 * i + 1;
+      break;
+    }
+  }
+  s.acc = acc, s.fill = fill, s.pos = pos;
+  return done;
+}
+
+// The order that codes the residuals in the fewest bits among the orders whose every code has
+// a prefix of at most max_prefix zeros (see best_eg_order in params_codec.cpp).
+static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max_prefix) noexcept {
+  uint64_t largest = 0;
+  // Per bit length b, the values (by_length) and the nonzero values whose code carries from
+  // order b - r up (carries; r the run of ones at the top): the difference array over k of the
+  // values whose code carries is carries[k] - by_length[k] (k >= 1). Two copies of each, taken
+  // in turn, so that values of one length do not wait on each other's increments.
+  uint64_t by_length[2][65] = {}, carries[2][65] = {};
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t v = zigzag(residuals[i]);
+    largest = std::max(largest, v);
+    // Branch-free (zero residuals are common and irregular): b is 0 for v == 0, whose
+    // leading-ones count below is 0 too.
+    const int b = 64 - __builtin_clzll(v | 1) - (v == 0);
+    const uint64_t top = ~(v << ((64 - b) & 63));  // leading ones of v become leading zeros
+    const int ones = __builtin_clzll(top | 1) + (top == 0);
+    ++by_length[i & 1][b];
+    carries[i & 1][b - ones] += v != 0;
+  }
+  int64_t carry_delta[66] = {};
+  for (int j = 0; j < 65; ++j) {
+    carry_delta[j] = static_cast<int64_t>(carries[0][j] + carries[1][j]) -
+                     (j == 0 ? 0 : static_cast<int64_t>(by_length[0][j] + by_length[1][j]));
+  }
+  for (int j = 0; j < 65; ++j) by_length[0][j] += by_length[1][j];
+  const uint64_t n = count;
+  // Past the largest value's bit length every residual costs k + 1 bits, which only grows
+  // with k: the search can stop there and still find the same (first) minimum.
+  const int max_length = 64 - __builtin_clzll(largest | 1);  // no value is longer
+  const int last_k = std::min(24, max_length + 1);
+  ExpGolombOrder best;
+  int64_t carrying = 0;
+  for (int k = 0; k <= last_k; ++k) {
+    carrying += carry_delta[k];
+    if ((largest >> k) + 1 >= (uint64_t{1} << (max_prefix + 1))) continue;
+    uint64_t bits = n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying);
+    for (int b = k + 2; b <= max_length; ++b)
+      bits += 2 * by_length[0][b] * static_cast<uint64_t>(b - k - 1);
+    if (bits < best.bits) best.bits = bits, best.k = k;
+  }
+  return best;
+}
+
+inline constexpr ExpGolombKernels kExpGolomb = {signed_run, unsigned_run, signed_runs_pair,
+                                                put_pairs, best_order};
+
+}  // namespace cachegen::detail::CACHEGEN_EXP_GOLOMB_NS
