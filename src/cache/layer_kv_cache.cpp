@@ -42,12 +42,14 @@ std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
       invalid(std::string(name) + ".dtype is not f32, f16 or bf16");
   }
   if (x.token_major && x.n_kv_heads > 1) {  // to [heads, tokens, dim]
-    std::vector<Half> t(out);  // every element is overwritten; a copy is cheaper than a fill
+    // Every element is overwritten: fp16 goes from the caller's array into `out` (its copy),
+    // converted input from `out` into a copy of it (a copy is cheaper than a fill).
+    std::vector<Half> t = f16 ? std::vector<Half>() : out;
     const size_t H = x.n_kv_heads, T = x.n_tokens, D = x.head_dim;
     // A row of a head is short (16..256 bytes): copied by a loop, not a memcpy call per row
     // (the calls were 5% of a file encode).
-    const uint16_t* __restrict from = reinterpret_cast<const uint16_t*>(out.data());
-    uint16_t* __restrict to = reinterpret_cast<uint16_t*>(t.data());
+    const uint16_t* __restrict from = reinterpret_cast<const uint16_t*>(f16 ? f16 : out.data());
+    uint16_t* __restrict to = reinterpret_cast<uint16_t*>(f16 ? out.data() : t.data());
     for (size_t tok = 0; tok < T; ++tok) {
       for (size_t h = 0; h < H; ++h) {
         const uint16_t* src = from + (tok * H + h) * D;
@@ -55,7 +57,7 @@ std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
         for (size_t j = 0; j < D; ++j) dst[j] = src[j];
       }
     }
-    out.swap(t);
+    if (!f16) out.swap(t);
   }
   // One branch-free pass (it vectorises); the element is looked for only when one is bad.
   uint32_t bad = 0;
