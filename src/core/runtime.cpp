@@ -71,6 +71,11 @@ static bool cpu_has_f16c() noexcept {
   unsigned a, b, c, d;
   return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
 }
+// LZCNT (ABM) is CPUID.80000001H:ECX bit 5 (clang 14 does not know "lzcnt" either).
+static bool cpu_has_lzcnt() noexcept {
+  unsigned a, b, c, d;
+  return __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 5)) != 0;
+}
 #endif
 
 static SimdPath detect_simd_path() noexcept {
@@ -79,7 +84,7 @@ static SimdPath detect_simd_path() noexcept {
   // Both vector paths' files are also compiled with BMI1/2, LZCNT and POPCNT: a CPU with AVX2
   // and F16C but without them runs the scalar path.
   const bool base = cpu_has_f16c() && __builtin_cpu_supports("bmi") &&
-                    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("lzcnt") &&
+                    __builtin_cpu_supports("bmi2") && cpu_has_lzcnt() &&
                     __builtin_cpu_supports("popcnt");
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && base) {
