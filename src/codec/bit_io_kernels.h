@@ -6,7 +6,6 @@
 // picks one at run time (cachegen::simd_path()).
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -150,7 +149,7 @@ static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max
   uint64_t by_length[2][65] = {}, carries[2][65] = {};
   for (size_t i = 0; i < count; ++i) {
     const uint64_t v = zigzag(residuals[i]);
-    largest = std::max(largest, v);
+    largest = v > largest ? v : largest;
     // Branch-free (zero residuals are common and irregular): b is 0 for v == 0, whose
     // leading-ones count below is 0 too.
     const int b = 64 - __builtin_clzll(v | 1) - (v == 0);
@@ -169,7 +168,7 @@ static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max
   // Past the largest value's bit length every residual costs k + 1 bits, which only grows
   // with k: the search can stop there and still find the same (first) minimum.
   const int max_length = 64 - __builtin_clzll(largest | 1);  // no value is longer
-  const int last_k = std::min(24, max_length + 1);
+  const int last_k = max_length + 1 < 24 ? max_length + 1 : 24;
   ExpGolombOrder best;
   int64_t carrying = 0;
   for (int k = 0; k <= last_k; ++k) {
