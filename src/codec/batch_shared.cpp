@@ -398,13 +398,14 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     const CodeStream& s = streams[h];
     raw_counts[h].assign(dim * n_syms, 0);
     histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
-    if (!allow_delta) delta[h].clear();
     if (allow_delta) {
       delta[h].resize(n);  // every byte written below (kept at n: no zero fill per batch)
       compute_delta_symbols(s.codes.data(), s.n_rows, dim, s.bits, s.group_size, s.scale, s.zero,
                             delta[h].data());
       delta_counts[h].assign(dim * n_syms, 0);
       histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
+    } else {
+      delta[h].clear();
     }
     uint64_t fp = 0;
     for (size_t c = 0; c < dim; ++c) {
