@@ -179,12 +179,17 @@ CodeStream decode_record(std::span<const uint8_t> record, size_t offset,
 
 }  // namespace
 
-std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& options) {
+std::vector<uint8_t> detail::encode_counted(const CodeStream& stream, const EncodeOptions& options,
+                                            std::span<const uint32_t> counts) {
   check_options(options);
   validate(stream);
   std::vector<uint8_t> out = with_magic(detail::kStreamMagic);
-  detail::encode_head_exact(stream, options, out);
+  detail::encode_head_exact(stream, options, out, counts);
   return out;
+}
+
+std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& options) {
+  return detail::encode_counted(stream, options, {});
 }
 
 CodeStream quantize_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,

@@ -8,6 +8,7 @@
 #include "codec/scratch.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
+#include "core/checks.h"
 #include "quant/kernels.h"
 
 namespace cachegen::detail {
@@ -87,7 +88,8 @@ void write_param_block(const CodeStream& s, ParamPrecision precision, const Comp
 }
 
 void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantissa_bits,
-                 int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out) {
+                 int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out,
+                 std::span<const uint32_t> counts) {
   const size_t n = s.n_rows * s.dim;
   const size_t n_syms = size_t{1} << s.bits;
   const CompactGrid grid{scale_mantissa_bits, zero_step_log2};
@@ -106,10 +108,15 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
   thread_local std::vector<uint32_t> raw_counts, delta_counts;
   thread_local std::vector<ChannelTable> tables;
   models.resize(s.dim);
-  raw_counts.assign(s.dim * n_syms, 0);
   delta_counts.assign(allow_delta ? s.dim * n_syms : 0, 0);
   const auto histograms = quant_kernels().channel_histograms;
-  histograms(s.codes.data(), s.n_rows, s.dim, n_syms, raw_counts.data());
+  if (counts.size() == s.dim * n_syms) {
+    raw_counts.assign(counts.begin(), counts.end());
+  } else {
+    if (!counts.empty()) invalid("encode: histograms of another shape");
+    raw_counts.assign(s.dim * n_syms, 0);
+    histograms(s.codes.data(), s.n_rows, s.dim, n_syms, raw_counts.data());
+  }
   if (allow_delta) histograms(delta.data(), s.n_rows, s.dim, n_syms, delta_counts.data());
   for (size_t c = 0; c < s.dim; ++c) {
     choose_channel_model(std::span<const uint32_t>(raw_counts).subspan(c * n_syms, n_syms),
@@ -180,10 +187,10 @@ ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& o
   return best;
 }
 
-void encode_head_exact(const CodeStream& s, const EncodeOptions& options,
-                       std::vector<uint8_t>& out) {
+void encode_head_exact(const CodeStream& s, const EncodeOptions& options, std::vector<uint8_t>& out,
+                       std::span<const uint32_t> counts) {
   encode_head(s, exact_param_precision(s, options), options.scale_mantissa_bits,
-              options.zero_step_log2, options.allow_delta, out);
+              options.zero_step_log2, options.allow_delta, out, counts);
 }
 
 }  // namespace cachegen::detail

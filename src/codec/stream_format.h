@@ -29,9 +29,12 @@ inline constexpr uint8_t kBatchShared = 1;       // one shape, shared models, sl
 int choose_lanes(size_t n_elements);
 
 // Appends one head record. Params are stored in `precision` (the caller has checked that it
-// represents stream.scale/zero exactly); grid is used for compact.
+// represents stream.scale/zero exactly); grid is used for compact. counts (optional): the codes'
+// per-channel histograms when the caller has them, counts[c * 2^bits + v] = occurrences of v
+// among channel c's n_rows codes (not checked: the bytes depend on them).
 void encode_head(const CodeStream& stream, ParamPrecision precision, int scale_mantissa_bits,
-                 int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out);
+                 int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out,
+                 std::span<const uint32_t> counts = {});
 
 // The smallest exact parameter precision for this stream (compact, fp16, fp32 in that order
 // of preference when they code equally). With compact_section, a compact choice also leaves
@@ -39,7 +42,11 @@ void encode_head(const CodeStream& stream, ParamPrecision precision, int scale_m
 ParamPrecision exact_param_precision(const CodeStream& stream, const EncodeOptions& options,
                                      std::vector<uint8_t>* compact_section = nullptr);
 void encode_head_exact(const CodeStream& stream, const EncodeOptions& options,
-                       std::vector<uint8_t>& out);
+                       std::vector<uint8_t>& out, std::span<const uint32_t> counts = {});
+// encode(stream, options) (codec.h) with the codes' histograms given, as encode_head takes them
+// (the lossless tier's pooled high bytes, whose counts its byte statistics already hold).
+std::vector<uint8_t> encode_counted(const CodeStream& stream, const EncodeOptions& options,
+                                    std::span<const uint32_t> counts);
 
 // Token-delta symbols of every element, or the codes themselves for raw channels: the
 // representation each channel's model codes. models.size() == stream.dim.

@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <unordered_map>
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
@@ -171,9 +170,10 @@ double symbol_bits(const Log2Table& lg, uint64_t n, double log2_total) {
 // (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried where it
 // may win, as choosing a model per channel costs more time than coding the symbols. A channel's
 // symbol histogram is its high-byte histogram permuted (high_symbol), which leaves its bits as
-// they are.
-bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> anchor) {
-  std::vector<uint32_t> pooled(256, 0);
+// they are; their sum, the pooled table's histogram, is left in `pooled`.
+bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> anchor,
+                         std::vector<uint32_t>& pooled) {
+  pooled.assign(256, 0);
   double per_channel = 0;
   const Log2Table& lg = log2_counts();
   const double log2_rows = lg(h.n_rows);  // each channel's histogram sums to n_rows
@@ -189,11 +189,11 @@ bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> ancho
       uint64_t any[4];
       std::memcpy(any, high + b0, sizeof(any));
       if ((any[0] | any[1] | any[2] | any[3]) == 0) continue;
+      // Without a branch per count (absent symbols add 0; a branch on each was mispredicted).
       for (unsigned b = b0; b < b0 + 8; ++b) {
         const uint32_t n = high[b];
-        if (n == 0) continue;
         pooled[high_symbol(Half{static_cast<uint16_t>(b << 8)}, anchor[c])] += n;
-        ++present;
+        present += n != 0;
         n_log2[b & 3] += count_log2_count(clog, n);
       }
     }
@@ -383,17 +383,41 @@ EncodeOptions pooled_options() {
   return o;
 }
 
+// Row hash -> the first row inserted with that hash: open addressing in a power-of-two table
+// at most half full (std::unordered_map allocated a node per row).
+class RowHashIndex {
+ public:
+  explicit RowHashIndex(size_t rows) : mask_(std::bit_ceil(std::max<size_t>(2 * rows, 16)) - 1) {
+    slots_.resize(mask_ + 1);
+  }
+  // The row first inserted with hash h; or, when none was, `row` (inserted for it).
+  uint32_t first(uint64_t h, uint32_t row) {
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.row == kNoHint) {
+        s = {h, row};
+        return row;
+      }
+      if (s.hash == h) return s.row;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t row = kNoHint;
+  };
+  size_t mask_;
+  std::vector<Slot> slots_;
+};
+
 // Method 2 (docs/FORMAT.md): rotated rows, row references, then the distinct rows' planes.
 // hint[r] (optional): an earlier row that row r may be a rotation of.
 std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size_t head_dim,
                                 std::span<const uint32_t> hint) {
   const size_t rows = values.size() / width, row_bytes = width * sizeof(Half);
-  std::unordered_map<uint64_t, uint32_t> first;  // row hash -> distinct-row index
-  first.reserve(rows);
   std::vector<uint8_t> bitmap((rows + 7) / 8, 0), rot_bitmap((rows + 7) / 8, 0);
   std::vector<uint32_t> refs;
-  std::vector<Half> distinct;
-  distinct.reserve(values.size());
   // Rotated rows first: those a rotation of their hinted row predicts in < 6 bits a value.
   const Rotation rot = fit_rotation(values, width, head_dim, hint);
   std::vector<uint64_t> distances;
@@ -417,18 +441,31 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
       }
     }
   }
+  // The distinct rows: a row whose hash an earlier distinct row has, and whose values are that
+  // row's, is a reference to it (a hash collision stays distinct).
+  RowHashIndex index(rows);
+  std::vector<uint32_t> kept, kept_as(rows);  // distinct rows; a kept row's place among them
+  kept.reserve(rows);
   for (size_t r = 0; r < rows; ++r) {
     if ((rot_bitmap[r / 8] >> (r % 8)) & 1) continue;
     const Half* row = values.data() + r * width;
-    const uint64_t h = XXH3_64bits(row, row_bytes);
-    const auto ins = first.try_emplace(h, static_cast<uint32_t>(distinct.size() / width));
-    if (!ins.second &&
-        std::memcmp(distinct.data() + size_t{ins.first->second} * width, row, row_bytes) == 0) {
+    const uint32_t f = index.first(XXH3_64bits(row, row_bytes), static_cast<uint32_t>(r));
+    if (f != r && std::memcmp(values.data() + size_t{f} * width, row, row_bytes) == 0) {
       bitmap[r / 8] = static_cast<uint8_t>(bitmap[r / 8] | (1u << (r % 8)));
-      refs.push_back(ins.first->second);
+      refs.push_back(kept_as[f]);
       continue;
     }
-    distinct.insert(distinct.end(), row, row + width);  // a hash collision stays distinct
+    kept_as[r] = static_cast<uint32_t>(kept.size());
+    kept.push_back(static_cast<uint32_t>(r));
+  }
+  // Copied only when some rows are references or rotations.
+  std::vector<Half> gathered;
+  std::span<const Half> distinct = values;
+  if (kept.size() < rows) {
+    gathered.resize(kept.size() * width);
+    for (size_t k = 0; k < kept.size(); ++k)
+      std::memcpy(gathered.data() + k * width, values.data() + size_t{kept[k]} * width, row_bytes);
+    distinct = gathered;
   }
   std::vector<uint8_t> out{kRowsDedup};
   wire::Writer w(out);
@@ -483,9 +520,12 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   const auto symbol = [a = anchor.data()](Half h, size_t c) { return high_symbol(h, a[c]); };
   // One table for the tensor, unless a table per channel is smaller (channels whose anchored
   // shapes differ, as in synthetic data; real KV picks the pooled table).
-  std::vector<uint8_t> hi = encode(plane_stream(distinct, width, 1, symbol), pooled_options());
+  std::vector<uint32_t> pooled;
+  const bool per_channel_tried = per_channel_may_win(stats, anchor, pooled) && width > 1;
+  std::vector<uint8_t> hi =
+      encode_counted(plane_stream(distinct, width, 1, symbol), pooled_options(), pooled);
   uint8_t high_form = kHighPooled;
-  if (width > 1 && per_channel_may_win(stats, anchor)) {
+  if (per_channel_tried) {
     std::vector<uint8_t> per_channel = encode(plane_stream(distinct, width, width, symbol));
     if (per_channel.size() < hi.size()) {
       hi.swap(per_channel);
@@ -763,15 +803,11 @@ bool is_dedup(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,
 std::vector<uint32_t> first_equal_rows(std::span<const Half> values, size_t width) {
   const size_t rows = width ? values.size() / width : 0, row_bytes = width * sizeof(Half);
   std::vector<uint32_t> first(rows, kNoHint);
-  std::unordered_map<uint64_t, uint32_t> seen;
-  seen.reserve(rows);
+  RowHashIndex index(rows);
   for (size_t r = 0; r < rows; ++r) {
     const Half* row = values.data() + r * width;
-    const auto ins = seen.try_emplace(XXH3_64bits(row, row_bytes), static_cast<uint32_t>(r));
-    if (!ins.second &&
-        std::memcmp(values.data() + size_t{ins.first->second} * width, row, row_bytes) == 0) {
-      first[r] = ins.first->second;
-    }
+    const uint32_t f = index.first(XXH3_64bits(row, row_bytes), static_cast<uint32_t>(r));
+    if (f != r && std::memcmp(values.data() + size_t{f} * width, row, row_bytes) == 0) first[r] = f;
   }
   return first;
 }

@@ -6,6 +6,7 @@
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
 #include "cachegen/runtime.h"
+#include "codec/stream_format.h"
 #include "codec_test_inputs.h"
 
 namespace cachegen {
@@ -166,6 +167,26 @@ TEST(Codec, RejectsBadOptions) {
   CodeStream bad = s;
   bad.codes[0] = 200;
   EXPECT_THROW(encode(bad), Error);
+}
+
+// The internal entry for callers that hold the codes' histograms (the lossless tier): the same
+// bytes as encode, padded rows excluded from the counts; counts of another shape are refused.
+TEST(Codec, GivenHistogramsGiveEncodesBytes) {
+  for (const int bits : {3, 8}) {
+    for (const size_t dim : {size_t{1}, size_t{8}}) {
+      const size_t n_rows = 70;  // groups of 32: the last one padded
+      const auto x = test::random_walk(n_rows, dim, 0.12f, static_cast<uint32_t>(bits + dim));
+      const CodeStream s = quantize_to_codes(x, n_rows, dim, bits, 32);
+      ASSERT_GT(s.codes.size(), n_rows * dim);
+      const size_t n_syms = size_t{1} << bits;
+      std::vector<uint32_t> counts(dim * n_syms, 0);
+      for (size_t i = 0; i < n_rows * dim; ++i) ++counts[(i % dim) * n_syms + s.codes[i]];
+      SCOPED_TRACE("bits " + std::to_string(bits) + " dim " + std::to_string(dim));
+      EXPECT_EQ(detail::encode_counted(s, {}, counts), encode(s));
+      counts.pop_back();
+      EXPECT_THROW(detail::encode_counted(s, {}, counts), Error);
+    }
+  }
 }
 
 }  // namespace
