@@ -412,9 +412,10 @@ class RowHashIndex {
 };
 
 // Method 2 (docs/FORMAT.md): rotated rows, row references, then the distinct rows' planes.
-// hint[r] (optional): an earlier row that row r may be a rotation of.
+// hint[r] (optional): an earlier row that row r may be a rotation of; equal (optional): the
+// values' first_equal_rows.
 std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size_t head_dim,
-                                std::span<const uint32_t> hint) {
+                                std::span<const uint32_t> hint, std::span<const uint32_t> equal) {
   const size_t rows = values.size() / width, row_bytes = width * sizeof(Half);
   std::vector<uint8_t> bitmap((rows + 7) / 8, 0), rot_bitmap((rows + 7) / 8, 0);
   std::vector<uint32_t> refs;
@@ -442,15 +443,23 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
     }
   }
   // The distinct rows: a row whose hash an earlier distinct row has, and whose values are that
-  // row's, is a reference to it (a hash collision stays distinct).
-  RowHashIndex index(rows);
+  // row's, is a reference to it (a hash collision stays distinct). Without rotated rows that
+  // earlier row is the one first_equal_rows names, when given.
+  const bool given = equal.size() == rows && distances.empty();
+  RowHashIndex index(given ? 0 : rows);
   std::vector<uint32_t> kept, kept_as(rows);  // distinct rows; a kept row's place among them
   kept.reserve(rows);
   for (size_t r = 0; r < rows; ++r) {
     if ((rot_bitmap[r / 8] >> (r % 8)) & 1) continue;
     const Half* row = values.data() + r * width;
-    const uint32_t f = index.first(XXH3_64bits(row, row_bytes), static_cast<uint32_t>(r));
-    if (f != r && std::memcmp(values.data() + size_t{f} * width, row, row_bytes) == 0) {
+    uint32_t f = static_cast<uint32_t>(r);
+    if (given) {
+      if (equal[r] < r) f = equal[r];  // kNoHint: none
+    } else {
+      f = index.first(XXH3_64bits(row, row_bytes), f);
+      if (f != r && std::memcmp(values.data() + size_t{f} * width, row, row_bytes) != 0) f = r;
+    }
+    if (f != r) {
       bitmap[r / 8] = static_cast<uint8_t>(bitmap[r / 8] | (1u << (r % 8)));
       refs.push_back(kept_as[f]);
       continue;
@@ -813,11 +822,13 @@ std::vector<uint32_t> first_equal_rows(std::span<const Half> values, size_t widt
 }
 
 std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width, int zstd_level,
-                                        size_t head_dim, std::span<const uint32_t> rotation_hint) {
+                                        size_t head_dim, std::span<const uint32_t> rotation_hint,
+                                        std::span<const uint32_t> equal_rows) {
   std::vector<uint8_t> best;
   if (width > 0 && !values.empty() && values.size() % width == 0) {
     if (rotation_hint.size() != values.size() / width) rotation_hint = {};
-    best = rows_dedup(values, width, head_dim, rotation_hint);
+    if (equal_rows.size() != values.size() / width) equal_rows = {};
+    best = rows_dedup(values, width, head_dim, rotation_hint, equal_rows);
     // The container's size rule (at most 2^17 values per chunk byte) holds for zstd's forms;
     // row references of very wide rows could break it: such a tensor goes to zstd.
     if ((best.size() << 17) < values.size()) best.clear();

@@ -73,10 +73,13 @@ uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chu
 // the smaller. And back: every method; method 2 only when `rows_dedup` (file version >= 3).
 // `width` = values per row (n_kv_heads * head_dim). rotation_hint (one entry per row, or empty):
 // an earlier row that row r may be a RoPE rotation of (UINT32_MAX: none), e.g. the rows whose V
-// repeats an earlier V row (the same token) for layer 0's K.
+// repeats an earlier V row (the same token) for layer 0's K. equal_rows (one entry per row, or
+// empty): first_equal_rows(values, width) when the caller has it (the V rows, hashed once for
+// the K tensor's hint and for their own repeats).
 std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t width, int zstd_level,
                                         size_t head_dim = 0,
-                                        std::span<const uint32_t> rotation_hint = {});
+                                        std::span<const uint32_t> rotation_hint = {},
+                                        std::span<const uint32_t> equal_rows = {});
 // Per row of [rows, width]: the first earlier row equal to it, or UINT32_MAX.
 std::vector<uint32_t> first_equal_rows(std::span<const Half> values, size_t width);
 void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,

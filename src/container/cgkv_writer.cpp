@@ -195,19 +195,25 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
   // Every chunk's tensors are packed in parallel (independent; the bytes do not depend on
   // the order), then framed chunk by chunk.
   const size_t n_tensors = n_attn * 2;
+  // Chunk c's rows of tensor t, token-major [rows, heads, dim] as stored in kv.
+  const auto chunk_rows = [&](size_t c, size_t t) {
+    const CgkvChunkInfo& ci = info.chunks[c];
+    return kv.subspan(t * plane + ci.token_begin * row, ci.n_tokens * row);
+  };
+  // Each layer's repeated V rows, found once for both tensors: K rows whose V row repeats an
+  // earlier one (the same token) may be that K row rotated, and the V rows are references.
+  std::vector<std::vector<uint32_t>> equal_v(info.chunks.size() * n_attn);
+  detail::parallel_for(equal_v.size(), [&](size_t task) {
+    equal_v[task] = detail::first_equal_rows(chunk_rows(task / n_attn, task % n_attn * 2 + 1), row);
+  });
   std::vector<std::vector<uint8_t>> packed(info.chunks.size() * n_tensors);
   detail::parallel_for(packed.size(), [&](size_t task) {
-    const CgkvChunkInfo& ci = info.chunks[task / n_tensors];
-    const size_t t = task % n_tensors;
-    // Chunk rows of tensor t, token-major [rows, heads, dim] as stored in kv.
-    const auto chunk_rows = [&](size_t tensor) {
-      return kv.subspan(tensor * plane + ci.token_begin * row, ci.n_tokens * row);
-    };
-    // K rows whose V row repeats an earlier one (the same token) may be that K row rotated.
-    const std::vector<uint32_t> hint =
-        t % 2 == 0 ? detail::first_equal_rows(chunk_rows(t + 1), row) : std::vector<uint32_t>();
-    packed[task] = detail::pack_fp16_lossless(chunk_rows(t), row, zstd_level,
-                                              static_cast<size_t>(shape.head_dim), hint);
+    const size_t c = task / n_tensors, t = task % n_tensors;
+    const std::vector<uint32_t>& equal = equal_v[c * n_attn + t / 2];
+    packed[task] = detail::pack_fp16_lossless(
+        chunk_rows(c, t), row, zstd_level, static_cast<size_t>(shape.head_dim),
+        t % 2 == 0 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>(),
+        t % 2 == 1 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>());
   });
   std::vector<std::vector<std::span<const uint8_t>>> parts(info.chunks.size());
   for (size_t c = 0; c < parts.size(); ++c)

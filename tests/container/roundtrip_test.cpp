@@ -225,6 +225,15 @@ TEST(Container, LosslessRepeatedRowsRoundTripAndShrink) {
       EXPECT_LT(packed.size(), 32 * period + 2 * 200 + 256) << period;
     }
   }
+  // The repeats given (first_equal_rows, as the writer hands a layer's V rows over) or found
+  // again: the same bytes; given repeats are not used where rows are rotated.
+  for (const size_t period : {1, 7, 200}) {
+    const std::vector<Half> v = with_repeats(200, period, 5);
+    const std::vector<uint32_t> equal = detail::first_equal_rows(v, 16);
+    EXPECT_EQ(detail::pack_fp16_lossless(v, 16, 0, 8, {}, equal),
+              detail::pack_fp16_lossless(v, 16, 0))
+        << period;
+  }
   // Low bytes far from uniform: the low plane is rANS-coded, and still exact.
   std::vector<Half> low = with_repeats(300, 300, 8);
   for (Half& h : low) h.bits &= 0xff03;
@@ -249,6 +258,15 @@ TEST(Container, LosslessRotatedRowsRoundTripAndShrink) {
   std::vector<Half> out(v.size());
   detail::unpack_fp16_lossless(rotated, out, 16, "test");
   EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2));
+  // A row equal to a rotated row (first_equal_rows names it, but it is not a distinct row):
+  // given repeats are not used beside rotated rows.
+  std::vector<Half> mixed = v;
+  std::memcpy(mixed.data() + 119 * 16, mixed.data() + 50 * 16, 16 * sizeof(Half));
+  const std::vector<uint8_t> found = detail::pack_fp16_lossless(mixed, 16, 0, 8, hint);
+  EXPECT_EQ(detail::pack_fp16_lossless(mixed, 16, 0, 8, hint, detail::first_equal_rows(mixed, 16)),
+            found);
+  detail::unpack_fp16_lossless(found, out, 16, "test");
+  EXPECT_EQ(0, std::memcmp(out.data(), mixed.data(), mixed.size() * 2));
   // A wrong head_dim (no divisor of the width) or hints past the row count: no rotation.
   EXPECT_EQ(detail::pack_fp16_lossless(v, 16, 0, 5, hint)[1], 0);
   EXPECT_EQ(detail::pack_fp16_lossless(v, 16, 0, 8, std::span(hint).first(7)), plain);
