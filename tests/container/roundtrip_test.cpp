@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <random>
 
 #include "cachegen/encode.h"
 #include "cachegen/error.h"
@@ -242,6 +244,24 @@ TEST(Container, LosslessRepeatedRowsRoundTripAndShrink) {
   detail::unpack_fp16_lossless(packed, out, 16, "test");
   EXPECT_EQ(0, std::memcmp(out.data(), low.data(), low.size() * 2));
   EXPECT_LT(packed.size(), low.size() * 3 / 2);
+}
+
+// Rows wider than the low bytes' entropy sample (16384 values): a sample near the threshold
+// (246 equally likely low bytes, ~7.93 bits) counts every row, whose low bytes are skewed after
+// it, so that the low plane is coded as a stream.
+TEST(Container, LosslessLowBytesCountedPastTheirSample) {
+  const size_t rows = 512, width = 128;
+  std::mt19937 rng(3);
+  std::vector<Half> v(rows * width);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const unsigned low = i < 128 * width ? rng() % 246 : rng() % 4;
+    v[i] = Half{static_cast<uint16_t>(0x3c00 | low)};
+  }
+  const std::vector<uint8_t> packed = detail::pack_fp16_lossless(v, width, 0);
+  std::vector<Half> out(v.size());
+  detail::unpack_fp16_lossless(packed, out, width, "test");
+  EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2));
+  EXPECT_LT(packed.size(), 50000u);  // raw low bytes alone: 65536
 }
 
 TEST(Container, LosslessRotatedRowsRoundTripAndShrink) {
