@@ -152,6 +152,10 @@ size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_
                           size_t end, uint8_t* symbols);
 size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, size_t dim,
                             size_t begin, size_t end, uint8_t* symbols);
+// The same for 4-lane payloads (512..4095 elements) of slot-table alphabets (it declines search
+// ones: returns begin); AVX2, also the AVX-512 path's.
+size_t rans_decode_avx2_4(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                          size_t end, uint8_t* symbols);
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols);
 // Two 32-lane payloads (a with tables ta, b with tb: equal search alphabets, or two slot-table

@@ -146,6 +146,15 @@ using SimdKernel = size_t (*)(RansDecodeState&, const DecodeTables&, size_t, siz
                               uint8_t*);
 
 SimdKernel simd_kernel(int n_lanes) {
+  if (n_lanes == 4) {
+    switch (simd_path()) {
+      case SimdPath::avx512:
+      case SimdPath::avx2:
+        return rans_decode_avx2_4;
+      default:
+        return nullptr;
+    }
+  }
   if (n_lanes == static_cast<int>(kNarrowLanes)) {
     switch (simd_path()) {
       case SimdPath::avx512:

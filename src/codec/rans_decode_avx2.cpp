@@ -1,4 +1,4 @@
-// AVX2 twins of rans_decode_scalar for 32 lanes (four vectors of 8) and for 8 lanes. Compiled with
+// AVX2 twins of rans_decode_scalar for 32 lanes (four vectors of 8), 8 and 4 lanes. Compiled with
 // -mavx2; only called when cachegen::simd_path() says the CPU has it.
 #include <immintrin.h>
 
@@ -272,6 +272,54 @@ size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_
     if (++k == pattern.period) k = 0;
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x), x);
+  return i;
+}
+
+size_t rans_decode_avx2_4(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
+                          size_t end, uint8_t* symbols) {
+  // decode8's steps on a 128-bit vector (the scalar kernel's 4 lanes waited on each other
+  // through the word cursor: ~15 cycles a value); the expansion table's first four entries
+  // serve 4-lane masks.
+  constexpr size_t kLanes = 4;
+  if (tables.uses_search()) return begin;
+  const LanePattern pattern = make_lane_pattern(tables, dim, begin, kLanes);
+  if (pattern.period == 0) return begin;
+  const __m128i p = _mm_cvtsi32_si128(tables.precision);
+  const __m128i mask = _mm_set1_epi32(static_cast<int>((1u << tables.precision) - 1));
+  const int* const entries = reinterpret_cast<const int*>(tables.entries.data());
+  const __m128i pick = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(st.x));
+  size_t i = begin, k = 0, cursor = st.cursor;
+  while (i + kLanes <= end && cursor + kLanes <= st.n_words) {
+    const __m128i slot = _mm_and_si128(x, mask);
+    const __m128i sh =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pattern.shift.data() + k * kLanes));
+    const __m128i base =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pattern.base.data() + k * kLanes));
+    const __m128i e =
+        _mm_i32gather_epi32(entries, _mm_add_epi32(base, _mm_srlv_epi32(slot, sh)), 4);
+    const __m128i f =
+        _mm_sllv_epi32(_mm_add_epi32(_mm_and_si128(_mm_srli_epi32(e, 8), _mm_set1_epi32(0xfff)),
+                                     _mm_set1_epi32(1)),
+                       sh);
+    const __m128i start = _mm_sllv_epi32(_mm_srli_epi32(e, 20), sh);
+    x = _mm_add_epi32(_mm_mullo_epi32(f, _mm_srl_epi32(x, p)), _mm_sub_epi32(slot, start));
+    const __m128i need = _mm_cmpeq_epi32(_mm_srli_epi32(x, 16), _mm_setzero_si128());
+    const int m = _mm_movemask_ps(_mm_castsi128_ps(need));
+    uint64_t four;
+    std::memcpy(&four, st.words + cursor, 8);
+    const __m128i w = _mm_castps_si128(_mm_permutevar_ps(
+        _mm_castsi128_ps(_mm_cvtepu16_epi32(_mm_cvtsi64_si128(static_cast<long long>(four)))),
+        _mm_load_si128(reinterpret_cast<const __m128i*>(kExpand.idx[m]))));
+    x = _mm_blendv_epi8(x, _mm_or_si128(_mm_slli_epi32(x, 16), w), need);
+    cursor += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
+    const uint32_t bytes = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_shuffle_epi8(e, pick)));
+    std::memcpy(symbols + i, &bytes, 4);
+    i += kLanes;
+    if (++k == pattern.period) k = 0;
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(st.x), x);
+  st.cursor = cursor;
   return i;
 }
 

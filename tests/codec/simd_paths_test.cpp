@@ -35,7 +35,12 @@ TEST(CodecSimd, EncodeByDecodePathMatrix) {
                           {100, 60, 4},
                           {500, 24, 2},
                           {300, 33, 1},
-                          {1000, 10, 5}};
+                          {1000, 10, 5},
+                          // 4-lane payloads (512..4095 elements) of slot-table alphabets:
+                          // periods 1, 3 and 7.
+                          {2000, 1, 8},
+                          {300, 6, 6},
+                          {129, 7, 5}};
   for (const auto& sh : shapes) {
     const auto x = test::random_walk(sh.rows, sh.dim, 0.15f, static_cast<uint32_t>(sh.dim));
     const CodeStream q = quantize_to_codes(x, sh.rows, sh.dim, sh.bits, 32);
@@ -191,10 +196,10 @@ TEST(CodecSimd, ParallelParameterParseMatchesSequential) {
 }
 
 TEST(CodecSimd, CorruptStreamsFailTheSameOnEveryPath) {
-  // 32-lane and 8-lane payloads.
-  for (size_t rows : {size_t{4096}, size_t{1024}}) {
+  // 32-lane, 8-lane and 4-lane payloads (the last of a slot-table alphabet).
+  for (size_t rows : {size_t{4096}, size_t{1024}, size_t{300}}) {
     const auto x = test::random_walk(rows, 8, 0.15f, 9);
-    const auto bytes = encode_values(x, rows, 8, 4);
+    const auto bytes = encode_values(x, rows, 8, rows == 300 ? 8 : 4);
     for (size_t i = 20; i < bytes.size(); i += 13) {
       std::vector<uint8_t> bad = bytes;
       bad[i] ^= 0x33;
