@@ -36,7 +36,7 @@ constexpr uint8_t kRotationNone = 0, kRotationAdjacent = 1, kRotationHalves = 2;
 constexpr uint32_t kNoHint = UINT32_MAX;
 constexpr unsigned kResidualEscape = 255;
 // Method 2 codes the low plane with rANS only when its pooled byte entropy is below this (bits):
-// real KV mantissas sit at 7.99+, where per-channel tables cost more than they save.
+// real KV mantissas sit at 7.95-7.99, where per-channel tables cost more than they save.
 constexpr double kLowStreamEntropy = 7.9;
 // The low bytes counted for that estimate first, and the margin above it past which the
 // estimate stands (counting every low byte was ~7% of a lossless encode of 128-wide rows).
