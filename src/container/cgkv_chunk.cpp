@@ -212,9 +212,13 @@ bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> ancho
     uint32_t present = 0;
     double n_log2[4] = {};  // four sums, so that the adds do not wait on each other
     for (unsigned b0 = 0; b0 < 256; b0 += 8) {
-      uint64_t any[4];
-      std::memcpy(any, high + b0, sizeof(any));
-      if ((any[0] | any[1] | any[2] | any[3]) == 0) continue;
+      uint64_t any = 0;  // in a register (through an array, the block went via the stack)
+      for (unsigned k = 0; k < 8; k += 2) {
+        uint64_t two;
+        std::memcpy(&two, high + b0 + k, 8);
+        any |= two;
+      }
+      if (any == 0) continue;
       // Without a branch per count (absent symbols add 0; a branch on each was mispredicted).
       for (unsigned b = b0; b < b0 + 8; ++b) {
         const uint32_t n = high[b];
@@ -239,6 +243,14 @@ std::vector<uint8_t> channel_anchors(const ByteHistograms& h) {
   for (size_t c = 0; c < h.width; ++c) {
     const uint32_t* hist = h.high.data() + c * 256;  // magnitude m: high bytes m and 128 + m
     size_t below = 0, m = 0;
+    // Whole blocks of 8 magnitudes first (one magnitude at a time, the walk was a chain of ~70
+    // dependent additions a channel); a block's prefixes stay below the rank when it does.
+    for (; m + 8 <= 128; m += 8) {
+      size_t block = 0;
+      for (size_t k = m; k < m + 8; ++k) block += hist[k] + hist[128 + k];
+      if (below + block > rank) break;
+      below += block;
+    }
     while (below + hist[m] + hist[128 + m] <= rank) below += hist[m] + hist[128 + m], ++m;
     anchor[c] = static_cast<uint8_t>(m);
   }
@@ -344,6 +356,19 @@ uint16_t apply_residual(uint16_t pred, uint16_t z) {
 }
 Half apply_residual(Half pred, uint16_t z) {
   return Half{apply_residual(pred.bits, z)};
+}
+
+// A rotated row's residual symbols (kResidualEscape for residuals that escape); true when any
+// does. (A push_back per value reloaded the vector's fields after every byte stored.)
+bool residual_symbols(const Half* __restrict row, const Half* __restrict pred, size_t width,
+                      uint8_t* __restrict out) {
+  uint16_t escaped = 0;
+  for (size_t j = 0; j < width; ++j) {
+    const uint16_t z = residual_of(row[j], pred[j]);
+    escaped |= static_cast<uint16_t>(z >= kResidualEscape);
+    out[j] = static_cast<uint8_t>(z < kResidualEscape ? z : kResidualEscape);
+  }
+  return escaped != 0;
 }
 
 // Estimated bits of a row coded as a rotation of `src`.
@@ -461,10 +486,13 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
       }
       rot_bitmap[r / 8] = static_cast<uint8_t>(rot_bitmap[r / 8] | (1u << (r % 8)));
       distances.push_back(r - hint[r]);
-      for (size_t j = 0; j < width; ++j) {
-        const uint16_t z = residual_of(row[j], pred[j]);
-        residuals.push_back(static_cast<uint8_t>(z < kResidualEscape ? z : kResidualEscape));
-        if (z >= kResidualEscape) escapes.push_back(z);
+      const size_t at = residuals.size();
+      residuals.resize(at + width);
+      if (residual_symbols(row, pred.data(), width, residuals.data() + at)) {
+        for (size_t j = 0; j < width; ++j) {
+          const uint16_t z = residual_of(row[j], pred[j]);
+          if (z >= kResidualEscape) escapes.push_back(z);
+        }
       }
     }
   }
