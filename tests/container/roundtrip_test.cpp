@@ -228,7 +228,7 @@ TEST(Container, LosslessRepeatedRowsRoundTripAndShrink) {
     }
   }
   // The repeats given (first_equal_rows, as the writer hands a layer's V rows over) or found
-  // again: the same bytes; given repeats are not used where rows are rotated.
+  // again: the same bytes.
   for (const size_t period : {1, 7, 200}) {
     const std::vector<Half> v = with_repeats(200, period, 5);
     const std::vector<uint32_t> equal = detail::first_equal_rows(v, 16);
