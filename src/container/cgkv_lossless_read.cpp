@@ -12,6 +12,7 @@
 #include "codec/stream_format.h"
 #include "container/cgkv_internal.h"
 #include "container/lossless_internal.h"
+#include "container/lossless_kernels.h"
 #include "core/wire.h"
 #include "quant/kernels.h"
 
@@ -22,21 +23,16 @@ namespace cachegen::detail {
 // sets -ffp-contract=off), so every decoder gets the same bits.
 void rotate_row(const Rotation& rot, const Half* src, size_t width, uint64_t delta, Half* pred) {
   const size_t half = rot.dim / 2;
+  const LosslessKernels& lk = lossless_kernels();
   std::vector<double>& cs = rot.last_cs;
   if (cs.size() != 2 * half || rot.last_delta != delta) {
-    // Square-and-multiply, the pairs side by side for each bit (their chains are independent;
-    // each pair's operations are those of a walk over the bits for that pair alone).
+    // Square-and-multiply over the distance's set bits in ascending order, every pair at once
+    // (their chains are independent; a branch per bit was mispredicted).
     cs.assign(2 * half, 0.0);
-    for (size_t c = 0; c < half; ++c) cs[2 * c] = 1;
-    // The set bits in ascending order, visited alone (a branch per bit was mispredicted).
+    std::fill_n(cs.begin(), half, 1.0);
     for (uint64_t n = delta; n; n &= n - 1) {
       const double* sq = rot.squares[static_cast<size_t>(std::countr_zero(n))].data();
-      for (size_t c = 0; c < half; ++c) {
-        const double xc = cs[2 * c], xs = cs[2 * c + 1];
-        const double pc = sq[2 * c], ps = sq[2 * c + 1];
-        cs[2 * c] = xc * pc - xs * ps;
-        cs[2 * c + 1] = xc * ps + xs * pc;
-      }
+      lk.complex_multiply(cs.data(), cs.data() + half, sq, sq + half, half);
     }
     rot.last_delta = delta;
   }
@@ -47,16 +43,8 @@ void rotate_row(const Rotation& rot, const Half* src, size_t width, uint64_t del
   y.resize(width);
   const QuantKernels& kernels = quant_kernels();
   kernels.f16_to_f32(reinterpret_cast<const uint16_t*>(src), x.data(), width);
-  for (size_t h = 0; h < width; h += rot.dim) {
-    for (size_t c = 0; c < half; ++c) {
-      const size_t i0 = h + (rot.mode == kRotationAdjacent ? 2 * c : c);
-      const size_t i1 = i0 + (rot.mode == kRotationAdjacent ? 1 : half);
-      const double x0 = x[i0], x1 = x[i1];
-      const double c0 = cs[2 * c], s0 = cs[2 * c + 1];
-      y[i0] = static_cast<float>(x0 * c0 - x1 * s0);
-      y[i1] = static_cast<float>(x0 * s0 + x1 * c0);
-    }
-  }
+  lk.rotate_pairs(x.data(), cs.data(), cs.data() + half, width, rot.dim,
+                  rot.mode == kRotationAdjacent, y.data());
   kernels.f32_to_f16(y.data(), reinterpret_cast<uint16_t*>(pred), width);
 }
 
@@ -262,27 +250,6 @@ DedupPlan read_dedup(std::span<const uint8_t> body, size_t rows, size_t width,
   return plan;
 }
 
-// Method 2's fp16 bits of n values in rows of `width`: high bytes from their symbols and the
-// channels' anchors, low bytes raw (or 0 where low is null, coded apart). Restrict parameters,
-// one loop per form: the byte arrays may alias anything, and the compiler kept this loop scalar
-// (a fifth of a lossless decode) while it could not rule that out, then checked the pointers
-// per row where they were restrict locals (a third of the loop's time on 32-value rows).
-void join_planes(const uint8_t* __restrict codes, const uint8_t* __restrict anchors,
-                 const uint8_t* __restrict low, size_t n, size_t width, uint16_t* __restrict bits) {
-  if (low) {
-    for (size_t i = 0; i < n; i += width) {
-      for (size_t c = 0; c < width; ++c)
-        bits[i + c] =
-            static_cast<uint16_t>((high_byte(codes[i + c], anchors[c]) << 8) | low[i + c]);
-    }
-  } else {
-    for (size_t i = 0; i < n; i += width) {
-      for (size_t c = 0; c < width; ++c)
-        bits[i + c] = static_cast<uint16_t>(high_byte(codes[i + c], anchors[c]) << 8);
-    }
-  }
-}
-
 // The rest of method 2 once its high plane `high` is decoded: the bytes joined, the low plane
 // if coded, then the repeated and rotated rows.
 void finish_dedup(const DedupPlan& plan, const CodeStream& high, std::span<Half> out, size_t width,
@@ -298,9 +265,11 @@ void finish_dedup(const DedupPlan& plan, const CodeStream& high, std::span<Half>
   static_assert(sizeof(Half) == sizeof(uint16_t));
   uint16_t* const bits = reinterpret_cast<uint16_t*>(planes.data());
   if (plan.low_form == kLowRaw) {
-    join_planes(high.codes.data(), plan.anchor.data(), plan.lo.data(), distinct, width, bits);
+    lossless_kernels().join_planes(high.codes.data(), plan.anchor.data(), plan.lo.data(), distinct,
+                                   width, bits);
   } else {
-    join_planes(high.codes.data(), plan.anchor.data(), nullptr, distinct, width, bits);
+    lossless_kernels().join_planes(high.codes.data(), plan.anchor.data(), nullptr, distinct, width,
+                                   bits);
     unpack_plane(plan.lo, planes, width, 0, context + " (low bytes)");
   }
   const std::vector<uint32_t>& source = plan.source;

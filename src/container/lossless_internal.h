@@ -31,35 +31,38 @@ inline constexpr uint8_t kRotationNone = 0, kRotationAdjacent = 1, kRotationHalv
 inline constexpr uint32_t kNoHint = UINT32_MAX;
 inline constexpr unsigned kResidualEscape = 255;
 
+// (The functions below are static: lossless_kernels_impl.h compiles them for AVX2 and AVX-512,
+// and of an inline function's out-of-line copies the linker keeps any one.)
+//
 // Method 2's high-byte symbol: the channel's anchor minus the magnitude (exponent and two
 // mantissa bits), mod 128, then the sign. Anchored, every channel's symbols follow nearly one
 // distribution, so one table serves the whole tensor (per-channel tables of 512 tokens cost
 // more bits than the channels' differences save: docs/PERFORMANCE.md, "Lossless tier").
-inline uint8_t high_symbol(Half h, uint8_t anchor) {
+static inline uint8_t high_symbol(Half h, uint8_t anchor) {
   return static_cast<uint8_t>((((anchor - (h.bits >> 8)) & 0x7f) << 1) | (h.bits >> 15));
 }
-inline uint16_t high_byte(unsigned symbol, unsigned anchor) {
+static inline uint16_t high_byte(unsigned symbol, unsigned anchor) {
   return static_cast<uint16_t>(((symbol & 1) << 7) | ((anchor - (symbol >> 1)) & 0x7f));
 }
 
 // fp16 bits in value order (an order-preserving map to 0..65535), the zigzag difference of two
 // such keys, and back.
 // (Masks rather than conditionals, so that loops over rows vectorise.)
-inline uint16_t order_key(uint16_t h) {  // h ^ (negative ? 0xffff : 0x8000)
+static inline uint16_t order_key(uint16_t h) {  // h ^ (negative ? 0xffff : 0x8000)
   return static_cast<uint16_t>(h ^ (0x8000u | (0u - (h >> 15u))));
 }
-inline uint16_t from_order_key(uint16_t k) {  // k ^ (k & 0x8000 ? 0x8000 : 0xffff)
+static inline uint16_t from_order_key(uint16_t k) {  // k ^ (k & 0x8000 ? 0x8000 : 0xffff)
   return static_cast<uint16_t>(k ^ (0x8000u | ((k >> 15u) - 1u)));
 }
-inline uint16_t residual_of(Half actual, Half pred) {
+static inline uint16_t residual_of(Half actual, Half pred) {
   const uint16_t d = static_cast<uint16_t>(order_key(actual.bits) - order_key(pred.bits));
   return static_cast<uint16_t>((d << 1) ^ ((d & 0x8000) ? 0xffff : 0));
 }
-inline uint16_t apply_residual(uint16_t pred, uint16_t z) {
+static inline uint16_t apply_residual(uint16_t pred, uint16_t z) {
   const uint16_t d = static_cast<uint16_t>((z >> 1u) ^ (0u - (z & 1u)));
   return from_order_key(static_cast<uint16_t>(order_key(pred) + d));
 }
-inline Half apply_residual(Half pred, uint16_t z) {
+static inline Half apply_residual(Half pred, uint16_t z) {
   return Half{apply_residual(pred.bits, z)};
 }
 
@@ -68,23 +71,26 @@ inline Half apply_residual(Half pred, uint16_t z) {
 struct Rotation {
   uint8_t mode = kRotationNone;
   size_t dim = 0;          // head_dim: pairs repeat every dim values
-  std::vector<double> cs;  // per pair: cos, sin of its angle per row
-  // squares[k][2i, 2i+1]: pair i's (cos, sin) squared k times (the square-and-multiply chain,
-  // the same for every distance: computed once).
+  std::vector<double> cs;  // per pair: cos, sin of its angle per row (as stored)
+  // squares[k]: every pair's cos, then every pair's sin, of its angle squared k times (the
+  // square-and-multiply chain, the same for every distance: computed once).
   std::vector<std::vector<double>> squares;
-  // The last distance's (cos, sin) per pair, as rotate_row computes them (rows of a repeated
-  // span share their distance). A Rotation is used by one thread at a time.
+  // The last distance's cos, then sin, per pair, as rotate_row computes them (rows of a
+  // repeated span share their distance). A Rotation is used by one thread at a time.
   mutable uint64_t last_delta = 0;
   mutable std::vector<double> last_cs;
   void square_chain() {
-    squares.assign(1, cs);
+    const size_t half = cs.size() / 2;
+    std::vector<double> p(2 * half);
+    for (size_t i = 0; i < half; ++i) p[i] = cs[2 * i], p[half + i] = cs[2 * i + 1];
+    squares.assign(1, p);
     for (int k = 1; k < 64; ++k) {
-      std::vector<double> next(cs.size());
-      const std::vector<double>& p = squares.back();
-      for (size_t i = 0; i < cs.size(); i += 2) {
-        next[i] = p[i] * p[i] - p[i + 1] * p[i + 1];
-        next[i + 1] = 2 * p[i] * p[i + 1];
+      std::vector<double> next(2 * half);
+      for (size_t i = 0; i < half; ++i) {
+        next[i] = p[i] * p[i] - p[half + i] * p[half + i];
+        next[half + i] = 2 * p[i] * p[half + i];
       }
+      p = next;
       squares.push_back(std::move(next));
     }
   }

@@ -9,6 +9,7 @@
 #include "cachegen/encode.h"
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
+#include "cachegen/runtime.h"
 #include "container/cgkv_internal.h"
 #include "container/container_test_util.h"
 
@@ -324,6 +325,26 @@ TEST(Container, LosslessRotatedRowsWithEscapesRoundTrip) {
   std::vector<Half> out(v.size());
   detail::unpack_fp16_lossless(packed, out, 16, "test");
   EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2));
+}
+
+// The writer predicts rotated rows with the reader's rotation: its bytes and the decoded values
+// are the same on every SIMD path (the kernels under them: lossless_kernels_test.cpp).
+TEST(Container, LosslessRotatedRowsAlikeOnEveryPath) {
+  const size_t rows = 120, period = 40;
+  const std::vector<Half> v = with_rotations(rows, period, 5);
+  std::vector<uint32_t> hint(rows, UINT32_MAX);
+  for (size_t r = period; r < rows; ++r) hint[r] = static_cast<uint32_t>(r - period);
+  set_simd_path(SimdPath::scalar);
+  const std::vector<uint8_t> want = detail::pack_fp16_lossless(v, 16, 0, 8, hint);
+  ASSERT_EQ(want[1], 1);  // rotated rows, adjacent pairs
+  for (const SimdPath p : {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512}) {
+    set_simd_path(p);
+    EXPECT_EQ(detail::pack_fp16_lossless(v, 16, 0, 8, hint), want) << simd_path_name(p);
+    std::vector<Half> out(v.size());
+    detail::unpack_fp16_lossless(want, out, 16, "test");
+    EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2)) << simd_path_name(p);
+  }
+  set_simd_path(best_supported_simd_path());
 }
 
 TEST(Container, LosslessPairsDecodeAsTwoSingleTensors) {

@@ -1,0 +1,64 @@
+// Internal: the lossless kernels' bodies, included by one .cpp per SIMD target (compiled with
+// that target's flags) inside a distinct namespace: plain loops the compiler vectorises.
+#pragma once
+
+#include "container/lossless_internal.h"
+#include "container/lossless_kernels.h"
+
+namespace cachegen::detail::CACHEGEN_KERNEL_NS {
+
+// Restrict parameters, one loop per form: the byte arrays may alias anything, and without
+// them the compiler kept the loop scalar or compared the pointers before every row.
+static void join_planes(const uint8_t* __restrict codes, const uint8_t* __restrict anchors,
+                        const uint8_t* __restrict low, size_t n, size_t width,
+                        uint16_t* __restrict bits) {
+  if (low) {
+    for (size_t i = 0; i < n; i += width) {
+      for (size_t c = 0; c < width; ++c)
+        bits[i + c] =
+            static_cast<uint16_t>((high_byte(codes[i + c], anchors[c]) << 8) | low[i + c]);
+    }
+  } else {
+    for (size_t i = 0; i < n; i += width) {
+      for (size_t c = 0; c < width; ++c)
+        bits[i + c] = static_cast<uint16_t>(high_byte(codes[i + c], anchors[c]) << 8);
+    }
+  }
+}
+
+static void complex_multiply(double* __restrict c, double* __restrict s,
+                             const double* __restrict pc, const double* __restrict ps, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const double xc = c[i], xs = s[i];
+    c[i] = xc * pc[i] - xs * ps[i];
+    s[i] = xc * ps[i] + xs * pc[i];
+  }
+}
+
+static void rotate_pairs(const float* __restrict x, const double* __restrict cosines,
+                         const double* __restrict sines, size_t width, size_t dim, bool adjacent,
+                         float* __restrict y) {
+  const size_t half = dim / 2;
+  for (size_t h = 0; h < width; h += dim) {
+    const float* xh = x + h;
+    float* yh = y + h;
+    if (adjacent) {
+      for (size_t i = 0; i < half; ++i) {
+        const double x0 = xh[2 * i], x1 = xh[2 * i + 1];
+        yh[2 * i] = static_cast<float>(x0 * cosines[i] - x1 * sines[i]);
+        yh[2 * i + 1] = static_cast<float>(x0 * sines[i] + x1 * cosines[i]);
+      }
+    } else {
+      for (size_t i = 0; i < half; ++i) {
+        const double x0 = xh[i], x1 = xh[i + half];
+        yh[i] = static_cast<float>(x0 * cosines[i] - x1 * sines[i]);
+        yh[i + half] = static_cast<float>(x0 * sines[i] + x1 * cosines[i]);
+      }
+    }
+  }
+}
+
+// Internal linkage, and a name of its own: the quantization kernels' kTable shares this namespace.
+static const LosslessKernels kLosslessTable = {join_planes, complex_multiply, rotate_pairs};
+
+}  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

@@ -1,0 +1,118 @@
+// The lossless tier's kernels give the scalar table's bits on every SIMD path this CPU runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cachegen/runtime.h"
+#include "container/lossless_kernels.h"
+
+namespace cachegen {
+namespace {
+
+std::vector<const detail::LosslessKernels*> supported_tables() {
+  std::vector<const detail::LosslessKernels*> tables = {&detail::lossless_kernels_scalar()};
+  if (static_cast<int>(best_supported_simd_path()) >= 1)
+    tables.push_back(&detail::lossless_kernels_avx2());
+  if (best_supported_simd_path() == SimdPath::avx512)
+    tables.push_back(&detail::lossless_kernels_avx512());
+  return tables;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+TEST(LosslessKernels, JoinPlanesGivesTheScalarBits) {
+  std::mt19937 rng(7);
+  const auto& ref = detail::lossless_kernels_scalar();
+  for (size_t width : {1, 8, 24, 32, 64, 128, 136}) {
+    for (size_t rows : {1, 3, 17}) {
+      const size_t n = rows * width;
+      std::vector<uint8_t> codes(n), anchors(width), low(n);
+      for (uint8_t& c : codes) c = static_cast<uint8_t>(rng());
+      for (uint8_t& a : anchors) a = static_cast<uint8_t>(rng() & 0x7f);
+      for (uint8_t& l : low) l = static_cast<uint8_t>(rng());
+      std::vector<uint16_t> want(n), want_high(n);
+      ref.join_planes(codes.data(), anchors.data(), low.data(), n, width, want.data());
+      ref.join_planes(codes.data(), anchors.data(), nullptr, n, width, want_high.data());
+      // The scalar table against the definition: high byte (sign, then the anchor minus the
+      // magnitude) over the low byte.
+      for (size_t i = 0; i < n; ++i) {
+        const unsigned s = codes[i], a = anchors[i % width];
+        const auto high = static_cast<uint16_t>(((s & 1) << 7) | ((a - (s >> 1)) & 0x7f));
+        ASSERT_EQ(want[i], (high << 8) | low[i]) << i;
+        ASSERT_EQ(want_high[i], high << 8) << i;
+      }
+      for (const detail::LosslessKernels* k : supported_tables()) {
+        std::vector<uint16_t> got(n), got_high(n);
+        k->join_planes(codes.data(), anchors.data(), low.data(), n, width, got.data());
+        k->join_planes(codes.data(), anchors.data(), nullptr, n, width, got_high.data());
+        EXPECT_TRUE(same_bits(got, want)) << width << " x " << rows;
+        EXPECT_TRUE(same_bits(got_high, want_high)) << width << " x " << rows;
+      }
+    }
+  }
+}
+
+TEST(LosslessKernels, RotationsGiveTheScalarBits) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> angle(-3.2, 3.2);
+  std::normal_distribution<float> value(0.0f, 4.0f);
+  const auto& ref = detail::lossless_kernels_scalar();
+  for (size_t dim : {2, 6, 8, 16, 64, 128}) {
+    const size_t half = dim / 2;
+    // Square-and-multiply steps: every table's products, step after step.
+    std::vector<double> pc(half), ps(half), c0(half), s0(half);
+    for (size_t i = 0; i < half; ++i) {
+      const double t = angle(rng);
+      pc[i] = std::cos(t), ps[i] = std::sin(t);
+      c0[i] = std::cos(t * 3), s0[i] = std::sin(t * 3);
+    }
+    std::vector<double> want_c = c0, want_s = s0;
+    for (int step = 0; step < 9; ++step)
+      ref.complex_multiply(want_c.data(), want_s.data(), pc.data(), ps.data(), half);
+    // Against the definition, the first pair of the first step.
+    std::vector<double> one_c = c0, one_s = s0;
+    ref.complex_multiply(one_c.data(), one_s.data(), pc.data(), ps.data(), half);
+    EXPECT_EQ(one_c[0], c0[0] * pc[0] - s0[0] * ps[0]);
+    EXPECT_EQ(one_s[0], c0[0] * ps[0] + s0[0] * pc[0]);
+    for (const detail::LosslessKernels* k : supported_tables()) {
+      std::vector<double> c = c0, s = s0;
+      for (int step = 0; step < 9; ++step)
+        k->complex_multiply(c.data(), s.data(), pc.data(), ps.data(), half);
+      EXPECT_TRUE(same_bits(c, want_c)) << dim;
+      EXPECT_TRUE(same_bits(s, want_s)) << dim;
+    }
+    // Rows of three heads, with values the rounding back to float and the IEEE specials reach.
+    const size_t width = 3 * dim;
+    std::vector<float> x(width);
+    for (float& v : x) v = value(rng);
+    x[0] = std::numeric_limits<float>::infinity();
+    x[width - 1] = std::numeric_limits<float>::quiet_NaN();
+    x[width / 2] = 6.0e-8f;
+    x[1] = -65504.0f;
+    for (const bool adjacent : {true, false}) {
+      std::vector<float> want(width);
+      ref.rotate_pairs(x.data(), want_c.data(), want_s.data(), width, dim, adjacent, want.data());
+      const size_t i0 = dim + (adjacent ? 2 : 1) % dim, i1 = i0 + (adjacent ? 1 : half);
+      if (half > 1) {  // pair 1 of the second head, against the definition
+        const double x0 = x[i0], x1 = x[i1];
+        EXPECT_EQ(want[i0], static_cast<float>(x0 * want_c[1] - x1 * want_s[1]));
+        EXPECT_EQ(want[i1], static_cast<float>(x0 * want_s[1] + x1 * want_c[1]));
+      }
+      for (const detail::LosslessKernels* k : supported_tables()) {
+        std::vector<float> got(width);
+        k->rotate_pairs(x.data(), want_c.data(), want_s.data(), width, dim, adjacent, got.data());
+        EXPECT_TRUE(same_bits(got, want)) << dim << (adjacent ? " adjacent" : " halves");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cachegen
