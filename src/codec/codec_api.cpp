@@ -148,8 +148,7 @@ std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
   out.back() = detail::kBatchIndependent;
   std::vector<std::vector<uint8_t>> heads(streams.size());
   detail::parallel_for(streams.size(), [&](size_t i) {
-    detail::encode_head(streams[i], precisions[i], options.scale_mantissa_bits,
-                        options.zero_step_log2, options.allow_delta, heads[i]);
+    detail::encode_head(streams[i], precisions[i], options, heads[i]);
   });
   for (const auto& h : heads) w.varint(h.size());
   for (const auto& h : heads) w.bytes(h);
@@ -207,8 +206,7 @@ std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size
   std::vector<uint8_t> out = with_magic(detail::kStreamMagic);
   CodeStream s;
   const ParamPrecision precision = quantize_and_pick(x, n_rows, dim, bits, group_size, options, s);
-  detail::encode_head(s, precision, options.scale_mantissa_bits, options.zero_step_log2,
-                      options.allow_delta, out);
+  detail::encode_head(s, precision, options, out);
   if (quantized) *quantized = std::move(s);
   return out;
 }

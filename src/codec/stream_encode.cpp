@@ -35,9 +35,9 @@ void write_float_params(wire::Writer& w, std::span<const float> values, ParamPre
 
 }  // namespace
 
-int choose_lanes(size_t n_elements) {
+int choose_lanes(size_t n_elements, size_t wide_from) {
   if (n_elements == 0) return 0;
-  if (n_elements >= 16384) return 32;
+  if (n_elements >= wide_from) return 32;
   if (n_elements >= 4096) return 8;
   if (n_elements >= 512) return 4;
   return 1;
@@ -87,9 +87,11 @@ void write_param_block(const CodeStream& s, ParamPrecision precision, const Comp
   }
 }
 
-void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantissa_bits,
-                 int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out,
-                 std::span<const uint32_t> counts) {
+void encode_head(const CodeStream& s, ParamPrecision precision, const EncodeOptions& options,
+                 std::vector<uint8_t>& out, std::span<const uint32_t> counts) {
+  const int scale_mantissa_bits = options.scale_mantissa_bits;
+  const int zero_step_log2 = options.zero_step_log2;
+  const bool allow_delta = options.allow_delta;
   const size_t n = s.n_rows * s.dim;
   const size_t n_syms = size_t{1} << s.bits;
   const CompactGrid grid{scale_mantissa_bits, zero_step_log2};
@@ -145,7 +147,7 @@ void encode_head(const CodeStream& s, ParamPrecision precision, int scale_mantis
     w.u8(static_cast<uint8_t>(scale_mantissa_bits));
     w.u8(static_cast<uint8_t>(zero_step_log2));
   }
-  const int n_lanes = choose_lanes(n);
+  const int n_lanes = choose_lanes(n, options.wide_lanes_from);
   w.u8(static_cast<uint8_t>(n == 0 ? 0 : precision_bits));
   w.u8(static_cast<uint8_t>(n_lanes));
   if (precision != ParamPrecision::compact) {
@@ -189,8 +191,7 @@ ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& o
 
 void encode_head_exact(const CodeStream& s, const EncodeOptions& options, std::vector<uint8_t>& out,
                        std::span<const uint32_t> counts) {
-  encode_head(s, exact_param_precision(s, options), options.scale_mantissa_bits,
-              options.zero_step_log2, options.allow_delta, out, counts);
+  encode_head(s, exact_param_precision(s, options), options, out, counts);
 }
 
 }  // namespace cachegen::detail

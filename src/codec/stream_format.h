@@ -25,16 +25,17 @@ inline constexpr uint8_t kBatchIndependent = 0;  // G head records
 inline constexpr uint8_t kBatchShared = 1;       // one shape, shared models, sliced payloads
 
 // Lanes for a payload of n elements: enough to keep SIMD decoders busy on long payloads, few
-// enough that the 4-byte final state per lane stays a small share of short ones.
-int choose_lanes(size_t n_elements);
+// enough that the 4-byte final state per lane stays a small share of short ones; 32 from
+// wide_from elements (EncodeOptions::wide_lanes_from).
+int choose_lanes(size_t n_elements, size_t wide_from = 16384);
 
 // Appends one head record. Params are stored in `precision` (the caller has checked that it
 // represents stream.scale/zero exactly); grid is used for compact. counts (optional): the codes'
 // per-channel histograms when the caller has them, counts[c * 2^bits + v] = occurrences of v
 // among channel c's n_rows codes (not checked: the bytes depend on them).
-void encode_head(const CodeStream& stream, ParamPrecision precision, int scale_mantissa_bits,
-                 int zero_step_log2, bool allow_delta, std::vector<uint8_t>& out,
-                 std::span<const uint32_t> counts = {});
+// The options' grid, delta models and lanes apply.
+void encode_head(const CodeStream& stream, ParamPrecision precision, const EncodeOptions& options,
+                 std::vector<uint8_t>& out, std::span<const uint32_t> counts = {});
 
 // The smallest exact parameter precision for this stream (compact, fp16, fp32 in that order
 // of preference when they code equally). With compact_section, a compact choice also leaves

@@ -189,6 +189,27 @@ TEST(Codec, GivenHistogramsGiveEncodesBytes) {
   }
 }
 
+// EncodeOptions::wide_lanes_from: 32 lanes from that many elements, the same codes back; one
+// element fewer than it and the stream is the default's (8 lanes below 16384).
+TEST(Codec, WideLanesFromGivesThirtyTwoLanes) {
+  const size_t n_rows = 1000, dim = 8;  // 8000 elements: 8 lanes by default
+  const auto x = test::random_walk(n_rows, dim, 0.12f, 9);
+  const CodeStream s = quantize_to_codes(x, n_rows, dim, 8, 32);
+  const auto lanes = [](const std::vector<uint8_t>& bytes) {
+    const auto body = detail::check_magic(bytes, detail::kStreamMagic, "codec stream");
+    return detail::parse_head(body, 5, {}).n_lanes;
+  };
+  const std::vector<uint8_t> narrow = encode(s);
+  EncodeOptions wide_options;
+  wide_options.wide_lanes_from = 8000;
+  const std::vector<uint8_t> wide = encode(s, wide_options);
+  EXPECT_EQ(lanes(narrow), 8);
+  EXPECT_EQ(lanes(wide), 32);
+  expect_same_stream(decode(wide), s);
+  wide_options.wide_lanes_from = 8001;
+  EXPECT_EQ(encode(s, wide_options), narrow);
+}
+
 }  // namespace
 }  // namespace cachegen
 
