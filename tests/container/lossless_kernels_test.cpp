@@ -114,5 +114,30 @@ TEST(LosslessKernels, RotationsGiveTheScalarBits) {
   }
 }
 
+// A fused multiply-add keeps the exact product where the kernels round it first: with equal
+// pairs and equal factors, x * c - x * s cancels to exactly 0 when each product is rounded, and
+// to the product's rounding error when fused (GCC 12 fuses the complex-multiply pattern into
+// vfmaddsub even under -ffp-contract=off). Every table must give the rounded products' 0.
+TEST(LosslessKernels, ProductsRoundedBeforeTheyAdd) {
+  const double d = 0.1;  // 1.5 * 0.1 is not a double: its rounding error is not 0
+  ASSERT_NE(std::fma(1.5, d, -(1.5 * d)), 0.0);
+  for (const detail::LosslessKernels* k : supported_tables()) {
+    for (const size_t dim : {2, 8, 16, 64}) {
+      const size_t half = dim / 2;
+      std::vector<double> cos(half, d), sin(half, d);
+      std::vector<float> x(2 * dim, 1.5f), y(2 * dim);
+      for (const bool adjacent : {true, false}) {
+        k->rotate_pairs(x.data(), cos.data(), sin.data(), 2 * dim, dim, adjacent, y.data());
+        const size_t first = adjacent ? 2 : 1;  // pair 1's first value (pair 0's when dim is 2)
+        EXPECT_EQ(y[dim > 2 ? first : 0], 0.0f) << dim << (adjacent ? " adjacent" : " halves");
+        EXPECT_EQ(y[0], 0.0f) << dim;
+      }
+      std::vector<double> c(half, 1.5), s(half, 1.5);
+      k->complex_multiply(c.data(), s.data(), cos.data(), sin.data(), half);
+      for (size_t i = 0; i < half; ++i) EXPECT_EQ(c[i], 0.0) << dim << " pair " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cachegen
