@@ -26,14 +26,8 @@ void rotate_row(const Rotation& rot, const Half* src, size_t width, uint64_t del
   const LosslessKernels& lk = lossless_kernels();
   std::vector<double>& cs = rot.last_cs;
   if (cs.size() != 2 * half || rot.last_delta != delta) {
-    // Square-and-multiply over the distance's set bits in ascending order, every pair at once
-    // (their chains are independent; a branch per bit was mispredicted).
-    cs.assign(2 * half, 0.0);
-    std::fill_n(cs.begin(), half, 1.0);
-    for (uint64_t n = delta; n; n &= n - 1) {
-      const double* sq = rot.squares[static_cast<size_t>(std::countr_zero(n))].data();
-      lk.complex_multiply(cs.data(), cs.data() + half, sq, sq + half, half);
-    }
+    cs.resize(2 * half);
+    lk.power_pairs(rot.squares.data(), half, delta, cs.data(), cs.data() + half);
     rot.last_delta = delta;
   }
   // Widened and rounded back by the SIMD kernels (the same values as half_to_float and

@@ -72,26 +72,24 @@ struct Rotation {
   uint8_t mode = kRotationNone;
   size_t dim = 0;          // head_dim: pairs repeat every dim values
   std::vector<double> cs;  // per pair: cos, sin of its angle per row (as stored)
-  // squares[k]: every pair's cos, then every pair's sin, of its angle squared k times (the
-  // square-and-multiply chain, the same for every distance: computed once).
-  std::vector<std::vector<double>> squares;
+  // squares[k * dim ..]: every pair's cos, then every pair's sin, of its angle squared k times,
+  // k < 64 (the square-and-multiply chain, the same for every distance: computed once).
+  std::vector<double> squares;
   // The last distance's cos, then sin, per pair, as rotate_row computes them (rows of a
   // repeated span share their distance). A Rotation is used by one thread at a time.
   mutable uint64_t last_delta = 0;
   mutable std::vector<double> last_cs;
   void square_chain() {
     const size_t half = cs.size() / 2;
-    std::vector<double> p(2 * half);
+    squares.resize(64 * 2 * half);
+    double* p = squares.data();
     for (size_t i = 0; i < half; ++i) p[i] = cs[2 * i], p[half + i] = cs[2 * i + 1];
-    squares.assign(1, p);
-    for (int k = 1; k < 64; ++k) {
-      std::vector<double> next(2 * half);
+    for (int k = 1; k < 64; ++k, p += 2 * half) {
+      double* next = p + 2 * half;
       for (size_t i = 0; i < half; ++i) {
         next[i] = p[i] * p[i] - p[half + i] * p[half + i];
         next[half + i] = 2 * p[i] * p[half + i];
       }
-      p = next;
-      squares.push_back(std::move(next));
     }
   }
 };

@@ -14,9 +14,10 @@ struct LosslessKernels {
   // (whole rows of width values).
   void (*join_planes)(const uint8_t* codes, const uint8_t* anchors, const uint8_t* low, size_t n,
                       size_t width, uint16_t* bits);
-  // (c[i] + s[i] j) *= (pc[i] + ps[i] j) for i < n: c = c * pc - s * ps, s = c * ps + s * pc
-  // with the old c and s (one step of the rotation's square-and-multiply).
-  void (*complex_multiply)(double* c, double* s, const double* pc, const double* ps, size_t n);
+  // Square-and-multiply of n pairs' (cos, sin) by distance delta: c[i] = 1, s[i] = 0, then for
+  // each set bit k of delta in ascending order (c + s j) *= (p[i] + p[n + i] j) with
+  // p = squares + 2 n k: c = c * pc - s * ps, s = c * ps + s * pc (the old c and s).
+  void (*power_pairs)(const double* squares, size_t n, uint64_t delta, double* c, double* s);
   // y = x rotated pair by pair, every head of dim values alike (width a multiple of dim): pair
   // i < dim / 2 of a head is (2i, 2i + 1) when adjacent, else (i, i + dim / 2); in double, its
   // first value becomes x0 * cosines[i] - x1 * sines[i], its second x0 * sines[i] + x1 *

@@ -1,6 +1,7 @@
 // The lossless tier's kernels give the scalar table's bits on every SIMD path this CPU runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -66,28 +67,29 @@ TEST(LosslessKernels, RotationsGiveTheScalarBits) {
   const auto& ref = detail::lossless_kernels_scalar();
   for (size_t dim : {2, 6, 8, 16, 64, 128}) {
     const size_t half = dim / 2;
-    // Square-and-multiply steps: every table's products, step after step.
-    std::vector<double> pc(half), ps(half), c0(half), s0(half);
-    for (size_t i = 0; i < half; ++i) {
-      const double t = angle(rng);
-      pc[i] = std::cos(t), ps[i] = std::sin(t);
-      c0[i] = std::cos(t * 3), s0[i] = std::sin(t * 3);
+    // Square-and-multiply: every table's powers, for distances of one to many set bits.
+    std::vector<double> squares(64 * dim);
+    for (double& v : squares) v = std::sin(angle(rng));
+    const uint64_t deltas[] = {1, 2, 3, 37, 511, 1023, uint64_t{1} << 63 | 5};
+    std::vector<double> want_c(half), want_s(half);
+    for (const uint64_t delta : deltas) {
+      ref.power_pairs(squares.data(), half, delta, want_c.data(), want_s.data());
+      for (const detail::LosslessKernels* k : supported_tables()) {
+        std::vector<double> c(half, 7.0), s(half, 7.0);  // overwritten whole
+        k->power_pairs(squares.data(), half, delta, c.data(), s.data());
+        EXPECT_TRUE(same_bits(c, want_c)) << dim << " delta " << delta;
+        EXPECT_TRUE(same_bits(s, want_s)) << dim << " delta " << delta;
+      }
     }
-    std::vector<double> want_c = c0, want_s = s0;
-    for (int step = 0; step < 9; ++step)
-      ref.complex_multiply(want_c.data(), want_s.data(), pc.data(), ps.data(), half);
-    // Against the definition, the first pair of the first step.
-    std::vector<double> one_c = c0, one_s = s0;
-    ref.complex_multiply(one_c.data(), one_s.data(), pc.data(), ps.data(), half);
-    EXPECT_EQ(one_c[0], c0[0] * pc[0] - s0[0] * ps[0]);
-    EXPECT_EQ(one_s[0], c0[0] * ps[0] + s0[0] * pc[0]);
-    for (const detail::LosslessKernels* k : supported_tables()) {
-      std::vector<double> c = c0, s = s0;
-      for (int step = 0; step < 9; ++step)
-        k->complex_multiply(c.data(), s.data(), pc.data(), ps.data(), half);
-      EXPECT_TRUE(same_bits(c, want_c)) << dim;
-      EXPECT_TRUE(same_bits(s, want_s)) << dim;
-    }
+    // Against the definition: one bit is that square; two multiply in ascending order.
+    ref.power_pairs(squares.data(), half, 4, want_c.data(), want_s.data());
+    EXPECT_EQ(want_c[0], 1 * squares[2 * dim] - 0 * squares[2 * dim + half]);
+    ref.power_pairs(squares.data(), half, 5, want_c.data(), want_s.data());
+    const double c0 = squares[0], s0 = squares[half], c2 = squares[2 * dim],
+                 s2 = squares[2 * dim + half];
+    EXPECT_EQ(want_c[0], (1 * c0 - 0 * s0) * c2 - (1 * s0 + 0 * c0) * s2);
+    EXPECT_EQ(want_s[0], (1 * c0 - 0 * s0) * s2 + (1 * s0 + 0 * c0) * c2);
+    ref.power_pairs(squares.data(), half, 37, want_c.data(), want_s.data());
     // Rows of three heads, with values the rounding back to float and the IEEE specials reach.
     const size_t width = 3 * dim;
     std::vector<float> x(width);
@@ -132,8 +134,10 @@ TEST(LosslessKernels, ProductsRoundedBeforeTheyAdd) {
         EXPECT_EQ(y[dim > 2 ? first : 0], 0.0f) << dim << (adjacent ? " adjacent" : " halves");
         EXPECT_EQ(y[0], 0.0f) << dim;
       }
-      std::vector<double> c(half, 1.5), s(half, 1.5);
-      k->complex_multiply(c.data(), s.data(), cos.data(), sin.data(), half);
+      // Distance 3: (1.5 + 1.5j) * (d + dj), whose real part is 1.5 d - 1.5 d.
+      std::vector<double> squares(2 * dim, d), c(half), s(half);
+      std::fill_n(squares.begin(), dim, 1.5);
+      k->power_pairs(squares.data(), half, 3, c.data(), s.data());
       for (size_t i = 0; i < half; ++i) EXPECT_EQ(c[i], 0.0) << dim << " pair " << i;
     }
   }
