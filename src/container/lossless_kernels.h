@@ -1,7 +1,8 @@
 // Internal: the lossless tier's loops over values (method 2's plane join and rotated rows), one
 // table per SIMD path. Every path does the same IEEE operations in the same order (no FMA: the
-// build sets -ffp-contract=off), so every table gives the same bits; the scalar table is the
-// reference twin (LosslessKernels.EveryPathGivesTheScalarBits).
+// build sets -ffp-contract=off, and the AVX-512 file is compiled without GCC's SLP vectoriser,
+// which fused products anyway), so every table gives the same bits; the scalar table is the
+// reference twin (tests/container/lossless_kernels_test.cpp).
 #pragma once
 
 #include <cstddef>
