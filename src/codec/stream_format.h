@@ -26,8 +26,8 @@ inline constexpr uint8_t kBatchShared = 1;       // one shape, shared models, sl
 
 // Lanes for a payload of n elements: enough to keep SIMD decoders busy on long payloads, few
 // enough that the 4-byte final state per lane stays a small share of short ones; 32 from
-// wide_from elements (EncodeOptions::wide_lanes_from).
-int choose_lanes(size_t n_elements, size_t wide_from = 16384);
+// wide_from elements (EncodeOptions::wide_lanes_from, whose default the batch layouts use).
+int choose_lanes(size_t n_elements, size_t wide_from = EncodeOptions{}.wide_lanes_from);
 
 // Appends one head record. Params are stored in `precision` (the caller has checked that it
 // represents stream.scale/zero exactly); grid is used for compact. counts (optional): the codes'

@@ -312,11 +312,10 @@ void put_f64(wire::Writer& w, double v) {
 // repeated or rotated rows, a chunk's rotation residuals, short chunks' planes) costs ~96 bytes
 // a stream (24 more final states) and decodes it in several chains instead of one (stories260K's
 // lossless decode: +20% at chunks of 1,024 tokens for 0.09% more bytes, +60% at 256 for
-// 0.5%). One-channel
-// streams (the pooled high plane, rotation residuals) without token-delta models: their
-// consecutive symbols are a row's channels, not a channel's tokens, and the token-delta
-// alternative never won there (0 of 320 such streams: both models' 8 windows and the bench's
-// synthetic set), while computing it cost 6-10% of a lossless encode.
+// 0.5%). One-channel streams (the pooled high plane, rotation residuals) without token-delta
+// models: their consecutive symbols are a row's channels, not a channel's tokens, and the
+// token-delta alternative never won there (0 of 320 such streams: both models' 8 windows and the
+// bench's synthetic set), while computing it cost 6-10% of a lossless encode.
 EncodeOptions plane_options(bool one_channel) {
   EncodeOptions o;
   o.wide_lanes_from = 4096;
