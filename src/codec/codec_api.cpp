@@ -456,16 +456,78 @@ void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shap
   });
 }
 
+namespace {
+
+// The heads of several independent-layout batches (their numbers in `which`), two at a time
+// across batches (rans_decode_pair: a file's one-head tensors are a layer's K and V, each its
+// own batch), with decode_batch_to_rows' results; its checks are left to the caller's retry.
+void decode_independent_to_rows(std::span<const BatchRows> batches, std::span<const size_t> which,
+                                const DecodeOptions& options) {
+  struct Head {
+    const BatchRows* batch;
+    size_t index;  // the head's number in its batch
+    std::pair<size_t, size_t> record;
+  };
+  thread_local std::vector<Head> kept_heads;
+  std::vector<Head>& list = kept_heads;
+  list.clear();
+  for (const size_t k : which) {
+    const BatchRows& b = batches[k];
+    const BatchHeader bh = read_batch_header(b.bytes);
+    const size_t n = detail::checked_mul(
+        detail::checked_mul(b.shape.n_heads, b.shape.n_rows, "shape"), b.shape.dim, "shape");
+    if (bh.layout != detail::kBatchIndependent || bh.n_heads != b.shape.n_heads ||
+        b.out.size() != n) {
+      detail::invalid("decode_batches_to_rows: a batch unlike its shape");
+    }
+    const auto records = batch_records(b.bytes, bh);
+    for (size_t i = 0; i < records.size(); ++i) list.push_back(Head{&b, i, records[i]});
+  }
+  std::vector<detail::ParsedHead>& heads = thread_heads(list.size());
+  detail::parallel_for(list.size(), [&](size_t j) {
+    const Head& h = list[j];
+    detail::parse_head_into(h.batch->bytes.subspan(h.record.first, h.record.second), h.record.first,
+                            options, heads[j]);
+    detail::check_head_shape(heads[j].stream, h.index, h.batch->shape);
+  });
+  const auto to_rows = [&](size_t j, uint8_t* codes) {
+    const BatchShape& shape = list[j].batch->shape;
+    detail::symbols_to_codes_in_place(codes, heads[j].stream, heads[j].is_delta.data());
+    detail::dequant_real_rows_strided(heads[j].stream, codes,
+                                      list[j].batch->out.data() + list[j].index * shape.dim,
+                                      shape.n_heads * shape.dim);
+  };
+  detail::parallel_for((list.size() + 1) / 2, [&](size_t p) {
+    const size_t j = 2 * p;
+    const size_t na = heads[j].stream.n_rows * heads[j].stream.dim;
+    const size_t nb =
+        j + 1 < list.size() ? heads[j + 1].stream.n_rows * heads[j + 1].stream.dim : 0;
+    uint8_t* codes = detail::scratch_bytes(na + nb);
+    if (nb == 0) {
+      detail::decode_head_symbols(heads[j], std::span<uint8_t>(codes, na));
+    } else {
+      detail::decode_head_symbols_pair(heads[j], std::span<uint8_t>(codes, na), heads[j + 1],
+                                       std::span<uint8_t>(codes + na, nb));
+      to_rows(j + 1, codes + na);
+    }
+    to_rows(j, codes);
+  });
+}
+
+}  // namespace
+
 void decode_batches_to_rows(std::span<const BatchRows> batches, const DecodeOptions& options) {
-  // Shared-model batches are decoded together, the others one at a time after them (the
-  // encoder picks the layout per batch, so a level file mixes them); any error decodes them all
-  // one at a time again, which reports the first failing batch exactly as decode_batch_to_rows
-  // does.
+  // Shared-model batches are decoded together, the independent ones' heads two at a time after
+  // them (the encoder picks the layout per batch, so a level file mixes them); any error decodes
+  // them all one at a time again, which reports the first failing batch exactly as
+  // decode_batch_to_rows does.
   thread_local std::vector<detail::SharedBatchRows> kept_jobs;
-  thread_local std::vector<size_t> kept_alone;
+  thread_local std::vector<size_t> kept_shared, kept_alone;
   std::vector<detail::SharedBatchRows>& jobs = kept_jobs;
+  std::vector<size_t>& shared = kept_shared;  // the jobs' batch numbers
   std::vector<size_t>& alone = kept_alone;
   jobs.clear();
+  shared.clear();
   alone.clear();
   try {
     for (size_t k = 0; batches.size() >= 2 && k < batches.size(); ++k) {
@@ -478,14 +540,24 @@ void decode_batches_to_rows(std::span<const BatchRows> batches, const DecodeOpti
                                   shape.dim, "shape")) {
         jobs.push_back(
             detail::SharedBatchRows{b.bytes.subspan(bh.body_offset), bh.body_offset, shape, b.out});
+        shared.push_back(k);
       } else {
         alone.push_back(k);
       }
     }
-    if (jobs.size() >= 2) {
-      detail::decode_batches_shared_to_rows(jobs, options);
-      for (const size_t k : alone)
-        decode_batch_to_rows(batches[k].bytes, batches[k].shape, batches[k].out, options);
+    if (jobs.size() >= 2 || alone.size() >= 2) {
+      if (jobs.size() >= 2) {
+        detail::decode_batches_shared_to_rows(jobs, options);
+      } else {
+        for (const size_t k : shared)
+          decode_batch_to_rows(batches[k].bytes, batches[k].shape, batches[k].out, options);
+      }
+      if (alone.size() >= 2) {
+        decode_independent_to_rows(batches, alone, options);
+      } else {
+        for (const size_t k : alone)
+          decode_batch_to_rows(batches[k].bytes, batches[k].shape, batches[k].out, options);
+      }
       return;
     }
   } catch (const Error&) {

@@ -221,17 +221,20 @@ TEST(CodecSimd, CorruptStreamsFailTheSameOnEveryPath) {
 
 TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
   // Pairs of batches with their own tables: 8-lane payloads (a short layer's K and V), 32-lane
-  // slices, unequal alphabets and lane counts (no lockstep), and an independent-layout batch
-  // (one head); every path, one and two threads, against decode_batch_to_rows of each.
+  // slices, unequal alphabets and lane counts (no lockstep), and independent-layout batches
+  // (one head: 8 lanes, or 32 as a file's 128-wide one-head tensors, whose heads are decoded in
+  // pairs across batches); every path, one and two threads, against decode_batch_to_rows of
+  // each.
   // Cubed values (heavy tails) give other code histograms, hence other tables, than the walk.
   struct Spec {
     size_t heads, rows, dim;
     int bits;
     bool cubed;
   };
-  const Spec specs[] = {{4, 256, 8, 3, false}, {4, 256, 8, 3, true},   {4, 256, 8, 2, true},
-                        {4, 1024, 8, 3, true}, {2, 300, 24, 4, false}, {2, 300, 24, 4, true},
-                        {1, 512, 8, 3, false}, {4, 256, 8, 5, false}};
+  const Spec specs[] = {{4, 256, 8, 3, false},  {4, 256, 8, 3, true},   {4, 256, 8, 2, true},
+                        {4, 1024, 8, 3, true},  {2, 300, 24, 4, false}, {2, 300, 24, 4, true},
+                        {1, 512, 8, 3, false},  {4, 256, 8, 5, false},  {1, 256, 128, 3, false},
+                        {1, 256, 128, 3, true}, {1, 256, 128, 4, false}};
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<BatchShape> shapes;  // of the batches in bytes
   for (size_t k = 0; k < std::size(specs); ++k) {
@@ -243,11 +246,12 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
         encode_batch(quantize_to_codes_batch(x, sp.heads, sp.rows, sp.dim, sp.bits, 32)));
     shapes.push_back(BatchShape{sp.heads, sp.rows, sp.dim, sp.bits, 32});
   }
-  EXPECT_EQ(bytes[6].at(6), 0);  // the layout byte: independent records
+  for (const size_t k : {6, 8, 9, 10})
+    EXPECT_EQ(bytes[k].at(6), 0) << k;  // the layout byte: independent records
   const std::vector<std::vector<size_t>> lists = {
-      {0, 1}, {1, 2}, {0, 3}, {4, 5},    {0, 1, 3, 2},   {6, 0},
-      {0, 7}, {3, 4}, {5},    {0, 6, 1}, {6, 0, 3, 7, 1}};  // an independent batch among shared
-                                                            // ones: those together
+      {0, 1}, {1, 2},     {0, 3},       {4, 5},    {0, 1, 3, 2},    {6, 0},
+      {0, 7}, {3, 4},     {5},          {0, 6, 1}, {6, 0, 3, 7, 1},  // shared ones together
+      {8, 9}, {8, 9, 10}, {0, 8, 1, 9}, {6, 8},    {8, 0, 9}};       // independent ones too
   auto one_at_a_time = [&](const std::vector<size_t>& list,
                            const std::vector<std::vector<uint8_t>>& in) {
     std::vector<std::vector<Half>> out;
@@ -288,7 +292,10 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
   for (const auto& [list, victim] : {std::pair{std::vector<size_t>{0, 1}, size_t{0}},
                                      std::pair{std::vector<size_t>{0, 1}, size_t{1}},
                                      std::pair{std::vector<size_t>{0, 6, 1}, size_t{6}},
-                                     std::pair{std::vector<size_t>{0, 6, 1}, size_t{1}}}) {
+                                     std::pair{std::vector<size_t>{0, 6, 1}, size_t{1}},
+                                     std::pair{std::vector<size_t>{8, 9}, size_t{8}},
+                                     std::pair{std::vector<size_t>{8, 9}, size_t{9}},
+                                     std::pair{std::vector<size_t>{8, 0, 9}, size_t{9}}}) {
     for (size_t i = 8; i < bytes[victim].size(); i += 29) {
       std::vector<std::vector<uint8_t>> bad = bytes;
       bad[victim][i] ^= 0x5a;
