@@ -172,6 +172,10 @@ size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, Rans
 size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                               uint8_t* symbols_b);
+// Two 32-lane payloads of slot-table alphabets on AVX2 (search alphabets: declined, 0).
+size_t rans_decode_avx2_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                             const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                             uint8_t* symbols_b);
 // Four 8-lane payloads of slot-table alphabets (above 16 symbols; AVX2 gathers, also on the
 // AVX-512 path), the same contract; 0 for anything else. (rans_decode_avx2_pair8 pairs two.)
 size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,

@@ -270,6 +270,8 @@ void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPa
     const SimdPath path = simd_path();
     if (a.n_lanes == kMaxLanes && path == SimdPath::avx512)
       return rans_decode_avx512_pair(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
+    if (a.n_lanes == kMaxLanes && path == SimdPath::avx2)
+      return rans_decode_avx2_pair(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
     if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx512)
       return rans_decode_avx512_pair8(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
     if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx2)

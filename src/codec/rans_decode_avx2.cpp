@@ -1,5 +1,6 @@
-// AVX2 twins of rans_decode_scalar for 32 lanes (four vectors of 8), 8 and 4 lanes. Compiled with
-// -mavx2; only called when cachegen::simd_path() says the CPU has it.
+// AVX2 twins of rans_decode_scalar for 32 lanes (four vectors of 8; two payloads in lockstep),
+// 8 and 4 lanes. Compiled with -mavx2; only called when cachegen::simd_path() says the CPU has
+// it.
 #include <immintrin.h>
 
 #include <array>
@@ -25,31 +26,13 @@ struct ExpandTable {
 };
 const ExpandTable kExpand;
 
-inline __m256i decode8(__m256i x, const uint32_t* base, const uint32_t* shift,
-                       const DecodeTables& t, __m128i p, __m256i mask, RansDecodeState& st,
-                       __m256i& e_out) {
-  const __m256i slot = _mm256_and_si256(x, mask);
-  const __m256i sh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift));
-  const __m256i idx = _mm256_add_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base)),
-                                       _mm256_srlv_epi32(slot, sh));
-  const __m256i e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.entries.data()), idx, 4);
-  const __m256i f = _mm256_sllv_epi32(
-      _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), _mm256_set1_epi32(0xfff)),
-                       _mm256_set1_epi32(1)),
-      sh);
-  const __m256i start = _mm256_sllv_epi32(_mm256_srli_epi32(e, 20), sh);
-  x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srl_epi32(x, p)),
-                       _mm256_sub_epi32(slot, start));
-  const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), _mm256_setzero_si256());
-  const int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
-  const __m256i words = _mm256_cvtepu16_epi32(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(st.words + st.cursor)));
-  const __m256i w = _mm256_permutevar8x32_epi32(
-      words, _mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.idx[m])));
-  x = _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), need);
-  st.cursor += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
-  e_out = _mm256_and_si256(e, _mm256_set1_epi32(0xff));
-  return x;
+// 4 x 8 u32 symbols (< 256) -> 32 bytes in lane order.
+inline void store_symbols32(__m256i e0, __m256i e1, __m256i e2, __m256i e3, uint8_t* out) {
+  const __m256i ab = _mm256_packus_epi32(e0, e1);
+  const __m256i cd = _mm256_packus_epi32(e2, e3);
+  const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd),
+                                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
 }
 
 // Stores the low byte of each of 8 u32 lanes (symbols < 256) as 8 bytes in lane order.
@@ -74,6 +57,42 @@ inline __m256i renorm8(__m256i x, const uint16_t* words, size_t& cursor) {
       w16, _mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.idx[m])));
   cursor += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(m)));
   return _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), need);
+}
+
+// One step of 8 lanes of a slot-table alphabet: each lane's entry gathered at its channel's
+// base plus its slot shifted to the channel's precision; `cursor` is the caller's (a local, or
+// the state's).
+inline __m256i decode8(__m256i x, const uint32_t* base, const uint32_t* shift,
+                       const DecodeTables& t, __m128i p, __m256i mask, const uint16_t* words,
+                       size_t& cursor, __m256i& e_out) {
+  const __m256i slot = _mm256_and_si256(x, mask);
+  const __m256i sh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift));
+  const __m256i idx = _mm256_add_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base)),
+                                       _mm256_srlv_epi32(slot, sh));
+  const __m256i e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.entries.data()), idx, 4);
+  const __m256i f = _mm256_sllv_epi32(
+      _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), _mm256_set1_epi32(0xfff)),
+                       _mm256_set1_epi32(1)),
+      sh);
+  const __m256i start = _mm256_sllv_epi32(_mm256_srli_epi32(e, 20), sh);
+  x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srl_epi32(x, p)),
+                       _mm256_sub_epi32(slot, start));
+  e_out = _mm256_and_si256(e, _mm256_set1_epi32(0xff));
+  return renorm8(x, words, cursor);
+}
+
+// decode8 for lanes whose slots are their table indices (is_flat: base 0, shift 0), with the
+// word cursor in the caller's local.
+inline __m256i decode8_flat(__m256i x, const DecodeTables& t, __m128i p, __m256i mask,
+                            const uint16_t* words, size_t& cursor, __m256i& e_out) {
+  const __m256i slot = _mm256_and_si256(x, mask);
+  const __m256i e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.entries.data()), slot, 4);
+  const __m256i f = _mm256_add_epi32(
+      _mm256_and_si256(_mm256_srli_epi32(e, 8), _mm256_set1_epi32(0xfff)), _mm256_set1_epi32(1));
+  x = _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srl_epi32(x, p)),
+                       _mm256_sub_epi32(slot, _mm256_srli_epi32(e, 20)));
+  e_out = _mm256_and_si256(e, _mm256_set1_epi32(0xff));
+  return renorm8(x, words, cursor);
 }
 
 // AVX2 twin of the AVX-512 search kernel (alphabets of NT + 1 <= 16 symbols): states in four
@@ -250,6 +269,53 @@ size_t slots_lockstep8(RansDecodeState* const* s, const DecodeTables* const* t, 
   return i;
 }
 
+// Two 32-lane slot-table payloads in lockstep from element 0 (the AVX-512 decode_slots_pair's
+// twin): one payload's steps wait on their gathers and on its word cursor, the other's fill
+// those cycles. Equal periods (the same dim); kFlat: both patterns flat.
+template <bool kFlat>
+size_t slots_pair32(RansDecodeState* const* s, const DecodeTables* const* t,
+                    const LanePattern* pattern, size_t end, uint8_t* const* out) {
+  __m128i p[2];
+  __m256i mask[2], x[2][4];
+  const uint16_t* words[2];
+  size_t cursor[2];
+  for (int k = 0; k < 2; ++k) {
+    p[k] = _mm_cvtsi32_si128(t[k]->precision);
+    mask[k] = _mm256_set1_epi32(static_cast<int>((1u << t[k]->precision) - 1));
+    for (int v = 0; v < 4; ++v)
+      x[k][v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s[k]->x + 8 * v));
+    words[k] = s[k]->words;
+    cursor[k] = s[k]->cursor;
+  }
+  size_t i = 0, step = 0;
+  while (i + kMaxLanes <= end && cursor[0] + kMaxLanes <= s[0]->n_words &&
+         cursor[1] + kMaxLanes <= s[1]->n_words) {
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k) {
+      __m256i e[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        if constexpr (kFlat) {
+          x[k][v] = decode8_flat(x[k][v], *t[k], p[k], mask[k], words[k], cursor[k], e[v]);
+        } else {
+          const size_t at = step * kMaxLanes + 8 * static_cast<size_t>(v);
+          x[k][v] = decode8(x[k][v], pattern[k].base.data() + at, pattern[k].shift.data() + at,
+                            *t[k], p[k], mask[k], words[k], cursor[k], e[v]);
+        }
+      }
+      store_symbols32(e[0], e[1], e[2], e[3], out[k] + i);
+    }
+    i += kMaxLanes;
+    if (++step == pattern[0].period) step = 0;
+  }
+  for (int k = 0; k < 2; ++k) {
+    for (int v = 0; v < 4; ++v)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(s[k]->x + 8 * v), x[k][v]);
+    s[k]->cursor = cursor[k];
+  }
+  return i;
+}
+
 }  // namespace
 
 size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
@@ -266,7 +332,7 @@ size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_
   while (i + kNarrowLanes <= end && st.cursor + kNarrowLanes <= st.n_words) {
     __m256i e;
     x = decode8(x, pattern.base.data() + k * kNarrowLanes, pattern.shift.data() + k * kNarrowLanes,
-                tables, p, mask, st, e);
+                tables, p, mask, st.words, st.cursor, e);
     store_symbols8(e, symbols + i);
     i += kNarrowLanes;
     if (++k == pattern.period) k = 0;
@@ -344,24 +410,36 @@ size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t 
   __m256i x[4];
   for (int v = 0; v < 4; ++v)
     x[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x + 8 * v));
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // The cursor through the state in memory and no flat step: alone, this kernel ran slower with
+  // the cursor in a local (1.0 against 1.0-1.2 G symbols/s) and slower again with slots_pair32's
+  // flat step (0.8-0.9), unlike the pair (variants of one binary; across binaries the same code
+  // moved by up to a fifth with the layout).
   size_t i = begin, k = 0;
   while (i + kMaxLanes <= end && st.cursor + kMaxLanes <= st.n_words) {
     const uint32_t* base = pattern.base.data() + k * kMaxLanes;
     const uint32_t* shift = pattern.shift.data() + k * kMaxLanes;
     __m256i e[4];
     for (int v = 0; v < 4; ++v)
-      x[v] = decode8(x[v], base + 8 * v, shift + 8 * v, tables, p, mask, st, e[v]);
-    // 4 x 8 u32 symbols -> 32 bytes in lane order.
-    const __m256i ab = _mm256_packus_epi32(e[0], e[1]);
-    const __m256i cd = _mm256_packus_epi32(e[2], e[3]);
-    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(symbols + i), bytes);
+      x[v] = decode8(x[v], base + 8 * v, shift + 8 * v, tables, p, mask, st.words, st.cursor, e[v]);
+    store_symbols32(e[0], e[1], e[2], e[3], symbols + i);
     i += kMaxLanes;
     if (++k == pattern.period) k = 0;
   }
   for (int v = 0; v < 4; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x + 8 * v), x[v]);
   return i;
+}
+
+size_t rans_decode_avx2_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                             const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                             uint8_t* symbols_b) {
+  if (ta.uses_search() || tb.uses_search()) return 0;
+  const LanePattern pattern[2] = {make_lane_pattern(ta, dim, 0), make_lane_pattern(tb, dim, 0)};
+  if (pattern[0].period == 0 || pattern[1].period != pattern[0].period) return 0;
+  RansDecodeState* const s[2] = {&a, &b};
+  const DecodeTables* const t[2] = {&ta, &tb};
+  uint8_t* const out[2] = {symbols_a, symbols_b};
+  return is_flat(pattern[0]) && is_flat(pattern[1]) ? slots_pair32<true>(s, t, pattern, end, out)
+                                                    : slots_pair32<false>(s, t, pattern, end, out);
 }
 
 size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,

@@ -57,16 +57,6 @@ inline __m512i decode16_flat(__m512i x, const DecodeTables& t, __m128i p, __m512
   return x;
 }
 
-// Whether every lane of the pattern reads its table at its slot (base 0, shift 0): one channel
-// at the coder's precision (the lossless tier's pooled high planes and rotation residuals). Its
-// steps skip a load, a variable shift and an add on the chain each step waits for (~6% of a
-// lossless decode of tinystories-hd64).
-bool is_flat(const LanePattern& p) {
-  for (size_t l = 0; l < p.base.size(); ++l)
-    if (p.base[l] != 0 || p.shift[l] != 0) return false;
-  return true;
-}
-
 // Search kernel for alphabets of NT + 1 <= 16 symbols: all 32 slots as one vector of u16,
 // compared against the lanes' cumulative starts (no table lookups, no gathers).
 struct SearchConstants {

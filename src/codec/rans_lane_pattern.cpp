@@ -81,6 +81,12 @@ struct PatternCache {
 
 }  // namespace
 
+bool is_flat(const LanePattern& p) {
+  for (size_t l = 0; l < p.base.size(); ++l)
+    if (p.base[l] != 0 || p.shift[l] != 0) return false;
+  return true;
+}
+
 LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin, size_t lanes) {
   LanePattern p;
   const size_t period = lane_period(dim, lanes);

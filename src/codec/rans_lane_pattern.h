@@ -35,6 +35,10 @@ struct LanePattern {
 // `lanes` per step: kMaxLanes, or kNarrowLanes for the 8-lane kernels; from element `begin`.
 LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin,
                               size_t lanes = kMaxLanes);
+// Whether every lane of the pattern reads its table at its slot (base 0, shift 0): one channel
+// at the coder's precision (the lossless tier's pooled high planes and rotation residuals). The
+// kernels' flat steps skip a load, a variable shift and an add on the chain each step waits for.
+bool is_flat(const LanePattern& p);
 
 // Search kernels: for step k and threshold j (1..n_syms-1), the 32 lanes' cumulative starts
 // cum[channel(lane)][j] as u16 at thresholds[(k * (n_syms - 1) + j - 1) * 32 + position], in
