@@ -251,7 +251,7 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
   const std::vector<std::vector<size_t>> lists = {
       {0, 1}, {1, 2},     {0, 3},       {4, 5},    {0, 1, 3, 2},    {6, 0},
       {0, 7}, {3, 4},     {5},          {0, 6, 1}, {6, 0, 3, 7, 1},  // shared ones together
-      {8, 9}, {8, 9, 10}, {0, 8, 1, 9}, {6, 8},    {8, 0, 9}};       // independent ones too
+      {8, 9}, {8, 9, 10}, {0, 8, 1, 9}, {6, 8},    {8, 0, 9}};       // independent ones paired
   auto one_at_a_time = [&](const std::vector<size_t>& list,
                            const std::vector<std::vector<uint8_t>>& in) {
     std::vector<std::vector<Half>> out;
