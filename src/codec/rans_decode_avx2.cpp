@@ -410,9 +410,9 @@ size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t 
   __m256i x[4];
   for (int v = 0; v < 4; ++v)
     x[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x + 8 * v));
-  // The cursor through the state in memory and no flat step: alone, this kernel ran slower with
-  // the cursor in a local (1.0 against 1.0-1.2 G symbols/s) and slower again with slots_pair32's
-  // flat step (0.8-0.9), unlike the pair (variants of one binary; across binaries the same code
+  // The cursor through the state in memory and no flat step: alone, this kernel ran no faster
+  // with the cursor in a local (1.03 G symbols/s both ways) and slower with slots_pair32's flat
+  // step (0.86-0.88), unlike the pair (variants of one binary; across binaries the same code
   // moved by up to a fifth with the layout).
   size_t i = begin, k = 0;
   while (i + kMaxLanes <= end && st.cursor + kMaxLanes <= st.n_words) {
