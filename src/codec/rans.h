@@ -55,6 +55,13 @@ DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int pre
 void build_decode_tables(std::span<const ChannelTable> channels, int precision,
                          DecodeTables& tables);
 
+// build_decode_tables writes each symbol's slot entries as a block of kSlotRun entries (see
+// there), and kSlotRun entries of padding after the last channel's.
+inline constexpr size_t kSlotRun = 16;
+// build_decode_tables' slot entries of `channels` (alphabets of more than kMaxSearchSymbols
+// symbols), channel after channel, on the AVX2 and AVX-512 paths (rans_decode_avx2.cpp).
+void fill_slot_entries_avx2(std::span<const ChannelTable> channels, uint32_t* entries);
+
 inline uint32_t pack_entry(uint32_t sym, uint32_t freq_t, uint32_t cum_t) {
   return sym | ((freq_t - 1) << 8) | (cum_t << 20);
 }

@@ -389,6 +389,42 @@ size_t rans_decode_avx2_4(RansDecodeState& st, const DecodeTables& tables, size_
   return i;
 }
 
+// build_decode_tables' scalar fill with vectors: blocks of kSlotRun entries in ascending order
+// of symbols, a longer run's rest by 8 entries at a time (its spill, under 8 entries, lands in
+// the next present symbol's block, written after it).
+void fill_slot_entries_avx2(std::span<const ChannelTable> channels, uint32_t* entries) {
+  static_assert(kSlotRun == 16, "two vectors of entries per symbol");
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
+  for (const ChannelTable& ch : channels) {
+    const size_t n = ch.freq.size();  // a power of two above kMaxSearchSymbols
+    for (size_t s0 = 0; s0 < n; s0 += 8) {
+      const __m256i f = _mm256_cvtepu16_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(ch.freq.data() + s0)));
+      const __m256i c = _mm256_cvtepu16_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(ch.cum.data() + s0)));
+      // pack_entry of the present symbols, 0 for absent ones.
+      const __m256i sym = _mm256_add_epi32(iota, _mm256_set1_epi32(static_cast<int>(s0)));
+      const __m256i packed =
+          _mm256_or_si256(_mm256_or_si256(sym, _mm256_slli_epi32(_mm256_sub_epi32(f, one), 8)),
+                          _mm256_slli_epi32(c, 20));
+      const __m256i e = _mm256_andnot_si256(_mm256_cmpeq_epi32(f, zero), packed);
+      const uint16_t* const cum = ch.cum.data() + s0;
+      // In ascending order: a block spilling past its run is overwritten by the next symbols'.
+      for (int k = 0; k < 8; ++k) {
+        const __m256i v = _mm256_permutevar8x32_epi32(e, _mm256_set1_epi32(k));
+        uint32_t* const to = entries + cum[k];
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), v);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + 8), v);
+        const uint32_t fk = ch.freq[s0 + static_cast<size_t>(k)];
+        for (uint32_t j = kSlotRun; j < fk; j += 8)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + j), v);
+      }
+    }
+    entries += size_t{1} << ch.t;
+  }
+}
+
 size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                         size_t end, uint8_t* symbols) {
   switch (tables.n_syms) {

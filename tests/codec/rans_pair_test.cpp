@@ -111,6 +111,51 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
   set_simd_path(best_supported_simd_path());
 }
 
+// Slot tables (alphabets above 16 symbols) as every path builds them: the SIMD fill writes the
+// scalar loop's entries, with absent symbols (also the last ones), runs from 1 to 2^12 entries
+// and one-symbol channels (t = 0) among the channels.
+TEST(RansDecodeTables, EveryPathBuildsTheScalarSlotTables) {
+  std::mt19937 rng(77);
+  for (const int bits : {5, 6, 8}) {
+    const size_t n = size_t{1} << bits;
+    std::vector<ChannelTable> channels(40);
+    int top = 0;
+    for (size_t c = 0; c < channels.size(); ++c) {
+      ChannelTable& ch = channels[c];
+      ch.t = c == 0 ? 12 : static_cast<int>(rng() % 13);  // t = 12: runs past 2^11
+      top = std::max(top, ch.t);
+      ch.freq.assign(n, 0);
+      const size_t present = std::min<size_t>(size_t{1} << ch.t, 1 + rng() % n);
+      std::vector<size_t> symbols(n);
+      for (size_t s = 0; s < n; ++s) symbols[s] = s;
+      std::shuffle(symbols.begin(), symbols.end(), rng);
+      for (size_t k = 0; k < present; ++k) ch.freq[symbols[k]] = 1;
+      for (uint32_t left = (1u << ch.t) - static_cast<uint32_t>(present); left > 0; --left)
+        ++ch.freq[symbols[rng() % 3 == 0 ? rng() % present : 0]];  // one long run
+      ch.cum.assign(n, 0);
+      for (size_t s = 1; s < n; ++s)
+        ch.cum[s] = static_cast<uint16_t>(ch.cum[s - 1] + ch.freq[s - 1]);
+    }
+    set_simd_path(SimdPath::scalar);
+    const DecodeTables want = build_decode_tables(channels, top);
+    ASSERT_FALSE(want.uses_search());
+    size_t total = 0;
+    for (const ChannelTable& ch : channels) total += size_t{1} << ch.t;
+    for (SimdPath p : test::supported_simd_paths()) {
+      set_simd_path(p);
+      const DecodeTables got = build_decode_tables(channels, top);
+      SCOPED_TRACE(std::string(simd_path_name(p)) + " bits " + std::to_string(bits));
+      EXPECT_EQ(got.base, want.base);
+      EXPECT_EQ(got.shift, want.shift);
+      ASSERT_GE(got.entries.size(), total);
+      // The padding after the last channel holds spills: not part of any table.
+      EXPECT_TRUE(
+          std::equal(want.entries.begin(), want.entries.begin() + total, got.entries.begin()));
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
 TEST(RansPair, TwoTablesDecodeAsTwoSingleCalls) {
   struct Case {
     size_t dim, n_a, n_b;
