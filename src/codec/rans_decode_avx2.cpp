@@ -416,9 +416,19 @@ void fill_slot_entries_avx2(std::span<const ChannelTable> channels, uint32_t* en
         uint32_t* const to = entries + cum[k];
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), v);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + 8), v);
+      }
+      // Runs longer than a block: the rest within the run (the last store ends at its end).
+      const __m256i longer_v = _mm256_cmpgt_epi32(f, _mm256_set1_epi32(kSlotRun));
+      for (uint32_t longer =
+               static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(longer_v)));
+           longer != 0; longer &= longer - 1) {
+        const int k = __builtin_ctz(longer);
+        const __m256i v = _mm256_permutevar8x32_epi32(e, _mm256_set1_epi32(k));
         const uint32_t fk = ch.freq[s0 + static_cast<size_t>(k)];
-        for (uint32_t j = kSlotRun; j < fk; j += 8)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + j), v);
+        uint32_t* const to = entries + cum[k];
+        uint32_t j = kSlotRun;
+        for (; j + 8 <= fk; j += 8) _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + j), v);
+        if (j < fk) _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + fk - 8), v);
       }
     }
     entries += size_t{1} << ch.t;
