@@ -194,9 +194,9 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::spa
   if (!info.has_rope || T == 0 || info.codec == ContainerCodec::transform) return;
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
   // The angles once for every layer (kept between reads: chunks of files that start a context
-  // at the same position rotate at the same positions); rows in blocks through an fp32 buffer
-  // per thread, widened and rounded back (saturating, as dequantization does: keys that were
-  // finite fp16 stay finite) by the SIMD kernels.
+  // at the same position rotate at the same positions); blocks of rows rotated in place by
+  // rope_f16, which rounds back saturating, as dequantization does (keys that were finite fp16
+  // stay finite).
   size_t first_row = 0;
   const RopeAngles& angles =
       detail::kept_rope_angles(int64_t{info.rope_position_offset} + static_cast<int64_t>(begin), T,
@@ -211,14 +211,14 @@ void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::spa
   const size_t block = std::max<size_t>(1, 16384 / (H * D));
   const size_t blocks = (T + block - 1) / block;
   const detail::QuantKernels& kernels = detail::quant_kernels();
+  const size_t n_pairs = angles.n_pairs;
+  if (2 * n_pairs > D || (first_row + T) * n_pairs > angles.cos.size())
+    detail::invalid("rotate_pre_rope_keys: angles do not cover these rows");
   detail::parallel_for(keys.size() * blocks, [&](size_t task) {
     const size_t r0 = (task % blocks) * block, rows = std::min(block, T - r0);
-    uint16_t* k = reinterpret_cast<uint16_t*>(keys[task / blocks] + r0 * H * D);
-    thread_local std::vector<float> x;
-    x.resize(rows * H * D);
-    kernels.f16_to_f32(k, x.data(), x.size());
-    rope_rows(x, rows, H, D, angles, first_row + r0, info.rope.neox);
-    kernels.f32_to_f16_sat(x.data(), k, x.size());
+    const size_t at = (first_row + r0) * n_pairs;
+    kernels.rope_f16(reinterpret_cast<uint16_t*>(keys[task / blocks] + r0 * H * D), rows, H, D,
+                     angles.cos.data() + at, angles.sin.data() + at, n_pairs, info.rope.neox);
   });
 }
 

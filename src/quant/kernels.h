@@ -41,6 +41,13 @@ struct QuantKernels {
   // out[i] = float_to_half(in[i]): IEEE nearest-even, +-Inf past 65504, NaN to the quiet NaN
   // 0x7e00 with its sign (exactly cachegen::float_to_half).
   void (*f32_to_f16)(const float* in, uint16_t* out, size_t n);
+  // RoPE on fp16 keys in place, k[rows, n_heads, head_dim]: row r's pairs (i, i + n_pairs)
+  // (neox) or (2i, 2i + 1) rotated by cos[r * n_pairs + i] and sin[r * n_pairs + i] as
+  // cachegen::rope_rows rotates their fp32 widenings (x0 * cos - x1 * sin, x0 * sin + x1 * cos,
+  // every product and sum rounded), then each value rounded back as f32_to_f16_sat rounds
+  // (also those past the 2 * n_pairs rotated ones). 2 * n_pairs <= head_dim.
+  void (*rope_f16)(uint16_t* k, size_t rows, size_t n_heads, size_t head_dim, const float* cos,
+                   const float* sin, size_t n_pairs, bool neox);
   // Per-channel histograms of a [rows, dim] matrix of symbols < n_syms: adds to
   // counts[c * n_syms + s] the rows whose channel c holds s (the codec's model search).
   void (*channel_histograms)(const uint8_t* symbols, size_t rows, size_t dim, size_t n_syms,

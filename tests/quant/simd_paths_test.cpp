@@ -10,6 +10,7 @@
 
 #include "cachegen/quant.h"
 #include "cachegen/runtime.h"
+#include "cachegen/transform.h"
 #include "quant/kernels.h"
 #include "quant/test_inputs.h"
 
@@ -107,6 +108,52 @@ TEST(SimdPaths, FloatToHalfKernelsMatchFloatToHalf) {
       uint32_t u;
       std::memcpy(&u, &in[i], 4);
       ASSERT_EQ(got[i], want[i]) << "input bits " << std::hex << u;
+    }
+  }
+}
+
+// rope_f16 on every path: the fp32 rotation of the widened keys (cachegen::rope_rows) rounded
+// back by f32_to_f16_sat, bit for bit, for both pair layouts, partial rotation (the values past
+// the rotated ones only rounded back), pair counts off the vectors' widths, keys near and past
+// the fp16 range, infinities and NaNs.
+TEST(SimdPaths, RopeF16IsTheFp32RotationRoundedBack) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> half_bits(0, 0xffff);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  struct Case {
+    size_t heads, head_dim, n_pairs;
+  };
+  for (const Case c : {Case{4, 8, 4}, Case{3, 128, 64}, Case{1, 160, 70}, Case{2, 46, 23},
+                       Case{2, 64, 16}, Case{5, 4, 2}}) {
+    for (const bool neox : {false, true}) {
+      const size_t rows = 37, n = rows * c.heads * c.head_dim;
+      std::vector<uint16_t> keys(n);
+      for (size_t i = 0; i < n; ++i) {
+        keys[i] = i % 7 == 0 ? static_cast<uint16_t>(half_bits(rng))  // any pattern
+                             : float_to_half(normal(rng) * (i % 5 == 0 ? 20000.0f : 1.0f)).bits;
+      }
+      keys[1] = 0x7c00;  // +Inf
+      keys[2] = 0xfe00;  // NaN
+      std::vector<int32_t> positions(rows);
+      for (size_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(3 * r + 1000);
+      RopeParams params;
+      params.n_rot = static_cast<int>(2 * c.n_pairs);
+      params.neox = neox;
+      const RopeAngles angles = rope_angles(positions, c.head_dim, params, false);
+      ASSERT_EQ(angles.n_pairs, c.n_pairs);
+      std::vector<float> x(n);
+      const detail::QuantKernels& scalar = detail::quant_kernels_scalar();
+      scalar.f16_to_f32(keys.data(), x.data(), n);
+      rope_rows(x, rows, c.heads, c.head_dim, angles, 0, neox);
+      std::vector<uint16_t> want(n);
+      scalar.f32_to_f16_sat(x.data(), want.data(), n);
+      for (const detail::QuantKernels* k : supported_tables()) {
+        std::vector<uint16_t> got = keys;
+        k->rope_f16(got.data(), rows, c.heads, c.head_dim, angles.cos.data(), angles.sin.data(),
+                    c.n_pairs, neox);
+        ASSERT_EQ(got, want) << "head_dim " << c.head_dim << " pairs " << c.n_pairs << " neox "
+                             << neox;
+      }
     }
   }
 }
