@@ -188,36 +188,39 @@ void decode_tensor(const CgkvInfo& info, const KvProfile* profile, size_t c, con
   }
 }
 
-// Re-applies RoPE to the keys of pre-RoPE layers in out (tokens [begin, begin + T)).
-// (Transform files rotate their keys as they decode them: decode_tensor.)
-void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, std::span<Half> out) {
-  if (!info.has_rope || T == 0 || info.codec == ContainerCodec::transform) return;
+// Re-applies RoPE to the keys of pre-RoPE layers in out (a read of tokens [begin, begin + T)),
+// rows [r0, r0 + rows) of each. (Transform files rotate their keys as they decode them:
+// decode_tensor.)
+void rotate_pre_rope_keys(const CgkvInfo& info, size_t begin, size_t T, size_t r0, size_t rows,
+                          std::span<Half> out) {
+  if (!info.has_rope || rows == 0 || info.codec == ContainerCodec::transform) return;
   const size_t H = static_cast<size_t>(info.n_kv_heads), D = static_cast<size_t>(info.head_dim);
   // The angles once for every layer (kept between reads: chunks of files that start a context
   // at the same position rotate at the same positions); blocks of rows rotated in place by
   // rope_f16, which rounds back saturating, as dequantization does (keys that were finite fp16
   // stay finite).
   size_t first_row = 0;
-  const RopeAngles& angles =
-      detail::kept_rope_angles(int64_t{info.rope_position_offset} + static_cast<int64_t>(begin), T,
-                               D, info.rope, false, first_row);
+  const RopeAngles& angles = detail::kept_rope_angles(
+      int64_t{info.rope_position_offset} + static_cast<int64_t>(begin + r0), rows, D, info.rope,
+      false, first_row);
   std::vector<Half*> keys;
   size_t t = 0;
   for (const CgkvLayerInfo& li : info.layers) {
     if (!li.attention) continue;
-    if (li.key_transform == KeyTransform::pre_rope) keys.push_back(out.data() + t * T * H * D);
+    if (li.key_transform == KeyTransform::pre_rope)
+      keys.push_back(out.data() + (t * T + r0) * H * D);
     t += 2;
   }
   const size_t block = std::max<size_t>(1, 16384 / (H * D));
-  const size_t blocks = (T + block - 1) / block;
+  const size_t blocks = (rows + block - 1) / block;
   const detail::QuantKernels& kernels = detail::quant_kernels();
   const size_t n_pairs = angles.n_pairs;
-  if (2 * n_pairs > D || (first_row + T) * n_pairs > angles.cos.size())
+  if (2 * n_pairs > D || (first_row + rows) * n_pairs > angles.cos.size())
     detail::invalid("rotate_pre_rope_keys: angles do not cover these rows");
   detail::parallel_for(keys.size() * blocks, [&](size_t task) {
-    const size_t r0 = (task % blocks) * block, rows = std::min(block, T - r0);
-    const size_t at = (first_row + r0) * n_pairs;
-    kernels.rope_f16(reinterpret_cast<uint16_t*>(keys[task / blocks] + r0 * H * D), rows, H, D,
+    const size_t b0 = (task % blocks) * block, n = std::min(block, rows - b0);
+    const size_t at = (first_row + b0) * n_pairs;
+    kernels.rope_f16(reinterpret_cast<uint16_t*>(keys[task / blocks] + b0 * H * D), n, H, D,
                      angles.cos.data() + at, angles.sin.data() + at, n_pairs, info.rope.neox);
   });
 }
@@ -421,16 +424,18 @@ void CgkvReader::read_tokens_into(size_t begin, size_t end, std::span<Half> out)
       const size_t lo = std::max(begin, ci.token_begin) - ci.token_begin;
       const size_t hi = std::min(end, ci.token_begin + ci.n_tokens) - ci.token_begin;
       std::vector<uint8_t> hold;
-      decode_chunk(info_, profile_.get(), c, chunk_bytes(c, hold), lo, hi, [&](size_t t) {
-        return out.data() + (t * T + (ci.token_begin + lo - begin)) * row;
-      });
+      const size_t r0 = ci.token_begin + lo - begin;
+      decode_chunk(info_, profile_.get(), c, chunk_bytes(c, hold), lo, hi,
+                   [&](size_t t) { return out.data() + (t * T + r0) * row; });
+      // The chunk's keys while they are in cache (after the whole read, a long context's were
+      // read back from memory).
+      rotate_pre_rope_keys(info_, begin, T, r0, hi - lo, out);
     } catch (...) {
       errors[k] = std::current_exception();
     }
   });
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
-  rotate_pre_rope_keys(info_, begin, T, out);
 }
 
 void CgkvReader::verify() const {

@@ -293,12 +293,60 @@ static void rope_f16(uint16_t* k, size_t rows, size_t n_heads, size_t head_dim, 
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from)));
   };
 #endif
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
+  // The same 16 wide; heads of 8 values (4 adjacent pairs) two to a vector.
+  const __m512 hi16 = _mm512_set1_ps(kHalfMax), lo16 = _mm512_set1_ps(-kHalfMax);
+  const __m512i dup16 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512i dup4x2 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3);
+  const __m512 even_negated16 = _mm512_castsi512_ps(_mm512_set1_epi64(0x80000000u));
+  const auto round_back16 = [&](__m512 y, uint16_t* to) {
+    y = _mm512_max_ps(_mm512_min_ps(y, hi16), lo16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to),
+                        _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  };
+  const auto widen16 = [](const uint16_t* from) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from)));
+  };
+  // x * cc + swapped(x) * ss, the angles c and s (in their low lanes) placed by `idx`.
+  const auto rotate_adjacent16 = [&](uint16_t* v, __m512 c, __m512 s, __m512i idx) {
+    const __m512 x = widen16(v);
+    const __m512 cc = _mm512_permutexvar_ps(idx, c);
+    const __m512 ss = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(_mm512_permutexvar_ps(idx, s)), _mm512_castps_si512(even_negated16)));
+    round_back16(_mm512_add_ps(_mm512_mul_ps(x, cc), _mm512_mul_ps(_mm512_permute_ps(x, 0xb1), ss)),
+                 v);
+  };
+#endif
   for (size_t r = 0; r < rows; ++r) {
     const float* c = cos + r * n_pairs;
     const float* s = sin + r * n_pairs;
-    for (size_t h = 0; h < n_heads; ++h) {
+    size_t h = 0;
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
+    if (!neox && head_dim == 8 && n_pairs == 4) {
+      const __m512 c4 = _mm512_castps128_ps512(_mm_loadu_ps(c));
+      const __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps(s));
+      for (; h + 2 <= n_heads; h += 2) rotate_adjacent16(k + (r * n_heads + h) * 8, c4, s4, dup4x2);
+    }
+#endif
+    for (; h < n_heads; ++h) {
       uint16_t* v = k + (r * n_heads + h) * head_dim;
       size_t i = 0;
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
+      if (neox) {
+        for (; i + 16 <= n_pairs; i += 16) {
+          const __m512 x0 = widen16(v + i), x1 = widen16(v + n_pairs + i);
+          const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_loadu_ps(s + i);
+          round_back16(_mm512_sub_ps(_mm512_mul_ps(x0, ci), _mm512_mul_ps(x1, si)), v + i);
+          round_back16(_mm512_add_ps(_mm512_mul_ps(x0, si), _mm512_mul_ps(x1, ci)),
+                       v + n_pairs + i);
+        }
+      } else {
+        for (; i + 8 <= n_pairs; i += 8) {
+          rotate_adjacent16(v + 2 * i, _mm512_castps256_ps512(_mm256_loadu_ps(c + i)),
+                            _mm512_castps256_ps512(_mm256_loadu_ps(s + i)), dup16);
+        }
+      }
+#endif
 #if defined(CACHEGEN_HAVE_F16C)
       if (neox) {
         for (; i + 8 <= n_pairs; i += 8) {
