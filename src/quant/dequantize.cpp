@@ -21,7 +21,7 @@ void dequant_codes_into(const CodeStream& s, std::span<Half> out) {
     const size_t row0 = g * s.group_size;
     const size_t rows = std::min(s.group_size, s.n_rows - row0);
     k.dequant_rows(s.codes.data() + row0 * s.dim, rows, s.dim, s.scale.data() + g * s.dim,
-                   s.zero.data() + g * s.dim, o + row0 * s.dim);
+                   s.zero.data() + g * s.dim, o + row0 * s.dim, s.dim);
   }
 }
 

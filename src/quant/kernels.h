@@ -25,11 +25,12 @@ struct QuantKernels {
   // codes[r, c] = clamp(round_half_even((x[r, c] - zero[c]) / scale[c]), 0, max_code).
   void (*quantize_rows)(const float* x, size_t rows, size_t dim, const float* scale,
                         const float* zero, float max_code, uint8_t* codes);
-  // out[r, c] = fp16(clamp((float(codes[r, c]) * scale[c]) + zero[c], -65504, 65504)), two
-  // fp32 roundings. The clamp saturates instead of rounding to +-Inf: a group of finite fp16
-  // inputs reaching +-65504 has a rounded-up scale whose top level lies past 65504.
+  // out[r * out_stride + c] = fp16(clamp((float(codes[r, c]) * scale[c]) + zero[c], -65504,
+  // 65504)), two fp32 roundings (out_stride >= dim). The clamp saturates instead of rounding to
+  // +-Inf: a group of finite fp16 inputs reaching +-65504 has a rounded-up scale whose top level
+  // lies past 65504.
   void (*dequant_rows)(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
-                       const float* zero, uint16_t* out);
+                       const float* zero, uint16_t* out, size_t out_stride);
   // The transform codec's basis combination (docs/FORMAT.md, codec 2), rows r < rows:
   // out[r * out_stride + k] = (base[k] + 0) + sum over j < n, ascending, of
   // basis[j * len + k] * coef[r * n + j], for k < len; every product and sum rounded on its own.
