@@ -294,10 +294,11 @@ static inline uint16_t half_sat(float y) {
   return float_to_half(max_f(min_f(y, kHalfMax), -kHalfMax)).bits;
 }
 
-// One row's heads in place, each widened, rotated and rounded back 8 values at a time (4
-// adjacent pairs, or 8 pairs of the two halves), the rest value by value. (Through an fp32
-// buffer in three passes, widening, cachegen::rope_rows and rounding back, it took 13-15% of a
-// pre-RoPE level's file decode; rope_rows alone ran 4 wide with a tail per 8-wide head.)
+// Each head in place, widened, rotated and rounded back a vector at a time (8 values on AVX2,
+// 16 on AVX-512: adjacent pairs through a swap, the halves' pairs directly), the rest value by
+// value. (Through an fp32 buffer in three passes, widening, cachegen::rope_rows and rounding
+// back, it took 13-15% of a pre-RoPE level's file decode; rope_rows alone ran 4 wide with a
+// tail per 8-value head.)
 static void rope_f16(uint16_t* k, size_t rows, size_t n_heads, size_t head_dim, const float* cos,
                      const float* sin, size_t n_pairs, bool neox) {
 #if defined(CACHEGEN_HAVE_F16C)
