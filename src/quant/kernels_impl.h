@@ -30,6 +30,11 @@ static inline float min_f(float a, float b) {
 static inline float max_f(float a, float b) {
   return a > b ? a : b;
 }
+// fp16 of y clamped to +-65504 (a NaN y becomes the bound: min_f/max_f return b): what the
+// vector loops' min, max and round-to-nearest conversion give.
+static inline uint16_t half_sat(float y) {
+  return float_to_half(max_f(min_f(y, kHalfMax), -kHalfMax)).bits;
+}
 
 static void f16_to_f32(const uint16_t* in, float* out, size_t n) {
   size_t i = 0;
@@ -204,7 +209,7 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
 #endif
     for (; c < dim; ++c) {
       const float y = static_cast<float>(in[c]) * scale[c] + zero[c];
-      o[c] = float_to_half(max_f(min_f(y, kHalfMax), -kHalfMax)).bits;
+      o[c] = half_sat(y);
     }
   }
 }
@@ -273,7 +278,7 @@ static void f32_to_f16_sat(const float* in, uint16_t* out, size_t n) {
                      _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 #endif
-  for (; i < n; ++i) out[i] = float_to_half(max_f(min_f(in[i], kHalfMax), -kHalfMax)).bits;
+  for (; i < n; ++i) out[i] = half_sat(in[i]);
 }
 
 static void f32_to_f16(const float* in, uint16_t* out, size_t n) {
@@ -288,10 +293,6 @@ static void f32_to_f16(const float* in, uint16_t* out, size_t n) {
   }
 #endif
   for (; i < n; ++i) out[i] = float_to_half(in[i]).bits;
-}
-
-static inline uint16_t half_sat(float y) {
-  return float_to_half(max_f(min_f(y, kHalfMax), -kHalfMax)).bits;
 }
 
 // Each head in place, widened, rotated and rounded back a vector at a time (8 values on AVX2,
