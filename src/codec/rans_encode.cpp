@@ -41,6 +41,20 @@ const uint64_t* reciprocals() {
   return table.v;
 }
 
+// The double nearest 1 / f for f in 1..2^kMaxPrecision (the AVX-512 encoder's inv_freq),
+// computed once: a division per table entry was a quarter of building a batch's tables.
+const double* inverses() {
+  struct Table {
+    double v[(1u << kMaxPrecision) + 1];
+    Table() {
+      v[0] = 0.0;
+      for (uint32_t f = 1; f <= (1u << kMaxPrecision); ++f) v[f] = 1.0 / static_cast<double>(f);
+    }
+  };
+  static const Table table;
+  return table.v;
+}
+
 // m = ceil(2^(32+L) / f) with L = ceil(log2 f), from rcp = ceil(2^44 / f): ceilings of
 // divisions nest. 2^32 <= m < 2^33 (the narrow encoders' multiplier, see RansEncodeTables).
 struct Magic {
@@ -60,23 +74,40 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                  std::vector<uint8_t>& out) {
   const size_t n = symbols.size();
   const size_t n_syms = channels.empty() ? 0 : channels[0].freq.size();
+  const size_t n_entries = dim * n_syms;
   const uint64_t x_max_unit = static_cast<uint64_t>(kRansLow >> precision) << 16;
-  std::vector<EncSymbol> table(dim * n_syms);
   const uint64_t* const rcp = reciprocals();
-  for (size_t c = 0; c < dim; ++c) {
-    const int up = precision - channels[c].t;
-    for (size_t s = 0; s < n_syms; ++s) {
-      EncSymbol& e = table[c * n_syms + s];
-      const uint32_t f = static_cast<uint32_t>(channels[c].freq[s]) << up;
-      if (f == 0) {
-        e = EncSymbol{0, 0, 0, 0};  // absent: never coded
-        continue;
+  // Calls f(entry, frequency, start) for every (channel, symbol) entry at `precision`
+  // (frequency 0: absent, never coded).
+  const auto for_each_entry = [&](auto&& f) {
+    for (size_t c = 0; c < dim; ++c) {
+      const int up = precision - channels[c].t;
+      const uint16_t* const freq = channels[c].freq.data();
+      const uint16_t* const cum = channels[c].cum.data();
+      for (size_t s = 0; s < n_syms; ++s) {
+        f(c * n_syms + s, static_cast<uint32_t>(freq[s]) << up,
+          static_cast<uint32_t>(cum[s]) << up);
       }
-      e.rcp = rcp[f];  // f <= 2^precision <= 2^kMaxPrecision
-      e.x_max = x_max_unit * f;
-      e.bias = static_cast<uint32_t>(channels[c].cum[s]) << up;
-      e.cmpl = (1u << precision) - f;
     }
+  };
+  const auto enc_symbol = [&](uint32_t f, uint32_t start) {
+    if (f == 0) return EncSymbol{0, 0, 0, 0};  // absent: never coded
+    // f <= 2^precision <= 2^kMaxPrecision
+    return EncSymbol{rcp[f], x_max_unit * f, start, (1u << precision) - f};
+  };
+  // 32- and 8-lane payloads: an AVX-512 or AVX2 encoder takes every full step of n_lanes
+  // elements from its own tables, built straight from the channels; the scalar loop below
+  // codes the partial step at the end (coded first) with entries made as it goes. Without
+  // one, the scalar loop codes everything from a table of every entry.
+  const auto lanes = static_cast<size_t>(n_lanes);
+  const SimdPath path = simd_path();
+  const bool simd = (lanes == kMaxLanes || lanes == kNarrowLanes) && n >= lanes &&
+                    (path == SimdPath::avx512 || path == SimdPath::avx2);
+  const size_t scalar_end = simd ? n - n % lanes : 0;
+  std::unique_ptr<EncSymbol[]> table;
+  if (!simd) {
+    table = std::make_unique_for_overwrite<EncSymbol[]>(n_entries);
+    for_each_entry([&](size_t i, uint32_t f, uint32_t start) { table[i] = enc_symbol(f, start); });
   }
   uint32_t x[kMaxLanes];
   for (int l = 0; l < n_lanes; ++l) x[l] = kRansLow;
@@ -87,17 +118,15 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
       reinterpret_cast<uint16_t*>(scratch_bytes((n + 1) * sizeof(uint16_t), Scratch::rans_words));
   const size_t words_end = n + 1;
   size_t w_pos = words_end;
-  // 32- and 8-lane payloads: an AVX-512 encoder takes every full step of n_lanes elements;
-  // the scalar loop below codes the partial step at the end (coded first).
-  const auto lanes = static_cast<size_t>(n_lanes);
-  const SimdPath path = simd_path();
-  const bool simd = (lanes == kMaxLanes || lanes == kNarrowLanes) && n >= lanes &&
-                    (path == SimdPath::avx512 || path == SimdPath::avx2);
-  const size_t scalar_end = simd ? n - n % lanes : 0;
   size_t lane = n == 0 ? 0 : (n - 1) % static_cast<size_t>(n_lanes);
   size_t channel = n == 0 ? 0 : (n - 1) % dim;
   for (size_t i = n; i-- > scalar_end;) {
-    const EncSymbol& e = table[channel * n_syms + symbols[i]];
+    const size_t sym = symbols[i];
+    const ChannelTable& ch = channels[channel];
+    const int up = precision - ch.t;
+    const EncSymbol e = table ? table[channel * n_syms + sym]
+                              : enc_symbol(static_cast<uint32_t>(ch.freq[sym]) << up,
+                                           static_cast<uint32_t>(ch.cum[sym]) << up);
     uint32_t s = x[lane];
     // Branch-free renormalisation: whether a lane emits a word is data-dependent (about one
     // symbol in ten), so a branch mispredicts often. The slot below w_pos always exists.
@@ -110,39 +139,46 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     lane = lane == 0 ? static_cast<size_t>(n_lanes) - 1 : lane - 1;
     channel = channel == 0 ? dim - 1 : channel - 1;
   }
+  // The SIMD tables, not zero-filled first: every entry is written once (absent ones, never
+  // read, as 0).
   if (simd && path == SimdPath::avx2) {
-    std::vector<uint32_t> entry(table.size(), 0), magic(table.size(), 0);
-    for (size_t i = 0; i < table.size(); ++i) {
-      if (table[i].rcp == 0) continue;  // absent: never coded
-      const uint32_t f = (1u << precision) - table[i].cmpl;
-      const Magic mg = magic_of(table[i].rcp, f);
-      entry[i] = f | table[i].bias << 13 | static_cast<uint32_t>(mg.L > 0 ? mg.L - 1 : 0) << 25;
+    const auto entry = std::make_unique_for_overwrite<uint32_t[]>(n_entries);
+    const auto magic = std::make_unique_for_overwrite<uint32_t[]>(n_entries);
+    for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
+      if (f == 0) {
+        entry[i] = magic[i] = 0;
+        return;
+      }
+      const Magic mg = magic_of(rcp[f], f);
+      entry[i] = f | start << 13 | static_cast<uint32_t>(mg.L > 0 ? mg.L - 1 : 0) << 25;
       magic[i] = static_cast<uint32_t>(mg.m - (uint64_t{1} << 32));
-    }
-    const RansEncodeTables t{nullptr,   nullptr,      nullptr,     static_cast<int>(n_syms),
-                             precision, entry.data(), magic.data()};
+    });
+    const RansEncodeTables t{nullptr,   nullptr,     nullptr,    static_cast<int>(n_syms),
+                             precision, entry.get(), magic.get()};
     w_pos = rans_encode_avx2(t, symbols.data(), dim, scalar_end, n_lanes, x, words, w_pos);
   } else if (simd && lanes == kMaxLanes) {
-    std::vector<uint32_t> packed(table.size());
-    std::vector<double> inv_freq(table.size());
-    for (size_t i = 0; i < table.size(); ++i) {
-      const uint32_t f = (1u << precision) - table[i].cmpl;
-      packed[i] = f | (table[i].bias << 16);
-      inv_freq[i] = table[i].rcp == 0 ? 0.0 : 1.0 / static_cast<double>(f);
-    }
-    const RansEncodeTables t{packed.data(), inv_freq.data(), nullptr, static_cast<int>(n_syms),
+    const auto packed = std::make_unique_for_overwrite<uint32_t[]>(n_entries);
+    const auto inv_freq = std::make_unique_for_overwrite<double[]>(n_entries);
+    const double* const inverse = inverses();
+    for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
+      packed[i] = f | start << 16;
+      inv_freq[i] = inverse[f];  // inverse[0] = 0
+    });
+    const RansEncodeTables t{packed.get(), inv_freq.get(), nullptr, static_cast<int>(n_syms),
                              precision};
     w_pos = rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words, w_pos);
   } else if (simd) {
-    std::vector<uint64_t> narrow(table.size());
-    for (size_t i = 0; i < table.size(); ++i) {
-      if (table[i].rcp == 0) continue;  // absent: never coded
-      const uint32_t f = (1u << precision) - table[i].cmpl;
-      const Magic mg = magic_of(table[i].rcp, f);
-      narrow[i] = (mg.m - (uint64_t{1} << 32)) | uint64_t{f} << 32 | uint64_t{table[i].bias} << 45 |
+    const auto narrow = std::make_unique_for_overwrite<uint64_t[]>(n_entries);
+    for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
+      if (f == 0) {
+        narrow[i] = 0;
+        return;
+      }
+      const Magic mg = magic_of(rcp[f], f);
+      narrow[i] = (mg.m - (uint64_t{1} << 32)) | uint64_t{f} << 32 | uint64_t{start} << 45 |
                   uint64_t(mg.L) << 58;
-    }
-    const RansEncodeTables t{nullptr, nullptr, narrow.data(), static_cast<int>(n_syms), precision};
+    });
+    const RansEncodeTables t{nullptr, nullptr, narrow.get(), static_cast<int>(n_syms), precision};
     w_pos = rans_encode_avx512_lanes8(t, symbols.data(), dim, scalar_end, x, words, w_pos);
   }
   const size_t n_words = words_end - w_pos;
