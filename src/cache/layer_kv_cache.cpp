@@ -16,59 +16,65 @@ using detail::invalid;
 
 namespace detail {
 
-// Widens or narrows one [heads, T, dim] view to fp16, checking every value is finite in fp16.
-std::vector<Half> view_to_half(const KVBlockView& x, const char* name) {
-  const size_t n = x.n_kv_heads * x.n_tokens * x.head_dim;
-  if (n == 0) return {};
-  if (x.data == nullptr) invalid(std::string(name) + ".data is null");
-  // fp16 is copied in at construction: std::vector<Half>(n) zero-fills one element at a time
-  // (the fill reads through a reference the compiler cannot prove outside the storage).
-  const Half* f16 = x.dtype == KVDType::f16 ? static_cast<const Half*>(x.data) : nullptr;
-  std::vector<Half> out = f16 ? std::vector<Half>(f16, f16 + n) : std::vector<Half>(n);
-  switch (x.dtype) {
-    case KVDType::f16:
-      break;
-    case KVDType::bf16: {
-      const auto* in = static_cast<const BFloat16*>(x.data);
-      for (size_t i = 0; i < n; ++i) out[i] = float_to_half(bf16_to_float(in[i]));
-      break;
-    }
-    case KVDType::f32: {
-      const auto* in = static_cast<const float*>(x.data);
-      for (size_t i = 0; i < n; ++i) out[i] = float_to_half(in[i]);
-      break;
-    }
-    default:
-      invalid(std::string(name) + ".dtype is not f32, f16 or bf16");
-  }
-  if (x.token_major && x.n_kv_heads > 1) {  // to [heads, tokens, dim]
-    // Every element is overwritten: fp16 goes from the caller's array into `out` (its copy),
-    // converted input from `out` into a copy of it (a copy is cheaper than a fill).
-    std::vector<Half> t = f16 ? std::vector<Half>() : out;
-    const size_t H = x.n_kv_heads, T = x.n_tokens, D = x.head_dim;
-    // A row of a head is short (16..256 bytes): copied by a loop, not a memcpy call per row
-    // (the calls were 5% of a file encode).
-    const uint16_t* __restrict from = reinterpret_cast<const uint16_t*>(f16 ? f16 : out.data());
-    uint16_t* __restrict to = reinterpret_cast<uint16_t*>(f16 ? out.data() : t.data());
-    for (size_t tok = 0; tok < T; ++tok) {
-      for (size_t h = 0; h < H; ++h) {
-        const uint16_t* src = from + (tok * H + h) * D;
-        uint16_t* dst = to + (h * T + tok) * D;
-        for (size_t j = 0; j < D; ++j) dst[j] = src[j];
-      }
-    }
-    if (!f16) out.swap(t);
-  }
+// Throws unless x[0, n) holds finite fp16 values only (NaN, Inf: beyond the fp16 range), naming
+// the first bad one by its place in the caller's view.
+void check_finite_half(const Half* x, size_t n, const char* name) {
   // One branch-free pass (it vectorises); the element is looked for only when one is bad.
   uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((out[i].bits & 0x7c00u) == 0x7c00u);
+  for (size_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((x[i].bits & 0x7c00u) == 0x7c00u);
   if (bad) {
     size_t i = 0;
-    while ((out[i].bits & 0x7c00u) != 0x7c00u) ++i;
+    while ((x[i].bits & 0x7c00u) != 0x7c00u) ++i;
     invalid(std::string(name) + " holds a NaN, Inf or a value beyond the fp16 range at element " +
             std::to_string(i));
   }
-  return out;
+}
+
+HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vector<Half>& storage) {
+  const size_t H = x.n_kv_heads, T = x.n_tokens, D = x.head_dim, n = H * T * D;
+  if (n == 0) return {nullptr, T * D, D};
+  if (x.data == nullptr) invalid(std::string(name) + ".data is null");
+  if (x.dtype != KVDType::f16 && x.dtype != KVDType::bf16 && x.dtype != KVDType::f32)
+    invalid(std::string(name) + ".dtype is not f32, f16 or bf16");
+  // fp16 is checked and read where it is (unless a copy is asked for); other types are
+  // converted into storage in the view's order and checked there.
+  const bool token_major = x.token_major && H > 1;
+  const Half* const f16 = x.dtype == KVDType::f16 ? static_cast<const Half*>(x.data) : nullptr;
+  if (f16) {
+    check_finite_half(f16, n, name);
+    if (!copy) return token_major ? HalfRows{f16, D, H * D} : HalfRows{f16, T * D, D};
+  } else {
+    storage.resize(n);
+    if (x.dtype == KVDType::bf16) {
+      const auto* in = static_cast<const BFloat16*>(x.data);
+      for (size_t i = 0; i < n; ++i) storage[i] = float_to_half(bf16_to_float(in[i]));
+    } else {
+      const auto* in = static_cast<const float*>(x.data);
+      for (size_t i = 0; i < n; ++i) storage[i] = float_to_half(in[i]);
+    }
+    check_finite_half(storage.data(), n, name);
+  }
+  if (!token_major) {
+    if (f16) storage.assign(f16, f16 + n);
+    return {storage.data(), T * D, D};
+  }
+  // To [heads, tokens, dim], into a buffer made as a copy (every element is overwritten:
+  // std::vector<Half>(n) zero-fills one element at a time, through a reference the compiler
+  // cannot prove outside the storage). A row of a head is short (16..256 bytes): copied by a
+  // loop, not a memcpy call per row (the calls were 5% of a file encode).
+  const Half* const source = f16 ? f16 : storage.data();
+  std::vector<Half> t(source, source + n);
+  const uint16_t* __restrict from = reinterpret_cast<const uint16_t*>(source);
+  uint16_t* __restrict to = reinterpret_cast<uint16_t*>(t.data());
+  for (size_t tok = 0; tok < T; ++tok) {
+    for (size_t h = 0; h < H; ++h) {
+      const uint16_t* src = from + (tok * H + h) * D;
+      uint16_t* dst = to + (h * T + tok) * D;
+      for (size_t j = 0; j < D; ++j) dst[j] = src[j];
+    }
+  }
+  storage.swap(t);
+  return {storage.data(), T * D, D};
 }
 
 // Rows [row0, row0 + rows) of a stream as a new stream (row0 and rows multiples of group_size,
@@ -164,14 +170,17 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
     n_tokens_ += k.n_tokens;
     return;
   }
-  // Convert and check everything before changing any state.
-  std::vector<Half> kh = detail::view_to_half(k, "k");
-  const std::vector<Half> vh = detail::view_to_half(v, "v");
+  // Convert and check everything before changing any state. fp16 rows are copied into the
+  // groups straight from the caller's array (once, transposed on the way); other types, and
+  // keys to un-rotate, go through a converted [heads, tokens, dim] copy first.
+  std::vector<Half> k_storage, v_storage;
+  const detail::HalfRows kh = detail::half_rows(k, "k", config_.key_pre_rope, k_storage);
+  const detail::HalfRows vh = detail::half_rows(v, "v", false, v_storage);
   const size_t T = k.n_tokens, gs = config_.group_size;
   if (config_.key_pre_rope) {
-    rotate_keys(kh, T, n_tokens_, true);
-    for (size_t i = 0; i < kh.size(); ++i) {
-      if ((kh[i].bits & 0x7c00u) == 0x7c00u)
+    rotate_keys(k_storage, T, n_tokens_, true);
+    for (size_t i = 0; i < k_storage.size(); ++i) {
+      if ((k_storage[i].bits & 0x7c00u) == 0x7c00u)
         invalid("k: a key with RoPE undone exceeds the fp16 range at element " + std::to_string(i));
     }
   }
@@ -179,10 +188,21 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
   while (t < T) {
     const size_t take = std::min(gs - residual_rows_, T - t);
     for (int kind = 0; kind < 2; ++kind) {
-      const std::vector<Half>& src = kind == 0 ? kh : vh;
+      const detail::HalfRows& src = kind == 0 ? kh : vh;
       for (size_t h = 0; h < heads_; ++h) {
-        std::memcpy(plane_[kind].residual.data() + (h * gs + residual_rows_) * dim_,
-                    src.data() + (h * T + t) * dim_, take * dim_ * sizeof(Half));
+        Half* const dst = plane_[kind].residual.data() + (h * gs + residual_rows_) * dim_;
+        const Half* const from = src.base + h * src.head_stride + t * src.row_stride;
+        if (src.row_stride == dim_) {
+          std::memcpy(dst, from, take * dim_ * sizeof(Half));
+          continue;
+        }
+        // Token-major rows (16..256 bytes each): a loop, not a memcpy call per row.
+        for (size_t j = 0; j < take; ++j) {
+          const uint16_t* __restrict a =
+              reinterpret_cast<const uint16_t*>(from + j * src.row_stride);
+          uint16_t* __restrict b = reinterpret_cast<uint16_t*>(dst + j * dim_);
+          for (size_t d = 0; d < dim_; ++d) b[d] = a[d];
+        }
       }
     }
     residual_rows_ += take;

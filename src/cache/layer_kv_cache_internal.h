@@ -7,7 +7,16 @@
 
 namespace cachegen::detail {
 
-std::vector<Half> view_to_half(const KVBlockView& x, const char* name);
+// One [heads, tokens, dim] view's fp16 rows: head h's row r at base + h * head_stride +
+// r * row_stride (head_dim values).
+struct HalfRows {
+  const Half* base;
+  size_t head_stride, row_stride;
+};
+// Checks x (its data, dtype, every value finite in fp16) and returns its fp16 rows: fp16 where
+// the caller keeps it, unless `copy`; otherwise (and for f32, bf16) converted into `storage`
+// as [heads, tokens, dim].
+HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vector<Half>& storage);
 CodeStream slice_groups(const CodeStream& s, size_t row0, size_t rows);
 void append_stream(CodeStream& a, const CodeStream& b);
 // Quantizes x[rows, dim] fp16 (rows <= group_size*k) as the cache does: the reference

@@ -178,6 +178,64 @@ TEST(LayerCache, InputsOfEveryDtype) {
   EXPECT_EQ(b.fetch_values().size(), k.size());
 }
 
+// [heads, tokens, dim] -> [tokens, heads, dim] (a llama.cpp or .npy row per token).
+template <typename T>
+std::vector<T> token_major(const std::vector<T>& x, size_t heads, size_t tokens, size_t dim) {
+  std::vector<T> out(x.size());
+  for (size_t h = 0; h < heads; ++h)
+    for (size_t t = 0; t < tokens; ++t)
+      for (size_t c = 0; c < dim; ++c)
+        out[(t * heads + h) * dim + c] = x[(h * tokens + t) * dim + c];
+  return out;
+}
+
+// Token-major input (read in place when fp16, converted when fp32) gives the cache the same
+// groups as head-major input, over calls that cross group and block boundaries.
+TEST(LayerCache, TokenMajorInputEqualsHeadMajor) {
+  KVCacheConfig cfg;
+  const auto k = kv_walk(kHeads, kTokens, kDim, 21), v = kv_walk(kHeads, kTokens, kDim, 22);
+  const auto kt = token_major(k, kHeads, kTokens, kDim), vt = token_major(v, kHeads, kTokens, kDim);
+  std::vector<float> ktf(kt.size());
+  for (size_t i = 0; i < kt.size(); ++i) ktf[i] = half_to_float(kt[i]);
+  const LayerKVCache head_major = fill(cfg, k, v, {37, 100, 3, 300});
+  for (const bool f32 : {false, true}) {
+    SCOPED_TRACE(f32 ? "fp32 keys" : "fp16");
+    LayerKVCache c(kHeads, kDim, 3, 4, cfg);
+    const size_t sizes[] = {37, 100, 3, 300};
+    for (size_t t = 0, i = 0; t < kTokens; ++i) {
+      const size_t n = std::min(sizes[i % 4], kTokens - t);
+      const size_t at = t * kHeads * kDim;
+      KVBlockView kb{kt.data() + at, KVDType::f16, kHeads, n, kDim, true};
+      if (f32) kb = {ktf.data() + at, KVDType::f32, kHeads, n, kDim, true};
+      c.append(kb, {vt.data() + at, KVDType::f16, kHeads, n, kDim, true});
+      t += n;
+    }
+    EXPECT_TRUE(same_half(c.fetch_keys(), head_major.fetch_keys()));
+    EXPECT_TRUE(same_half(c.fetch_values(), head_major.fetch_values()));
+    for (int kind = 0; kind < 2; ++kind) {
+      ASSERT_EQ(c.sealed_blocks(kind).size(), head_major.sealed_blocks(kind).size());
+      for (size_t b = 0; b < c.sealed_blocks(kind).size(); ++b)
+        EXPECT_EQ(c.sealed_blocks(kind)[b].bytes, head_major.sealed_blocks(kind)[b].bytes);
+    }
+  }
+  // A NaN in a token-major fp16 view is found before anything changes.
+  LayerKVCache c(kHeads, kDim, 3, 4, cfg);
+  c.append({kt.data(), KVDType::f16, kHeads, 40, kDim, true},
+           {vt.data(), KVDType::f16, kHeads, 40, kDim, true});
+  auto bad = vt;
+  bad[(45 * kHeads + 2) * kDim + 5] = Half{0x7c00};  // +Inf, token 45 of head 2
+  const size_t at = 40 * kHeads * kDim;
+  EXPECT_THROW(c.append({kt.data() + at, KVDType::f16, kHeads, 20, kDim, true},
+                        {bad.data() + at, KVDType::f16, kHeads, 20, kDim, true}),
+               Error);
+  EXPECT_EQ(c.n_tokens(), 40u);
+  LayerKVCache first40(kHeads, kDim, 3, 4, cfg);
+  const auto k40 = token_slice(k, kHeads, kTokens, kDim, 0, 40);
+  const auto v40 = token_slice(v, kHeads, kTokens, kDim, 0, 40);
+  first40.append(view(k40, kHeads, 40, kDim), view(v40, kHeads, 40, kDim));
+  EXPECT_TRUE(same_half(c.fetch_values(), first40.fetch_values()));
+}
+
 TEST(LayerCache, ConcurrentReadersOfASealedCacheAgree) {
   KVCacheConfig cfg;
   cfg.block_tokens = 64;
