@@ -254,17 +254,31 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       in.cgkv.empty() ? encode_kv_array(view, in.shape, level_options) : std::vector<uint8_t>{};
   if (!level_file.empty()) {
     benchmark::RegisterBenchmark("file_decode_level/1t", read_whole_file(level_file, 1, nullptr));
-    benchmark::RegisterBenchmark("file_encode_level/1t", [&](benchmark::State& st) {
-      set_thread_count(1);
-      for (auto _ : st) benchmark::DoNotOptimize(encode_kv_array(view, in.shape, level_options));
-      items(st, n);
-    });
+    for (const Mode& m : modes) {
+      const size_t threads = m.threads;
+      benchmark::RegisterBenchmark(
+          (std::string("file_encode_level/") + m.suffix).c_str(),
+          [&, threads](benchmark::State& st) {
+            set_thread_count(threads);
+            for (auto _ : st) {
+              benchmark::DoNotOptimize(encode_kv_array(view, in.shape, level_options));
+            }
+            items(st, n);
+          });
+    }
   }
-  benchmark::RegisterBenchmark("file_encode/1t", [&](benchmark::State& st) {
-    set_thread_count(1);
-    for (auto _ : st) benchmark::DoNotOptimize(encode_kv_array(view, in.shape, file_options));
-    items(st, n);
-  });
+  // Encoding the array into a .cgkv (encode_kv_array: its layers on `threads`).
+  for (const Mode& m : modes) {
+    const size_t threads = m.threads;
+    benchmark::RegisterBenchmark(
+        (std::string("file_encode/") + m.suffix).c_str(), [&, threads](benchmark::State& st) {
+          set_thread_count(threads);
+          for (auto _ : st) {
+            benchmark::DoNotOptimize(encode_kv_array(view, in.shape, file_options));
+          }
+          items(st, n);
+        });
+  }
   // The transform path (a profile given): the KV as a transform file of the quantized file's
   // size (the scale found once by the size search), decoded whole and encoded at that scale.
   std::vector<uint8_t> transform;
@@ -411,10 +425,12 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["file_decode_over_decode_values_fp16"] = speed_ratio("file_decode/1t", "decode_values_fp16/1t");
   j["file_encode_over_encode_fp16"] = speed_ratio("file_encode/1t", "encode_fp16/1t");
   j["file_decode_mt_over_1t"] = speed_ratio("file_decode/mt", "file_decode/1t");
+  j["file_encode_mt_over_1t"] = speed_ratio("file_encode/mt", "file_encode/1t");
   if (!level_file.empty()) {
     j["file_level_bytes"] = level_file.size();
     j["file_level_decode_elems_per_s"] = ips("file_decode_level/1t");
     j["file_level_encode_elems_per_s"] = ips("file_encode_level/1t");
+    j["file_level_encode_mt_over_1t"] = speed_ratio("file_encode_level/mt", "file_encode_level/1t");
     j["file_level_decode_over_decode_values_fp16"] =
         speed_ratio("file_decode_level/1t", "decode_values_fp16/1t");
   }

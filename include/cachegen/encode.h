@@ -70,7 +70,8 @@ ModelShape kv_array_model_shape(std::span<const size_t> shape, ErrorCode code,
 // alongside (e.g. token_ids_blob(tokens), which the context store checks on load). Errors:
 // invalid_argument naming the option ("options.level", "config.base_bits", ...) that is out of
 // range or does not fit the array. `progress`, when set, is called with (tokens done, total)
-// summed over layers as the encoder advances.
+// summed over layers as the encoder advances: layers are encoded on cachegen::thread_count()
+// threads, so it may be called from any of them, one call at a time, `done` increasing.
 std::vector<uint8_t> encode_kv_array(
     const KVArrayView& kv, const ModelShape& shape, const KVEncodeOptions& options,
     std::span<const CgkvBlob> blobs = {},

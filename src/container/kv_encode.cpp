@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "cachegen/container.h"
 #include "cachegen/quality_levels.h"
 #include "cachegen/transform.h"
+#include "core/parallel.h"
 #include "quant/kernels.h"
 
 namespace cachegen {
@@ -170,7 +172,12 @@ std::vector<uint8_t> encode_kv_array(const KVArrayView& kv, const ModelShape& sh
   KVCache cache = KVCacheBuilder::for_model(shape, cfg);
   const size_t T = kv.n_tokens, H = kv.n_kv_heads, D = kv.head_dim;
   const size_t plane = T * H * D * kv_dtype_size(kv.dtype);
-  for (size_t l = 0; l < cache.layers.size(); ++l) {
+  const size_t total = cache.layers.size() * T;
+  std::mutex progress_mutex;
+  size_t done = 0;
+  // Layers are independent caches: each is filled on one of the pool's threads (a chunk's
+  // heads, coded inside, then stay on that thread). The bytes do not depend on it.
+  detail::parallel_for(cache.layers.size(), [&](size_t l) {
     // One block at a time: progress moves, the result is the same (results do not depend on
     // how tokens arrive).
     for (size_t t = 0; t < T; t += cfg.block_tokens) {
@@ -179,9 +186,13 @@ std::vector<uint8_t> encode_kv_array(const KVArrayView& kv, const ModelShape& sh
           static_cast<const uint8_t*>(kv.layers[l]) + t * H * D * kv_dtype_size(kv.dtype);
       cache.layers[l].append({base, kv.dtype, H, n, D, true},
                              {base + plane, kv.dtype, H, n, D, true});
-      if (progress) progress(l * T + t + n, cache.layers.size() * T);
+      if (progress) {
+        const std::lock_guard<std::mutex> lock(progress_mutex);
+        done += n;
+        progress(done, total);
+      }
     }
-  }
+  });
   return write_cgkv(cache, blobs);
 }
 

@@ -10,6 +10,7 @@
 #include "cachegen/llama.h"
 #include "cachegen/llama_context.h"
 #include "cachegen/quality_levels.h"
+#include "core/parallel.h"
 #include "llama/cgkv_blobs.h"
 #include "llama/state_internal.h"
 
@@ -127,7 +128,9 @@ std::vector<uint8_t> write_quantized(const KvSnapshot& s, const KvStream& stream
   KVCache cache =
       KVCacheBuilder::for_model(shape, snapshot_config(s, stream, shape, id, level.quantized));
   const size_t n = stream.cells.size();
-  for (size_t il = 0; il < stream.layers.size(); ++il) {
+  // Layers are independent caches: each is converted and filled on one of the pool's threads
+  // (the bytes do not depend on it).
+  cachegen::detail::parallel_for(stream.layers.size(), [&](size_t il) {
     const bool stored = !cache.layers[il].recomputed();
     const std::vector<float> k = stored ? layer_k_float(stream.layers[il]) : std::vector<float>();
     const std::vector<float> v = stored ? layer_v_float(stream.layers[il]) : std::vector<float>();
@@ -137,7 +140,7 @@ std::vector<uint8_t> write_quantized(const KvSnapshot& s, const KvStream& stream
                          static_cast<size_t>(shape.head_dim),   true};
     };
     cache.layers[il].append(view(k), view(v));
-  }
+  });
   return write_cgkv(cache, blobs);
 }
 

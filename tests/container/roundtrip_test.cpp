@@ -85,8 +85,9 @@ INSTANTIATE_TEST_SUITE_P(Sizes, QuantizedRoundTrip, ::testing::Values(1, 31, 32,
 // one schedule (every payload's alphabet equal), with deeper layers at fewer bits (mixed
 // alphabets within a group of four: decoded as pairs) and at 6 and 5 bits (slot tables: four
 // gather chains).
-TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
-  const size_t L = 5, T = 512, H = 4, D = 8, row = H * D;
+// A KV array [L, 2, T, H, D] of random walks, token-major as .npy captures are.
+std::vector<Half> kv_array(size_t L, size_t T, size_t H, size_t D) {
+  const size_t row = H * D;
   std::vector<Half> kv(L * 2 * T * row);
   for (size_t t = 0; t < 2 * L; ++t) {
     const std::vector<Half> hm = test::kv_walk(H, T, D, 40 + static_cast<uint32_t>(t));
@@ -94,11 +95,22 @@ TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
       for (size_t h = 0; h < H; ++h)
         std::memcpy(kv.data() + (t * T + tok) * row + h * D, hm.data() + (h * T + tok) * D, D * 2);
   }
+  return kv;
+}
+
+KVArrayView array_view(const std::vector<Half>& kv, size_t L, size_t T, size_t H, size_t D) {
   KVArrayView view;
   view.n_tokens = T;
   view.n_kv_heads = H;
   view.head_dim = D;
-  for (size_t l = 0; l < L; ++l) view.layers.push_back(kv.data() + l * 2 * T * row);
+  for (size_t l = 0; l < L; ++l) view.layers.push_back(kv.data() + l * 2 * T * H * D);
+  return view;
+}
+
+TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
+  const size_t L = 5, T = 512, H = 4, D = 8, row = H * D;
+  const std::vector<Half> kv = kv_array(L, T, H, D);
+  const KVArrayView view = array_view(kv, L, T, H, D);
   const size_t shape[5] = {L, 2, T, H, D};
   const ModelShape model = kv_array_model_shape(shape, ErrorCode::invalid_argument, "kv");
   for (const auto& [bits, groups] :
@@ -125,6 +137,42 @@ TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
       err = std::max(err, std::abs(double(half_to_float(whole[i])) - half_to_float(kv[i])));
     EXPECT_LT(err, 4.0);
   }
+}
+
+// encode_kv_array fills the layers on the pool's threads: the same bytes on one thread and on
+// four (a quantized and a pre-RoPE level file), progress reported in order up to the total, and
+// a bad value in one layer still an error.
+TEST(Container, ArrayEncodeIndependentOfThreads) {
+  const size_t L = 5, T = 300, H = 2, D = 16;
+  std::vector<Half> kv = kv_array(L, T, H, D);
+  const KVArrayView view = array_view(kv, L, T, H, D);
+  const size_t shape[5] = {L, 2, T, H, D};
+  const ModelShape model = kv_array_model_shape(shape, ErrorCode::invalid_argument, "kv");
+  KVEncodeOptions quantized, level;
+  quantized.bits = 3;
+  quantized.chunk_tokens = 64;
+  level.level = "high";
+  level.rope_base = 10000.0f;
+  for (const KVEncodeOptions& o : {quantized, level}) {
+    SCOPED_TRACE(o.level.empty() ? "3 bits" : "level high");
+    set_thread_count(1);
+    const std::vector<uint8_t> one = encode_kv_array(view, model, o);
+    set_thread_count(4);
+    std::vector<size_t> done;
+    const std::vector<uint8_t> four = encode_kv_array(view, model, o, {}, [&](size_t d, size_t n) {
+      EXPECT_EQ(n, L * T);
+      done.push_back(d);
+    });
+    set_thread_count(0);
+    EXPECT_EQ(one, four);
+    ASSERT_FALSE(done.empty());
+    EXPECT_EQ(done.back(), L * T);
+    for (size_t i = 1; i < done.size(); ++i) EXPECT_LT(done[i - 1], done[i]);
+  }
+  kv[((3 * 2 + 1) * T + 250) * H * D + 7] = Half{0x7e00};  // layer 3, V, token 250: NaN
+  set_thread_count(4);
+  EXPECT_THROW(encode_kv_array(view, model, quantized), Error);
+  set_thread_count(0);
 }
 
 TEST(Container, EmptyCacheWritesAValidFile) {
