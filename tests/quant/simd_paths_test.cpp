@@ -221,12 +221,13 @@ TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
   }
 }
 
-// The two min/max kernels on every path: the same ranges, the first (minmax_rows_first) or
-// the last (minmax_rows) of equal -0 and +0, and false for any NaN or infinity.
+// The two min/max kernels on every path (dims taking each width of columns: 16, 8, 4, 1): the
+// same ranges, the first (minmax_rows_first) or the last (minmax_rows) of equal -0 and +0, and
+// false for any NaN or infinity.
 TEST(SimdPaths, MinMaxKeepTheFirstOrTheLastOfEqualValues) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(3);
-  for (const size_t dim : {1u, 7u, 16u, 33u, 64u}) {
+  for (const size_t dim : {1u, 7u, 8u, 12u, 16u, 24u, 33u, 64u}) {
     for (const size_t rows : {1u, 2u, 5u, 32u}) {
       std::vector<float> x(rows * dim);
       for (float& v : x) v = (rng() % 3 == 0) ? ((rng() & 1) ? -0.0f : 0.0f) : 1.0f;
