@@ -477,28 +477,35 @@ constexpr size_t kHistVecBytes = 16;
 typedef uint8_t HistBytes __attribute__((vector_size(kHistVecBytes)));
 template <int S>
 static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, uint32_t* counts) {
-  const size_t per = 64 / dim;
+  // 64-byte blocks: `per` whole rows when dim divides 64, else (64 divides dim) one 64-column
+  // piece of a row, each piece a pass over the rows.
+  const size_t per = dim <= 64 ? 64 / dim : 1, pieces = dim <= 64 ? 1 : dim / 64;
+  const size_t stride = per * dim;  // from one block of a piece to the next
   size_t r = 0;
-  for (size_t blocks = rows / per; blocks > 0;) {
-    const size_t run = blocks < 255 ? blocks : 255;
-    for (size_t part = 0; part < 64; part += kHistVecBytes) {
-      HistBytes acc[S];
-      for (int v = 0; v < S; ++v) acc[v] = HistBytes{};
-      const uint8_t* block = symbols + r * dim + part;
-      for (size_t b = 0; b < run; ++b, block += 64) {
-        HistBytes x;
-        std::memcpy(&x, block, kHistVecBytes);
-        for (int v = 0; v < S; ++v) acc[v] -= (x == static_cast<uint8_t>(v));  // -1 per match
+  for (size_t piece = 0; piece < pieces; ++piece) {
+    r = 0;
+    for (size_t blocks = rows / per; blocks > 0;) {
+      const size_t run = blocks < 255 ? blocks : 255;
+      for (size_t part = 0; part < 64; part += kHistVecBytes) {
+        HistBytes acc[S];
+        for (int v = 0; v < S; ++v) acc[v] = HistBytes{};
+        const uint8_t* block = symbols + r * dim + piece * 64 + part;
+        for (size_t b = 0; b < run; ++b, block += stride) {
+          HistBytes x;
+          std::memcpy(&x, block, kHistVecBytes);
+          for (int v = 0; v < S; ++v) acc[v] -= (x == static_cast<uint8_t>(v));  // -1 per match
+        }
+        for (int v = 0; v < S; ++v) {
+          uint8_t bytes[kHistVecBytes];
+          std::memcpy(bytes, &acc[v], kHistVecBytes);
+          for (size_t j = 0, c = (piece * 64 + part) % dim; j < kHistVecBytes;
+               ++j, c = c + 1 == dim ? 0 : c + 1)
+            counts[c * S + static_cast<size_t>(v)] += bytes[j];
+        }
       }
-      for (int v = 0; v < S; ++v) {
-        uint8_t bytes[kHistVecBytes];
-        std::memcpy(bytes, &acc[v], kHistVecBytes);
-        for (size_t j = 0, c = part % dim; j < kHistVecBytes; ++j, c = c + 1 == dim ? 0 : c + 1)
-          counts[c * S + static_cast<size_t>(v)] += bytes[j];
-      }
+      r += run * per;
+      blocks -= run;
     }
-    r += run * per;
-    blocks -= run;
   }
   return r;
 }
@@ -506,7 +513,8 @@ static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
 static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, size_t n_syms,
                                uint32_t* counts) {
   size_t r = 0;
-  if (dim >= 1 && 64 % dim == 0 && (n_syms == 2 || n_syms == 4 || n_syms == 8 || n_syms == 16)) {
+  if (dim >= 1 && (64 % dim == 0 || dim % 64 == 0) &&
+      (n_syms == 2 || n_syms == 4 || n_syms == 8 || n_syms == 16)) {
     r = n_syms == 2   ? block_histograms<2>(symbols, rows, dim, counts)
         : n_syms == 4 ? block_histograms<4>(symbols, rows, dim, counts)
         : n_syms == 8 ? block_histograms<8>(symbols, rows, dim, counts)

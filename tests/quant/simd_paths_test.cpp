@@ -193,14 +193,15 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
 }
 
 // channel_histograms against a count of every value, on every path, for shapes that take each
-// of its branches (small alphabets in byte blocks, one channel in eight tables, two or three
-// channels in four, wide tables in L1-sized channel blocks, the row-by-row tail), with skewed
-// symbols (runs of one symbol stress the tables' interleaving) and counts added to nonzero ones.
+// of its branches (small alphabets in byte blocks of whole rows or of 64-column pieces of wider
+// rows, one channel in eight tables, two or three channels in four, wide tables in L1-sized
+// channel blocks, the row-by-row tail), with skewed symbols (runs of one symbol stress the
+// tables' interleaving) and counts added to nonzero ones.
 TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(7);
   for (const size_t n_syms : {2u, 4u, 8u, 16u, 64u, 256u}) {
-    for (const size_t dim : {1u, 2u, 3u, 4u, 8u, 16u, 17u, 32u, 64u, 128u, 200u}) {
+    for (const size_t dim : {1u, 2u, 3u, 4u, 8u, 16u, 17u, 32u, 64u, 128u, 200u, 256u}) {
       for (const size_t rows : {0u, 5u, 63u, 64u, 71u, 300u, 1100u}) {
         std::vector<uint8_t> sym(rows * dim);
         std::geometric_distribution<int> skew(0.3);
