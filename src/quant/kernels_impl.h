@@ -143,6 +143,32 @@ static bool minmax_rows_first(const float* x, size_t rows, size_t dim, float* mn
   return minmax_rows_keeping<true>(x, rows, dim, mn, mx);
 }
 
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
+// The vector twin of quantize_span's scalar loop for 8 values (same operations, same order).
+struct Quantize8 {
+  __m256 lo, hi, magic, max;
+  explicit Quantize8(float max_code)
+      : lo(_mm256_set1_ps(-1.0f)),
+        hi(_mm256_set1_ps(max_code + 1.0f)),
+        magic(_mm256_set1_ps(kRoundMagic)),
+        max(_mm256_set1_ps(max_code)) {}
+  __m256i operator()(const float* x, __m256 scale, __m256 zero) const {
+    __m256 v = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x), zero), scale);
+    v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+    const __m256 q = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);
+    return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(q, _mm256_setzero_ps()), max));
+  }
+};
+// Four results of Quantize8 (codes 0..255) as 32 bytes in order: the saturating packs keep
+// them; the permute undoes the packs' lane order.
+static inline void store_codes32(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t* out) {
+  const __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d)),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+}
+#endif
+
 // n consecutive values with their own scale and zero each.
 // The vector loop does the same operations in the same order (MINPS/MAXPS are min_f/max_f,
 // NaN operands included), so the same codes: GCC 12 turned the scalar loop's clamps into
@@ -152,23 +178,12 @@ static inline void quantize_span(const float* x, size_t n, const float* scale, c
   const float hi = max_code + 1.0f;
   size_t c = 0;
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
-  const __m256 lo_v = _mm256_set1_ps(-1.0f), hi_v = _mm256_set1_ps(hi);
-  const __m256 magic = _mm256_set1_ps(kRoundMagic), max_v = _mm256_set1_ps(max_code);
+  const Quantize8 q8(max_code);
   const auto eight = [&](size_t i) {
-    __m256 v = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(zero + i)),
-                             _mm256_loadu_ps(scale + i));
-    v = _mm256_min_ps(_mm256_max_ps(v, lo_v), hi_v);
-    const __m256 q = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);
-    return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(q, _mm256_setzero_ps()), max_v));
+    return q8(x + i, _mm256_loadu_ps(scale + i), _mm256_loadu_ps(zero + i));
   };
-  for (; c + 32 <= n; c += 32) {
-    // Codes 0..255: the saturating packs keep them; the permute undoes the packs' lane order.
-    const __m256i ab = _mm256_packs_epi32(eight(c), eight(c + 8));
-    const __m256i cd = _mm256_packs_epi32(eight(c + 16), eight(c + 24));
-    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd),
-                                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), bytes);
-  }
+  for (; c + 32 <= n; c += 32)
+    store_codes32(eight(c), eight(c + 8), eight(c + 16), eight(c + 24), out + c);
   for (; c + 8 <= n; c += 8) {
     const __m256i a = eight(c);
     const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(a, a), _mm256_setzero_si256());
@@ -189,7 +204,20 @@ static inline void quantize_span(const float* x, size_t n, const float* scale, c
 static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,
                           const float* zero, float max_code, uint8_t* codes) {
   size_t r = 0;
-  if (dim < 32) {
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
+  if (dim == 8) {
+    // Rows of 8 (head_dim 8): one vector a row, the parameters loaded once (repeating them
+    // for the span below was a third of quantizing such groups).
+    const Quantize8 q8(max_code);
+    const __m256 s = _mm256_loadu_ps(scale), z = _mm256_loadu_ps(zero);
+    for (; r + 4 <= rows; r += 4) {
+      const float* xr = x + r * 8;
+      store_codes32(q8(xr, s, z), q8(xr + 8, s, z), q8(xr + 16, s, z), q8(xr + 24, s, z),
+                    codes + r * 8);
+    }
+  }
+#endif
+  if (dim < 32 && rows - r >= (64 + dim - 1) / dim) {
     // Rows too short to fill vectors (head_dim 8, say): blocks of whole rows, at least 64
     // values, as one span with the parameters repeated per row. The same operations per
     // value, so the same codes.

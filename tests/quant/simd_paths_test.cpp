@@ -161,7 +161,7 @@ TEST(SimdPaths, RopeF16IsTheFp32RotationRoundedBack) {
 // quantize_rows on every path against the scalar one, byte for byte, with parameters and
 // values the codec never makes as well (NaN, infinities, zero and negative scales, values far
 // outside their group's range), for row widths that take the 32- and 8-wide vector loops,
-// their tails and the short-row blocks.
+// rows of 8 one vector each, their tails and the short-row blocks.
 TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(11);
@@ -172,7 +172,7 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
   };
   for (const float max_code : {1.0f, 3.0f, 7.0f, 15.0f, 255.0f}) {
     for (const size_t dim : {1u, 3u, 8u, 24u, 31u, 32u, 33u, 40u, 64u, 100u}) {
-      for (const size_t rows : {1u, 3u, 17u}) {
+      for (const size_t rows : {1u, 3u, 17u, 32u}) {
         std::vector<float> x(rows * dim), scale(dim), zero(dim);
         for (float& v : x) v = pick(u(rng) * 3.0f);
         for (size_t c = 0; c < dim; ++c) {
