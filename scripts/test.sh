@@ -31,6 +31,10 @@ build/tsan/tests/core/core_parallel_test --gtest_brief=1
 build/tsan/tests/codec/codec_simd_paths_test --gtest_brief=1
 build/tsan/tests/cache/cache_layer_test --gtest_brief=1
 build/tsan/tests/context/context_test --gtest_brief=1
+# encode_kv_array's layers on the pool's threads (the file round trips themselves are
+# single-threaded).
+build/tsan/tests/container/container_roundtrip_test --gtest_brief=1 \
+  --gtest_filter='Container.ArrayEncodeIndependentOfThreads'
 # The 64 MiB throughput test measures speed, not synchronisation (and takes a minute under TSan).
 build/tsan/tests/store/store_test --gtest_brief=1 --gtest_filter='-*Throughput64MiB*'
 unset TSAN_OPTIONS
