@@ -23,7 +23,7 @@ echo "== ASan + UBSan build + tests"
 scripts/build.sh asan
 ctest --preset asan -j "$(nproc)"
 
-echo "== ThreadSanitizer build + concurrency tests (thread pool, batch decode, cache readers, stores, context store)"
+echo "== ThreadSanitizer build + concurrency tests (thread pool, batch decode, cache readers, array encode, stores, context store)"
 # Only the test binaries with concurrent tests (the tsan build preset names them), run whole.
 scripts/build.sh tsan
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
