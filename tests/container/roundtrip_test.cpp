@@ -79,12 +79,6 @@ TEST_P(QuantizedRoundTrip, ReadBackEqualsTheCacheExceptTheTail) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, QuantizedRoundTrip, ::testing::Values(1, 31, 32, 64, 65, 200, 512));
 
-// A stories260K-shaped file (4 heads x 8 dims, 256-token chunks: each tensor one 8-lane
-// payload) of five layers: the reader decodes whole chunks two layers at a time (four payloads
-// in lockstep) and the odd layer as a pair; sub-ranges decode tensor by tensor. Both agree, with
-// one schedule (every payload's alphabet equal), with deeper layers at fewer bits (mixed
-// alphabets within a group of four: decoded as pairs) and at 6 and 5 bits (slot tables: four
-// gather chains).
 // A KV array [L, 2, T, H, D] of random walks, token-major as .npy captures are.
 std::vector<Half> kv_array(size_t L, size_t T, size_t H, size_t D) {
   const size_t row = H * D;
@@ -98,6 +92,7 @@ std::vector<Half> kv_array(size_t L, size_t T, size_t H, size_t D) {
   return kv;
 }
 
+// The layers of kv_array's array.
 KVArrayView array_view(const std::vector<Half>& kv, size_t L, size_t T, size_t H, size_t D) {
   KVArrayView view;
   view.n_tokens = T;
@@ -107,6 +102,12 @@ KVArrayView array_view(const std::vector<Half>& kv, size_t L, size_t T, size_t H
   return view;
 }
 
+// A stories260K-shaped file (4 heads x 8 dims, 256-token chunks: each tensor one 8-lane
+// payload) of five layers: the reader decodes whole chunks two layers at a time (four payloads
+// in lockstep) and the odd layer as a pair; sub-ranges decode tensor by tensor. Both agree, with
+// one schedule (every payload's alphabet equal), with deeper layers at fewer bits (mixed
+// alphabets within a group of four: decoded as pairs) and at 6 and 5 bits (slot tables: four
+// gather chains).
 TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
   const size_t L = 5, T = 512, H = 4, D = 8, row = H * D;
   const std::vector<Half> kv = kv_array(L, T, H, D);
