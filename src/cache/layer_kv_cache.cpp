@@ -16,17 +16,16 @@ using detail::invalid;
 
 namespace detail {
 
-// Throws unless x[0, n) holds finite fp16 values only (NaN, Inf: beyond the fp16 range), naming
-// the first bad one by its place in the caller's view.
-void check_finite_half(const Half* x, size_t n, const char* name) {
+// Throws "<name><problem> at element <i>" unless x[0, n) holds finite fp16 values only (NaN,
+// Inf: beyond the fp16 range), i the first bad one's place in x.
+void check_finite_half(const Half* x, size_t n, const char* name, const char* problem) {
   // One branch-free pass (it vectorises); the element is looked for only when one is bad.
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((x[i].bits & 0x7c00u) == 0x7c00u);
   if (bad) {
     size_t i = 0;
     while ((x[i].bits & 0x7c00u) != 0x7c00u) ++i;
-    invalid(std::string(name) + " holds a NaN, Inf or a value beyond the fp16 range at element " +
-            std::to_string(i));
+    invalid(std::string(name) + problem + " at element " + std::to_string(i));
   }
 }
 
@@ -39,9 +38,10 @@ HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vecto
   // fp16 is checked and read where it is (unless a copy is asked for); other types are
   // converted into storage in the view's order and checked there.
   const bool token_major = x.token_major && H > 1;
+  const char* const not_finite = " holds a NaN, Inf or a value beyond the fp16 range";
   const Half* const f16 = x.dtype == KVDType::f16 ? static_cast<const Half*>(x.data) : nullptr;
   if (f16) {
-    check_finite_half(f16, n, name);
+    check_finite_half(f16, n, name, not_finite);
     if (!copy) return token_major ? HalfRows{f16, D, H * D} : HalfRows{f16, T * D, D};
   } else {
     storage.resize(n);
@@ -52,7 +52,7 @@ HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vecto
       const auto* in = static_cast<const float*>(x.data);
       for (size_t i = 0; i < n; ++i) storage[i] = float_to_half(in[i]);
     }
-    check_finite_half(storage.data(), n, name);
+    check_finite_half(storage.data(), n, name, not_finite);
   }
   if (!token_major) {
     if (f16) storage.assign(f16, f16 + n);
@@ -179,10 +179,8 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
   const size_t T = k.n_tokens, gs = config_.group_size;
   if (config_.key_pre_rope) {
     rotate_keys(k_storage, T, n_tokens_, true);
-    for (size_t i = 0; i < k_storage.size(); ++i) {
-      if ((k_storage[i].bits & 0x7c00u) == 0x7c00u)
-        invalid("k: a key with RoPE undone exceeds the fp16 range at element " + std::to_string(i));
-    }
+    detail::check_finite_half(k_storage.data(), k_storage.size(), "k",
+                              ": a key with RoPE undone exceeds the fp16 range");
   }
   size_t t = 0;
   while (t < T) {
