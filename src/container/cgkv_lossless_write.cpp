@@ -106,27 +106,29 @@ struct ByteHistograms {
     // channels in blocks of 16, whose high-byte tables (16 KB) stay in L1 (one table of 64..128
     // channels, 64..128 KB, missed it on most values).
     std::vector<uint64_t> low4(kLow ? 4 * 256 : 0, 0);
+    const uint8_t* __restrict const bytes = reinterpret_cast<const uint8_t*>(rows.data());
     for (size_t c0 = 0; c0 < width; c0 += 16) {
       const size_t c1 = std::min(width, c0 + 16);
       for (size_t i = row0 * width; i < row1 * width; i += width) {
         size_t c = c0;
-        // Four values per 8-byte load on little-endian hosts (c0 is a multiple of 16, so value
-        // k of the load goes to low-byte table k, as c & 3 says).
+        // Four values at a time on little-endian hosts, each byte loaded on its own (a load
+        // per byte, where shifting bytes out of a wider load took two more instructions a
+        // value); c0 is a multiple of 16, so value k of the four goes to low-byte table k, as
+        // c & 3 says.
         for (; std::endian::native == std::endian::little && c + 4 <= c1; c += 4) {
-          uint64_t w;
-          std::memcpy(&w, rows.data() + i + c, 8);
+          const uint8_t* const b = bytes + 2 * (i + c);  // low, high, low, high, ...
           if (kHigh) {
             uint32_t* h = high.data() + c * 256;
-            ++h[(w >> 8) & 0xff];
-            ++h[256 + ((w >> 24) & 0xff)];
-            ++h[512 + ((w >> 40) & 0xff)];
-            ++h[768 + (w >> 56)];
+            ++h[b[1]];
+            ++h[256 + b[3]];
+            ++h[512 + b[5]];
+            ++h[768 + b[7]];
           }
           if (kLow) {
-            ++low4[w & 0xff];
-            ++low4[256 + ((w >> 16) & 0xff)];
-            ++low4[512 + ((w >> 32) & 0xff)];
-            ++low4[768 + ((w >> 48) & 0xff)];
+            ++low4[b[0]];
+            ++low4[256 + b[2]];
+            ++low4[512 + b[4]];
+            ++low4[768 + b[6]];
           }
         }
         for (; c < c1; ++c) {
@@ -174,18 +176,36 @@ double symbol_bits(const Log2Table& lg, uint64_t n, double log2_total) {
 // they are; their sum, the pooled table's histogram, is left in `pooled`.
 bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> anchor,
                          std::vector<uint32_t>& pooled) {
-  pooled.assign(256, 0);
   double per_channel = 0;
   const Log2Table& lg = log2_counts();
   const double log2_rows = lg(h.n_rows);  // each channel's histogram sums to n_rows
   const double* const clog = count_log2_count_table();
+  // Channels of one anchor map their high bytes to the same symbols: their counts are summed
+  // per anchor and mapped once, block by present block (scattering every channel's counts into
+  // the pooled table made each add wait on a store: this function fell from ~8.5% to ~6% of a
+  // lossless encode).
+  int slot_of[256];
+  std::fill(std::begin(slot_of), std::end(slot_of), -1);
+  std::vector<uint8_t> anchors;     // distinct, in order of first use
+  std::vector<uint32_t> by_anchor;  // [distinct anchor][high byte]
+  std::vector<uint32_t> blocks;     // [distinct anchor]: bit k set when bytes 8k..8k+7 occur
   for (size_t c = 0; c < h.width; ++c) {
     const uint32_t* high = h.high.data() + c * 256;
+    if (slot_of[anchor[c]] < 0) {
+      slot_of[anchor[c]] = static_cast<int>(anchors.size());
+      anchors.push_back(anchor[c]);
+      by_anchor.resize(anchors.size() * 256, 0);
+      blocks.push_back(0);
+    }
+    const auto slot = static_cast<size_t>(slot_of[anchor[c]]);
+    uint32_t* const sum = by_anchor.data() + slot * 256;
     // A channel's values span a few magnitudes: most blocks of 8 high bytes never occur. Its
     // bits: sum over present symbols of 6 + n * (log2(n_rows) - log2(n)), with sum n = n_rows
     // (n log2 n from the codec's table).
     uint32_t present = 0;
-    double n_log2[4] = {};  // four sums, so that the adds do not wait on each other
+    // Four sums, so that the adds do not wait on each other (named: as an array indexed by
+    // b & 3 they lived on the stack, each add waiting on a store).
+    double n_log2_0 = 0, n_log2_1 = 0, n_log2_2 = 0, n_log2_3 = 0;
     for (unsigned b0 = 0; b0 < 256; b0 += 8) {
       uint64_t any = 0;  // in a register (through an array, the block went via the stack)
       for (unsigned k = 0; k < 8; k += 2) {
@@ -194,16 +214,29 @@ bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> ancho
         any |= two;
       }
       if (any == 0) continue;
+      blocks[slot] |= 1u << (b0 / 8);
       // Without a branch per count (absent symbols add 0; a branch on each was mispredicted).
-      for (unsigned b = b0; b < b0 + 8; ++b) {
-        const uint32_t n = high[b];
-        pooled[high_symbol(Half{static_cast<uint16_t>(b << 8)}, anchor[c])] += n;
-        present += n != 0;
-        n_log2[b & 3] += count_log2_count(clog, n);
+      for (unsigned b = b0; b < b0 + 8; b += 4) {
+        const uint32_t n0 = high[b], n1 = high[b + 1], n2 = high[b + 2], n3 = high[b + 3];
+        sum[b] += n0, sum[b + 1] += n1, sum[b + 2] += n2, sum[b + 3] += n3;
+        present += (n0 != 0) + (n1 != 0) + (n2 != 0) + (n3 != 0);
+        n_log2_0 += count_log2_count(clog, n0);
+        n_log2_1 += count_log2_count(clog, n1);
+        n_log2_2 += count_log2_count(clog, n2);
+        n_log2_3 += count_log2_count(clog, n3);
       }
     }
     per_channel += 6.0 * present + static_cast<double>(h.n_rows) * log2_rows -
-                   ((n_log2[0] + n_log2[1]) + (n_log2[2] + n_log2[3]));
+                   ((n_log2_0 + n_log2_1) + (n_log2_2 + n_log2_3));
+  }
+  pooled.assign(256, 0);
+  for (size_t k = 0; k < anchors.size(); ++k) {
+    const uint32_t* const sum = by_anchor.data() + k * 256;
+    for (uint32_t m = blocks[k]; m; m &= m - 1) {
+      const auto b0 = static_cast<unsigned>(std::countr_zero(m)) * 8;
+      for (unsigned b = b0; b < b0 + 8; ++b)
+        pooled[high_symbol(Half{static_cast<uint16_t>(b << 8)}, anchors[k])] += sum[b];
+    }
   }
   double pooled_bits = 0;
   const double log2_all = lg(uint64_t{h.n_rows} * h.width);
@@ -466,15 +499,6 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
                  plane_options(false));
     low_form = low.size() < distinct.size() ? kLowStream : kLowRaw;
   }
-  if (low_form == kLowRaw) {
-    // A plain loop through restrict pointers, not push_back: it vectorises (through the
-    // vectors, each byte store may alias their own fields, which were reloaded per value).
-    std::vector<uint8_t> raw(distinct.size());
-    const Half* __restrict from = distinct.data();
-    uint8_t* __restrict to = raw.data();
-    for (size_t i = 0, n = raw.size(); i < n; ++i) to[i] = static_cast<uint8_t>(from[i].bits);
-    low.swap(raw);
-  }
   w.u8(low_form);
   const std::vector<uint8_t> anchor = channel_anchors(stats);
   const auto symbol = [a = anchor.data()](Half h, size_t c) { return high_symbol(h, a[c]); };
@@ -496,8 +520,20 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   w.u8(high_form);
   w.bytes(anchor);
   w.varint(hi.size());
+  const size_t low_bytes = low_form == kLowRaw ? distinct.size() : low.size();
+  out.reserve(out.size() + hi.size() + low_bytes);
   w.bytes(hi);
-  w.bytes(low);
+  if (low_form == kLowStream) {
+    w.bytes(low);
+    return out;
+  }
+  // The raw low bytes straight into the output, through restrict pointers: the loop vectorises
+  // (through the vectors, each byte store may alias their own fields, reloaded per value).
+  const size_t at = out.size();
+  out.resize(at + low_bytes);
+  const Half* __restrict from = distinct.data();
+  uint8_t* __restrict to = out.data() + at;
+  for (size_t i = 0; i < low_bytes; ++i) to[i] = static_cast<uint8_t>(from[i].bits);
   return out;
 }
 
