@@ -324,8 +324,11 @@ Rotation fit_rotation(std::span<const Half> values, size_t width, size_t head_di
         rot.cs[2 * c + 1] = std::sin(theta);
       }
       rot.square_chain();
+      // A candidate stops once its bits reach the best's: the sum only grows, so it could not
+      // win (the right rotation, usually tried first, cut the other five to a row or two).
       double bits = 0;
-      for (const size_t r : rows) {
+      for (size_t i = 0; i < rows.size() && bits < best_bits; ++i) {
+        const size_t r = rows[i];
         bits += rotation_cost(rot, values.data() + r * width, values.data() + hint[r] * width,
                               width, r - hint[r], pred);
       }
