@@ -182,6 +182,20 @@ void rope_rows(std::span<float> x, size_t n_rows, size_t n_heads, size_t head_di
     throw Error(ErrorCode::invalid_argument, "rope_rows: angles do not cover these rows");
   }
   check_shape("rope_rows", x, n_rows, n_heads, head_dim);
+  if (!neox && n_heads == 1 && 2 * n_pairs == head_dim) {
+    // One head's rows rotated whole (LayerKVCache rotates a head at a time): their pairs and
+    // angles lie flat in memory, one loop over all of them (row by row, head_dim 8's four pairs
+    // did not vectorise: 3-5% of stories260K's level-high encode, now under 1%).
+    const float* __restrict c = angles.cos.data() + first_row * n_pairs;
+    const float* __restrict s = angles.sin.data() + first_row * n_pairs;
+    float* __restrict v = x.data();
+    for (size_t j = 0, n = n_rows * n_pairs; j < n; ++j) {
+      const float x0 = v[2 * j], x1 = v[2 * j + 1];
+      v[2 * j] = x0 * c[j] - x1 * s[j];
+      v[2 * j + 1] = x0 * s[j] + x1 * c[j];
+    }
+    return;
+  }
   for (size_t r = 0; r < n_rows; ++r) {
     const float* cos_t = angles.cos.data() + (first_row + r) * n_pairs;
     const float* sin_t = angles.sin.data() + (first_row + r) * n_pairs;
