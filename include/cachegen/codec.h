@@ -91,6 +91,9 @@ std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& optio
 // For callers that quantize groups as they arrive and code them later (the cache layer).
 CodeStream quantize_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                            size_t group_size = 32, const EncodeOptions& options = {});
+// Same, into `out`, reusing its buffers' capacity (no allocation once warm).
+void quantize_values_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                          size_t group_size, const EncodeOptions& options, CodeStream& out);
 
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                                    size_t group_size = 32, const EncodeOptions& options = {},

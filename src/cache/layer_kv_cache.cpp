@@ -220,25 +220,29 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
   }
 }
 
-CodeStream detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits,
-                                      const KVCacheConfig& config) {
+void detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits,
+                                const KVCacheConfig& config, CodeStream& out) {
   const size_t n = rows * dim;
   if (config.params == ParamMode::reference) {
-    return quantize_to_codes(std::span<const Half>(x, n), rows, dim, bits, config.group_size);
+    quantize_to_codes_into(std::span<const Half>(x, n), rows, dim, bits, config.group_size, out);
+    return;
   }
-  std::vector<float> f(n);
+  thread_local std::vector<float> f;  // per thread: a group's allocations were ~5% of an encode
+  f.resize(n);
   detail::quant_kernels().f16_to_f32(reinterpret_cast<const uint16_t*>(x), f.data(), n);
   EncodeOptions opt;
   opt.allow_delta = config.use_delta;
-  return quantize_values(f, rows, dim, bits, config.group_size, opt);
+  quantize_values_into(std::span<const float>(f.data(), n), rows, dim, bits, config.group_size, opt,
+                       out);
 }
 
 void LayerKVCache::quantize_group(int kind) {
   PlaneState& p = plane_[kind];
   const size_t gs = config_.group_size;
+  thread_local CodeStream g;  // one group of one head, its buffers kept between groups
   for (size_t h = 0; h < heads_; ++h) {
-    const CodeStream g = detail::quantize_rows_half(p.residual.data() + h * gs * dim_, gs, dim_,
-                                                    bits_[kind], config_);
+    detail::quantize_rows_half(p.residual.data() + h * gs * dim_, gs, dim_, bits_[kind], config_,
+                               g);
     CodeStream& dst = p.pending[h];
     if (dst.n_rows == 0) {  // room for a block (up to 4,096 rows), kept by seal_block
       const size_t rows = std::min<size_t>(config_.block_tokens, 4096);
@@ -301,8 +305,8 @@ std::vector<CodeStream> LayerKVCache::quantize_residual(int kind) const {
   if (residual_rows_ == 0) return out;
   const size_t gs = config_.group_size;
   for (size_t h = 0; h < heads_; ++h) {
-    out[h] = detail::quantize_rows_half(plane_[kind].residual.data() + h * gs * dim_,
-                                        residual_rows_, dim_, bits_[kind], config_);
+    detail::quantize_rows_half(plane_[kind].residual.data() + h * gs * dim_, residual_rows_, dim_,
+                               bits_[kind], config_, out[h]);
   }
   return out;
 }

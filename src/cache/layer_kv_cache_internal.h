@@ -19,10 +19,11 @@ struct HalfRows {
 HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vector<Half>& storage);
 CodeStream slice_groups(const CodeStream& s, size_t row0, size_t rows);
 void append_stream(CodeStream& a, const CodeStream& b);
-// Quantizes x[rows, dim] fp16 (rows <= group_size*k) as the cache does: the reference
-// quantizer (ParamMode::reference) or the codec's compact grid (ParamMode::compact).
-CodeStream quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits,
-                              const KVCacheConfig& config);
+// Quantizes x[rows, dim] fp16 (rows <= group_size*k) as the cache does into `out` (its
+// buffers reused): the reference quantizer (ParamMode::reference) or the codec's compact grid
+// (ParamMode::compact).
+void quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits,
+                        const KVCacheConfig& config, CodeStream& out);
 // Codes per-head streams of equal rows into one block starting at token_begin.
 CompressedBlock code_block(const std::vector<CodeStream>& streams, size_t token_begin,
                            const KVCacheConfig& config);

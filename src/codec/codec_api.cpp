@@ -193,10 +193,15 @@ std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& optio
 
 CodeStream quantize_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                            size_t group_size, const EncodeOptions& options) {
-  check_options(options);
   CodeStream s;
-  quantize_for_codec(x, n_rows, dim, bits, group_size, options, s);
+  quantize_values_into(x, n_rows, dim, bits, group_size, options, s);
   return s;
+}
+
+void quantize_values_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                          size_t group_size, const EncodeOptions& options, CodeStream& out) {
+  check_options(options);
+  quantize_for_codec(x, n_rows, dim, bits, group_size, options, out);
 }
 
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,

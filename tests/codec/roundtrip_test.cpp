@@ -57,12 +57,16 @@ TEST_P(RoundTrip, SingleSymbolAndAllSymbolChannels) {
 
 TEST_P(RoundTrip, EncodeValuesReproducesItsQuantization) {
   const int bits = GetParam();
+  // Reused by quantize_values_into: first a larger stream of other bits, then each below.
+  CodeStream reused = quantize_values(test::random_walk(600, 16, 1.0f, 3), 600, 16, 9 - bits, 32);
   for (size_t n_rows : {size_t{1}, size_t{33}, size_t{512}}) {
     const auto x = test::random_walk(n_rows, 16, 0.2f, 7);
     CodeStream q;
     const auto bytes = encode_values(x, n_rows, 16, bits, 32, {}, &q);
     expect_same_stream(decode(bytes), q);
     expect_same_stream(quantize_values(x, n_rows, 16, bits, 32), q);  // the same quantization
+    quantize_values_into(x, n_rows, 16, bits, 32, {}, reused);
+    expect_same_stream(reused, q);
     // Reconstruction error stays within half a (slightly widened) step.
     const auto rec = decode_to_half(bytes);
     for (size_t t = 0; t < n_rows; ++t)
