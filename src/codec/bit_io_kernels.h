@@ -169,14 +169,24 @@ static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max
   // with k: the search can stop there and still find the same (first) minimum.
   const int max_length = 64 - __builtin_clzll(largest | 1);  // no value is longer
   const int last_k = max_length + 1 < 24 ? max_length + 1 : 24;
+  // The longer values' extra bits at order k, sum over b >= k + 2 of by_length[b] (b - k - 1),
+  // as above_sum - (k + 1) * above_count over those b, both updated as k grows (a loop over b
+  // per order was most of this function on short parameter blocks).
+  uint64_t above_count = 0, above_sum = 0;
+  for (int b = 2; b <= max_length; ++b) {
+    above_count += by_length[0][b];
+    above_sum += by_length[0][b] * static_cast<uint64_t>(b);
+  }
   ExpGolombOrder best;
   int64_t carrying = 0;
   for (int k = 0; k <= last_k; ++k) {
     carrying += carry_delta[k];
+    const uint64_t extra = above_sum - static_cast<uint64_t>(k + 1) * above_count;
+    above_count -= by_length[0][k + 2];  // k + 2 <= 26: within the table
+    above_sum -= by_length[0][k + 2] * static_cast<uint64_t>(k + 2);
     if ((largest >> k) + 1 >= (uint64_t{1} << (max_prefix + 1))) continue;
-    uint64_t bits = n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying);
-    for (int b = k + 2; b <= max_length; ++b)
-      bits += 2 * by_length[0][b] * static_cast<uint64_t>(b - k - 1);
+    const uint64_t bits =
+        n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying) + 2 * extra;
     if (bits < best.bits) best.bits = bits, best.k = k;
   }
   return best;

@@ -338,6 +338,43 @@ TEST(ParamsCompact, LongCodesResumeWithTheRightOrder) {
   set_simd_path(best_supported_simd_path());
 }
 
+// The order search (both compiled kernels) finds the first order of fewest bits among those
+// whose every code has at most max_prefix prefix zeros, as trying every order does: residual
+// sets of several sizes and spreads (zeros, small, up to 2^40), several prefix limits.
+TEST(ParamsCompact, BestOrderIsTheExhaustiveSearch) {
+  std::mt19937_64 rng(11);
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1000}}) {
+    for (const int spread : {0, 3, 12, 40}) {
+      std::vector<int64_t> res(n);
+      for (int64_t& r : res) {
+        const int64_t mag = spread == 0 ? 0 : static_cast<int64_t>(rng() >> (64 - spread));
+        r = (rng() & 1) ? -mag : mag;
+        if (rng() % 4 == 0) r = 0;
+      }
+      for (const int max_prefix : {3, 10, 40}) {
+        ExpGolombOrder want;
+        for (int k = 0; k <= 24; ++k) {
+          uint64_t bits = 0;
+          bool fits = true;
+          for (const int64_t r : res) {
+            const uint64_t v = BitWriter::zigzag(r);
+            fits &= (v >> k) + 1 < (uint64_t{1} << (max_prefix + 1));
+            bits += static_cast<uint64_t>(BitWriter::exp_golomb_bits(v, k));
+          }
+          if (fits && bits < want.bits) want.bits = bits, want.k = k;
+        }
+        for (const ExpGolombKernels* kernels :
+             {&exp_golomb_kernels(), &exp_golomb_kernels_bmi2()}) {
+          if (kernels == &exp_golomb_kernels_bmi2() && simd_path() == SimdPath::scalar) continue;
+          const ExpGolombOrder got = kernels->best_order(res.data(), n, max_prefix);
+          EXPECT_EQ(got.k, want.k) << n << " " << spread << " " << max_prefix;
+          EXPECT_EQ(got.bits, want.bits) << n << " " << spread << " " << max_prefix;
+        }
+      }
+    }
+  }
+}
+
 // Two sections read side by side give what reading one whole section and then the other gives:
 // both sets of values, or the first error (a's before b's) and whose it is; on sections of
 // other shapes, intact, damaged or cut short.
