@@ -15,6 +15,7 @@
 #include "codec/scratch.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
+#include "core/huge_pages.h"
 #include "core/parallel.h"
 #include "quant/kernels.h"
 

@@ -10,6 +10,7 @@
 #include "codec/scratch.h"
 #include "codec/stream_format.h"
 #include "core/checks.h"
+#include "core/huge_pages.h"
 #include "core/parallel.h"
 #include "quant/kernels.h"
 

@@ -1,8 +1,6 @@
 // Decoder of one head record. Every field is bounded before it sizes an allocation.
 #include <algorithm>
-#include <compare>
 #include <cstring>
-#include <iterator>
 #include <string>
 
 #include "codec/bit_io.h"
@@ -375,53 +373,6 @@ void check_head_shape(const CodeStream& h, size_t index, const BatchShape& shape
              std::to_string(shape.n_rows) + "x" + std::to_string(shape.dim) + " bits " +
              std::to_string(shape.bits) + " group " + std::to_string(shape.group_size));
   }
-}
-
-namespace {
-
-// A random-access iterator over `count` zero halves.
-struct ZeroHalfIterator {
-  using iterator_category = std::random_access_iterator_tag;
-  using value_type = Half;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const Half*;
-  using reference = Half;
-  size_t i = 0;
-  Half operator*() const noexcept { return Half{0}; }
-  Half operator[](difference_type) const noexcept { return Half{0}; }
-  ZeroHalfIterator& operator++() noexcept { return ++i, *this; }
-  ZeroHalfIterator operator++(int) noexcept { return ZeroHalfIterator{i++}; }
-  ZeroHalfIterator& operator--() noexcept { return --i, *this; }
-  ZeroHalfIterator operator--(int) noexcept { return ZeroHalfIterator{i--}; }
-  ZeroHalfIterator& operator+=(difference_type d) noexcept {
-    i += static_cast<size_t>(d);
-    return *this;
-  }
-  ZeroHalfIterator& operator-=(difference_type d) noexcept {
-    i -= static_cast<size_t>(d);
-    return *this;
-  }
-  [[maybe_unused]] friend ZeroHalfIterator operator+(ZeroHalfIterator a,
-                                                     difference_type d) noexcept {
-    return a += d;
-  }
-  [[maybe_unused]] friend ZeroHalfIterator operator-(ZeroHalfIterator a,
-                                                     difference_type d) noexcept {
-    return a -= d;
-  }
-  friend difference_type operator-(ZeroHalfIterator a, ZeroHalfIterator b) noexcept {
-    return static_cast<difference_type>(a.i - b.i);
-  }
-  friend bool operator==(ZeroHalfIterator a, ZeroHalfIterator b) noexcept { return a.i == b.i; }
-  [[maybe_unused]] friend auto operator<=>(ZeroHalfIterator a, ZeroHalfIterator b) noexcept {
-    return a.i <=> b.i;
-  }
-};
-
-}  // namespace
-
-std::vector<Half> zeroed_halves(size_t n) {
-  return std::vector<Half>(ZeroHalfIterator{0}, ZeroHalfIterator{n});
 }
 
 }  // namespace cachegen::detail

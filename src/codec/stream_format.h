@@ -188,10 +188,4 @@ SharedBatchSizes shared_batch_sizes(std::span<const uint8_t> body, size_t body_o
 std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8_t (&magic)[4],
                                      const char* what);
 
-// n zero halves. std::vector<Half>(n) fills through a reference into its own storage, which
-// compilers cannot vectorize (the store might change the value); copying from this iterator
-// becomes a plain vector fill. decode_*_to_half outputs are 2 bytes per element, so the fill
-// showed up at ~10% of a decode.
-std::vector<Half> zeroed_halves(size_t n);
-
 }  // namespace cachegen::detail

@@ -16,6 +16,7 @@
 #include "codec/stream_format.h"
 #include "container/cgkv_internal.h"
 #include "container/lossless_internal.h"
+#include "core/huge_pages.h"
 #include "core/wire.h"
 
 namespace cachegen::detail {
@@ -524,7 +525,7 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   w.bytes(anchor);
   w.varint(hi.size());
   const size_t low_bytes = low_form == kLowRaw ? distinct.size() : low.size();
-  out.reserve(out.size() + hi.size() + low_bytes);
+  reserve_huge(out, out.size() + hi.size() + low_bytes);
   w.bytes(hi);
   if (low_form == kLowStream) {
     w.bytes(low);

@@ -381,8 +381,7 @@ size_t CgkvReader::read_elements(size_t begin, size_t end) const {
 std::vector<Half> CgkvReader::read_tokens(size_t begin, size_t end) const {
   const size_t n_out = read_elements(begin, end);
   if (n_out > max_elements_) read_tokens_into(begin, end, {});  // throws, naming the limit
-  std::vector<Half> out;
-  detail::resize_huge(out, n_out);
+  std::vector<Half> out = detail::zeroed_halves(n_out);
   read_tokens_into(begin, end, out);
   return out;
 }

@@ -1,28 +1,46 @@
-// Internal: transparent huge pages for large buffers. Where the kernel leaves them to
-// madvise (Debian's default), every 4 KiB page of a fresh buffer faults on first touch and
-// costs a TLB entry; asking for 2 MiB pages before the large buffers are touched took a
-// lossless encode of a 128 MiB array from 3.6 to 1.7 s and its decode from 1.8 to 0.9 s on the
-// project's 2-core VM (docs/PERFORMANCE.md, "At scale").
+// Internal: fresh large buffers made ready before their first touch. Where the kernel leaves
+// transparent huge pages to madvise (Debian's default), every 4 KiB page of a fresh buffer
+// faults on first touch and costs a TLB entry; asking for 2 MiB pages before the large buffers
+// are touched took a lossless encode of a 128 MiB array from 3.6 to 1.7 s and its decode from
+// 1.8 to 0.9 s on the project's 2-core VM (docs/PERFORMANCE.md, "At scale"). Buffers below
+// 2 MiB still fault page by page (~1.7 us a page on that VM, a tenth of a lossless encode of
+// tinystories-hd64's KV): their pages are mapped in one call instead, at about half the cost.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "cachegen/half.h"
+
 namespace cachegen::detail {
 
-// Asks for huge pages on the whole 2 MiB pages inside [p, p + n); a hint (nothing happens
-// where the kernel or the range does not allow it).
-void advise_huge_pages(void* p, size_t n) noexcept;
+// Asks for huge pages on the whole 2 MiB pages inside [p, p + n) and, for ranges of 64 KiB and
+// more, maps every page of it writable at once (MADV_POPULATE_WRITE, Linux 5.14+; pages already
+// mapped are left as they are). Hints: nothing happens where the kernel does not allow them,
+// and the bytes are unchanged.
+void prepare_fresh_pages(void* p, size_t n) noexcept;
 
-// v resized to n elements, its storage advised for huge pages before the resize touches it
-// (when the resize allocates).
+// v's capacity made at least n elements, new storage prepared (prepare_fresh_pages) before
+// anything touches it.
 template <typename T>
-void resize_huge(std::vector<T>& v, size_t n) {
+void reserve_huge(std::vector<T>& v, size_t n) {
   if (n > v.capacity()) {
     v.reserve(n);
-    advise_huge_pages(v.data(), n * sizeof(T));
+    prepare_fresh_pages(v.data(), n * sizeof(T));
   }
+}
+
+// v resized to n elements, its new storage prepared before the resize touches it.
+template <typename T>
+void resize_huge(std::vector<T>& v, size_t n) {
+  reserve_huge(v, n);
   v.resize(n);
 }
+
+// n zero halves in prepared storage. std::vector<Half>(n) and resize fill through a reference
+// into their own storage, which compilers cannot vectorise (a store might change the value):
+// one 2-byte store at a time, ~10% of a decode to fp16 and a quarter of a lossless file's
+// decode through read_tokens. Copying from an iterator of zeros is a plain vector fill.
+std::vector<Half> zeroed_halves(size_t n);
 
 }  // namespace cachegen::detail
