@@ -19,10 +19,16 @@ namespace detail {
 // Throws "<name><problem> at element <i>" unless x[0, n) holds finite fp16 values only (NaN,
 // Inf: beyond the fp16 range), i the first bad one's place in x.
 void check_finite_half(const Half* x, size_t n, const char* name, const char* problem) {
-  // One branch-free pass (it vectorises); the element is looked for only when one is bad.
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((x[i].bits & 0x7c00u) == 0x7c00u);
-  if (bad) {
+  // One branch-free pass; the element is looked for only when one is bad. A half is NaN or
+  // +-Inf when its magnitude bits are >= 0x7c00, so their largest decides: a 16-bit max, eight
+  // values an instruction on the baseline (a compare widened to 32 bits took four times as long,
+  // 4% of a tinystories-hd64 3-bit file encode).
+  int16_t top = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const auto m = static_cast<int16_t>(x[i].bits & 0x7fffu);
+    top = m > top ? m : top;
+  }
+  if (top >= 0x7c00) {
     size_t i = 0;
     while ((x[i].bits & 0x7c00u) != 0x7c00u) ++i;
     invalid(std::string(name) + problem + " at element " + std::to_string(i));

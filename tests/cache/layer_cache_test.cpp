@@ -269,6 +269,20 @@ TEST(LayerCache, BadInputLeavesCacheUnchanged) {
   auto bad = k;
   bad[17] = Half{0x7e00};  // NaN
   EXPECT_THROW(c.append(view(bad, kHeads, 10, kDim), view(k, kHeads, 10, kDim)), Error);
+  // Negative ones (sign bit set) and the largest finite half beside them.
+  for (const uint16_t bits : {uint16_t{0xfc00}, uint16_t{0xfe01}}) {
+    bad = k;
+    bad[k.size() - 3] = Half{0x7bff};  // 65504: finite
+    bad[k.size() - 2] = Half{bits};
+    try {
+      c.append(view(k, kHeads, 10, kDim), view(bad, kHeads, 10, kDim));
+      ADD_FAILURE() << "accepted " << bits;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("at element " + std::to_string(k.size() - 2)),
+                std::string::npos)
+          << e.what();
+    }
+  }
   std::vector<float> huge(k.size(), 1e6f);
   EXPECT_THROW(c.append({huge.data(), KVDType::f32, kHeads, 10, kDim}, view(k, kHeads, 10, kDim)),
                Error);
