@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cachegen/error.h"
+#include "cachegen/runtime.h"
 #include "container/cgkv_internal.h"
 #include "core/checks.h"
 #include "core/huge_pages.h"
@@ -14,45 +15,58 @@ namespace cachegen {
 
 namespace {
 
+// The header's size (it depends on counts only, so it is known before any chunk), checked.
+void plan_header(CgkvInfo& info, std::span<const CgkvBlob> blobs) {
+  if (blobs.size() > detail::kMaxBlobs) detail::invalid("at most 64 blobs per file");
+  info.header_bytes = detail::header_size(info.layers.size(), info.chunks.size(), blobs.size(),
+                                          info.has_rope, info.codec == ContainerCodec::transform);
+  if (info.header_bytes > detail::kMaxHeaderBytes)
+    detail::invalid("too many chunks for one header");
+}
+
+// Chunk c, just written at its range's offset in out: its checksum.
+void seal_chunk(CgkvInfo& info, size_t c, const std::vector<uint8_t>& out) {
+  CgkvRange& r = info.chunks[c].range;
+  r.xxh64 = detail::chunk_checksum(info.version, c, info.chunks[c],
+                                   std::span<const uint8_t>(out.data() + r.offset, r.bytes));
+}
+
+// out holds the header's place and every chunk: the blobs go after them, then the header into
+// its place.
+void finish_file(CgkvInfo& info, std::vector<uint8_t>& out, std::span<const CgkvBlob> blobs) {
+  info.blobs.clear();
+  for (const CgkvBlob& b : blobs) {
+    info.blobs.push_back({b.kind, {out.size(), b.bytes.size(), detail::xxh64(b.bytes)}});
+    out.insert(out.end(), b.bytes.begin(), b.bytes.end());
+  }
+  info.file_bytes = out.size();
+  // serialize_header checks that it fills header_bytes exactly.
+  const std::vector<uint8_t> header = detail::serialize_header(info);
+  std::memcpy(out.data(), header.data(), header.size());
+}
+
 // assemble_cgkv's one body: chunk c is chunk_sizes[c] bytes that write_chunk(c, dst) writes.
 // The file is allocated once and every chunk written in place (copying chunks assembled
 // apart page-faulted the file's bytes in twice); the header goes in last, its size known.
 template <typename WriteChunk>
 std::vector<uint8_t> assemble(CgkvInfo& info, std::span<const uint64_t> chunk_sizes,
                               WriteChunk&& write_chunk, std::span<const CgkvBlob> blobs) {
-  if (blobs.size() > detail::kMaxBlobs) detail::invalid("at most 64 blobs per file");
-  info.header_bytes = detail::header_size(info.layers.size(), chunk_sizes.size(), blobs.size(),
-                                          info.has_rope, info.codec == ContainerCodec::transform);
-  if (info.header_bytes > detail::kMaxHeaderBytes)
-    detail::invalid("too many chunks for one header");
+  plan_header(info, blobs);
   uint64_t offset = info.header_bytes;
   for (size_t c = 0; c < chunk_sizes.size(); ++c) {
     info.chunks[c].range = {offset, chunk_sizes[c], 0};
     offset += chunk_sizes[c];
   }
-  info.blobs.clear();
-  for (const CgkvBlob& b : blobs) {
-    info.blobs.push_back({b.kind, {offset, b.bytes.size(), detail::xxh64(b.bytes)}});
-    offset += b.bytes.size();
-  }
-  info.file_bytes = offset;
+  uint64_t total = offset;
+  for (const CgkvBlob& b : blobs) total += b.bytes.size();
   std::vector<uint8_t> out;
-  detail::resize_huge(out, offset);
+  detail::reserve_huge(out, total);
+  out.resize(offset);
   for (size_t c = 0; c < chunk_sizes.size(); ++c) {
-    CgkvRange& r = info.chunks[c].range;
-    uint8_t* dst = out.data() + r.offset;
-    write_chunk(c, dst);
-    r.xxh64 = detail::chunk_checksum(info.version, c, info.chunks[c],
-                                     std::span<const uint8_t>(dst, r.bytes));
+    write_chunk(c, out.data() + info.chunks[c].range.offset);
+    seal_chunk(info, c, out);
   }
-  for (size_t i = 0; i < blobs.size(); ++i) {
-    if (!blobs[i].bytes.empty())
-      std::memcpy(out.data() + info.blobs[i].range.offset, blobs[i].bytes.data(),
-                  blobs[i].bytes.size());
-  }
-  // serialize_header checks that it fills header_bytes exactly.
-  const std::vector<uint8_t> header = detail::serialize_header(info);
-  std::memcpy(out.data(), header.data(), header.size());
+  finish_file(info, out, blobs);
   return out;
 }
 
@@ -192,8 +206,6 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
                     " values, expected n_attention_layers * 2 * n_tokens * heads * head_dim = " +
                     std::to_string(n_attn * 2 * plane));
   }
-  // Every chunk's tensors are packed in parallel (independent; the bytes do not depend on
-  // the order), then framed chunk by chunk.
   const size_t n_tensors = n_attn * 2;
   // Chunk c's rows of tensor t, token-major [rows, heads, dim] as stored in kv.
   const auto chunk_rows = [&](size_t c, size_t t) {
@@ -206,19 +218,54 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
   detail::parallel_for(equal_v.size(), [&](size_t task) {
     equal_v[task] = detail::first_equal_rows(chunk_rows(task / n_attn, task % n_attn * 2 + 1), row);
   });
-  std::vector<std::vector<uint8_t>> packed(info.chunks.size() * n_tensors);
-  detail::parallel_for(packed.size(), [&](size_t task) {
-    const size_t c = task / n_tensors, t = task % n_tensors;
-    const std::vector<uint32_t>& equal = equal_v[c * n_attn + t / 2];
-    packed[task] = detail::pack_fp16_lossless(
-        chunk_rows(c, t), row, zstd_level, static_cast<size_t>(shape.head_dim),
-        t % 2 == 0 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>(),
-        t % 2 == 1 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>());
-  });
-  std::vector<std::vector<std::span<const uint8_t>>> parts(info.chunks.size());
-  for (size_t c = 0; c < parts.size(); ++c)
-    for (size_t t = 0; t < n_tensors; ++t) parts[c].push_back(packed[c * n_tensors + t]);
-  return detail::assemble_cgkv_framed(info, parts, blobs);
+  // The tensors in file order (chunk by chunk), packed in waves of a few per thread (independent:
+  // the bytes do not depend on the order); each wave is framed into the file and freed before
+  // the next, so the working set is a wave's packed tensors, not a second copy of the file (the
+  // 7B-shaped lossless encode peaked at input + 2x output).
+  plan_header(info, blobs);
+  std::vector<uint8_t> out;
+  {  // room for about fp16's size (a hint: the file grows past it if it must), mapped as written
+    uint64_t guess =
+        info.header_bytes + 2 * uint64_t{kv.size()} + 16 * info.chunks.size() * n_tensors;
+    for (const CgkvBlob& b : blobs) guess += b.bytes.size();
+    out.reserve(guess);
+    detail::advise_huge_pages(out.data(), guess);
+  }
+  out.resize(info.header_bytes);  // the header's place, written last
+  const size_t n_tasks = info.chunks.size() * n_tensors;
+  const size_t wave = 4 * thread_count();
+  std::vector<std::vector<uint8_t>> packed(std::min(wave, n_tasks));
+  for (size_t first = 0; first < n_tasks; first += packed.size()) {
+    const size_t count = std::min(packed.size(), n_tasks - first);
+    detail::parallel_for(count, [&](size_t i) {
+      const size_t c = (first + i) / n_tensors, t = (first + i) % n_tensors;
+      const std::vector<uint32_t>& equal = equal_v[c * n_attn + t / 2];
+      packed[i] = detail::pack_fp16_lossless(
+          chunk_rows(c, t), row, zstd_level, static_cast<size_t>(shape.head_dim),
+          t % 2 == 0 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>(),
+          t % 2 == 1 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>());
+    });
+    size_t bytes = 0;
+    for (size_t i = 0; i < count; ++i)
+      bytes += wire::varint_size(packed[i].size()) + packed[i].size();
+    if (out.size() + bytes > out.capacity())
+      out.reserve(std::max(out.size() + bytes, 2 * out.capacity()));
+    detail::populate_pages(out.data() + out.size(), bytes);
+    wire::Writer w(out);
+    for (size_t i = 0; i < count; ++i) {
+      const size_t c = (first + i) / n_tensors, t = (first + i) % n_tensors;
+      if (t == 0) info.chunks[c].range.offset = out.size();
+      w.varint(packed[i].size());
+      w.bytes(packed[i]);
+      std::vector<uint8_t>().swap(packed[i]);
+      if (t + 1 == n_tensors) {
+        info.chunks[c].range.bytes = out.size() - info.chunks[c].range.offset;
+        seal_chunk(info, c, out);
+      }
+    }
+  }
+  finish_file(info, out, blobs);
+  return out;
 }
 
 CgkvBlob token_ids_blob(std::span<const int32_t> tokens) {

@@ -48,20 +48,28 @@ struct ZeroHalfIterator {
   }
 };
 
+// f(begin, bytes) on the whole units (a power of two) inside [p, p + n), if any.
+template <typename F>
+void on_whole_units(void* p, size_t n, uintptr_t unit, F&& f) {
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + unit - 1) & ~(unit - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) & ~(unit - 1);
+  if (end > begin) f(reinterpret_cast<void*>(begin), end - begin);
+}
+
 }  // namespace
 
-void prepare_fresh_pages(void* p, size_t n) noexcept {
-  const auto inner = [&](uintptr_t unit, auto&& advise) {
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + unit - 1) & ~(unit - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) & ~(unit - 1);
-    if (end > begin) advise(reinterpret_cast<void*>(begin), end - begin);
-  };
+void advise_huge_pages(void* p, size_t n) noexcept {
 #ifdef MADV_HUGEPAGE
-  inner(uintptr_t{2} << 20, [](void* at, size_t bytes) { ::madvise(at, bytes, MADV_HUGEPAGE); });
+  on_whole_units(p, n, uintptr_t{2} << 20,
+                 [](void* at, size_t bytes) { ::madvise(at, bytes, MADV_HUGEPAGE); });
 #endif
+}
+
+void populate_pages(void* p, size_t n) noexcept {
 #ifdef MADV_POPULATE_WRITE
   if (n >= (size_t{64} << 10)) {
-    inner(4096, [](void* at, size_t bytes) { ::madvise(at, bytes, MADV_POPULATE_WRITE); });
+    on_whole_units(p, n, 4096,
+                   [](void* at, size_t bytes) { ::madvise(at, bytes, MADV_POPULATE_WRITE); });
   }
 #endif
 }

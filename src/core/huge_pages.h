@@ -14,19 +14,23 @@
 
 namespace cachegen::detail {
 
-// Asks for huge pages on the whole 2 MiB pages inside [p, p + n) and, for ranges of 64 KiB and
-// more, maps every page of it writable at once (MADV_POPULATE_WRITE, Linux 5.14+; pages already
-// mapped are left as they are). Hints: nothing happens where the kernel does not allow them,
-// and the bytes are unchanged.
-void prepare_fresh_pages(void* p, size_t n) noexcept;
+// Asks for huge pages on the whole 2 MiB pages inside [p, p + n). A hint: nothing happens
+// where the kernel does not allow it.
+void advise_huge_pages(void* p, size_t n) noexcept;
+// Maps the whole pages inside [p, p + n) writable in one call when the range is 64 KiB or more
+// (MADV_POPULATE_WRITE, Linux 5.14+): the faults its first writes would take, at about half
+// their cost. Pages already mapped are left as they are; the bytes never change; nothing
+// happens where the kernel lacks it.
+void populate_pages(void* p, size_t n) noexcept;
 
-// v's capacity made at least n elements, new storage prepared (prepare_fresh_pages) before
-// anything touches it.
+// v's capacity made at least n elements; new storage is advised for huge pages and populated
+// before anything touches it (for buffers about to be written whole).
 template <typename T>
 void reserve_huge(std::vector<T>& v, size_t n) {
   if (n > v.capacity()) {
     v.reserve(n);
-    prepare_fresh_pages(v.data(), n * sizeof(T));
+    advise_huge_pages(v.data(), n * sizeof(T));
+    populate_pages(v.data(), n * sizeof(T));
   }
 }
 

@@ -200,6 +200,36 @@ TEST(Container, LosslessIsExactAndSmallerThanFp16) {
   EXPECT_EQ(0, std::memcmp(mid.data(), f.kv.data() + 100 * 16, 100 * 16 * 2));
 }
 
+TEST(Container, LosslessBytesDoNotDependOnThreads) {
+  // Three attention layers: six tensors a chunk, so the writer's waves of tensors (four a
+  // thread) end inside chunks; four chunks, the last one short, and a blob after them.
+  ModelShape shape;
+  shape.n_layers = 3;
+  shape.n_kv_heads = 2;
+  shape.head_dim = 8;
+  const size_t T = 100;
+  std::vector<Half> kv(3 * 2 * T * 16);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (Half& h : kv) h = float_to_half(nd(rng));
+  std::vector<int32_t> ids(T);
+  for (size_t t = 0; t < T; ++t) ids[t] = static_cast<int32_t>(t * 7 % 512);
+  const std::vector<CgkvBlob> blobs{token_ids_blob(ids)};
+  set_thread_count(1);
+  const std::vector<uint8_t> one = write_cgkv_lossless(shape, kv, T, 32, blobs);
+  for (const size_t threads : {2, 3}) {
+    set_thread_count(threads);
+    EXPECT_EQ(write_cgkv_lossless(shape, kv, T, 32, blobs), one) << threads << " threads";
+  }
+  set_thread_count(0);
+  const CgkvReader r = CgkvReader::from_bytes(one);
+  ASSERT_EQ(r.info().chunks.size(), 4u);
+  const std::vector<Half> got = r.read_tokens(0, T);
+  ASSERT_EQ(got.size(), kv.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), kv.data(), got.size() * 2));
+  EXPECT_EQ(r.read_blob(static_cast<uint32_t>(BlobKind::token_ids)), blobs[0].bytes);
+}
+
 TEST(Container, LosslessMethodsBothDecodeAndBadMethodsAreRejected) {
   KVCacheConfig cfg;
   const test::Filled f = filled_cache(200, cfg, 9);

@@ -21,7 +21,8 @@ TEST(FreshPages, HintsKeepEveryByte) {
   for (const size_t n : {size_t{100}, size_t{70000}, size_t{3} << 20}) {
     std::vector<uint8_t> v(n + 3);
     for (size_t i = 0; i < v.size(); ++i) v[i] = pattern(i);
-    prepare_fresh_pages(v.data() + 3, n);
+    advise_huge_pages(v.data() + 3, n);
+    populate_pages(v.data() + 3, n);
     for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], pattern(i)) << "n " << n << " at " << i;
   }
 }
