@@ -443,27 +443,37 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   uint64_t independent = 0;
   for (uint64_t c : head_cost) independent += c;
   // Otherwise the bounds become exact estimates channel by channel (cost only: no tables
-  // built), in one parallel loop over heads, until their sum reaches the shared size (shared
-  // wins; the channels left are skipped) or every channel is exact (the estimate decides).
-  // Exact estimates only raise the sum, so the outcome does not depend on which channels were
-  // evaluated; 2-head batches of short chunks (a .cgkv file's) often settle after a few.
+  // built), in one parallel loop, until their sum reaches the shared size (shared wins; the
+  // channels left are skipped) or every channel is exact (the estimate decides). Exact
+  // estimates only raise the sum, so the outcome does not depend on which channels were
+  // evaluated; 2-head batches of short chunks (a .cgkv file's) often settle after a few. The
+  // channels go in ascending order of their bounds: the lowest lie furthest below the uniform
+  // cost (the same for every channel), which most exact estimates reach, so they raise the sum
+  // most (tinystories-hd64's level-high file: 1,779 instead of 2,437 of its 3,072 estimates;
+  // in the order of the exact rises themselves, 1,763).
   if (shared > independent) {
+    std::vector<uint32_t> order(G * dim);
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return channel_bound[a] < channel_bound[b]; });
+    std::vector<std::atomic<uint64_t>> fp(G);
+    for (size_t h = 0; h < G; ++h) fp[h].store(head_fp[h], std::memory_order_relaxed);
     std::atomic<uint64_t> bound{independent};
-    parallel_for(G, [&](size_t h) {
-      uint64_t fp = head_fp[h], bytes = head_cost[h];
-      for (size_t c = 0; c < dim; ++c) {
-        if (bound.load(std::memory_order_relaxed) >= shared) return;
-        fp +=
-            channel_model_cost(
-                std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
-                allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
-                            : std::span<const uint32_t>(),
-                first.n_rows, first.bits) -
-            channel_bound[h * dim + c];
-        const uint64_t exact = record_bytes(fp);
-        bound.fetch_add(exact - bytes, std::memory_order_relaxed);
-        bytes = exact;
-      }
+    parallel_for(order.size(), [&](size_t i) {
+      if (bound.load(std::memory_order_relaxed) >= shared) return;
+      const size_t h = order[i] / dim, c = order[i] % dim;
+      const uint64_t rise =
+          channel_model_cost(
+              std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
+              allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
+                          : std::span<const uint32_t>(),
+              first.n_rows, first.bits) -
+          channel_bound[order[i]];
+      // The head's record estimate from its sum before and after this rise (any order of the
+      // rises gives the same final sums).
+      const uint64_t before = fp[h].fetch_add(rise, std::memory_order_relaxed);
+      bound.fetch_add(record_bytes(before + rise) - record_bytes(before),
+                      std::memory_order_relaxed);
     });
     if (shared > bound.load()) return false;
   }
