@@ -47,6 +47,9 @@ class BitWriter {
   // state in registers (through the members, every byte store, which may alias them, made the
   // compiler keep them in memory).
   void signed_exp_golomb_pairs(const int64_t* a, const int64_t* b, size_t n, int ka, int kb);
+  // exp_golomb(v[i], k) for i < n, the writer's state in registers (as above): a table's
+  // frequency list.
+  void exp_golomb_list(const uint16_t* v, size_t n, int k);
   std::vector<uint8_t> finish();
   size_t bit_count() const noexcept { return pos_ * 8 + static_cast<size_t>(fill_); }
 
@@ -87,7 +90,7 @@ struct BitRunSide {
   size_t n;
   const int* k;  // the orders of codes 0, 1 (then in turn)
 };
-// A BitWriter's state as put_pairs takes it.
+// A BitWriter's state as put_pairs and put_list take it.
 struct BitPairState {
   uint8_t* out;
   size_t pos;
@@ -109,6 +112,7 @@ struct ExpGolombKernels {
                            size_t& pos_b, size_t& got_b) noexcept;
   size_t (*put_pairs)(BitPairState& s, const int64_t* a, const int64_t* b, size_t n, int ka,
                       int kb) noexcept;
+  void (*put_list)(BitPairState& s, const uint16_t* v, size_t n, int k) noexcept;
   ExpGolombOrder (*best_order)(const int64_t* residuals, size_t n, int max_prefix) noexcept;
 };
 const ExpGolombKernels& exp_golomb_kernels() noexcept;

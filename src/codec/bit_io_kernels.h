@@ -99,29 +99,39 @@ static inline uint64_t zigzag(int64_t v) noexcept {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }
 
+// Appends the low n_bits <= 56 bits of code (its higher bits zero) to the accumulator (fill < 8
+// bits before, so it holds at most 63) and moves its whole bytes out (room for 8 at pos).
+static inline void put_code(uint8_t* out, uint64_t& acc, int& fill, size_t& pos, uint64_t code,
+                            int n_bits) noexcept {
+  acc = (acc << n_bits) | code;
+  fill += n_bits;
+  const uint64_t w = __builtin_bswap64(acc << (64 - fill));
+  std::memcpy(out + pos, &w, 8);
+  pos += static_cast<size_t>(fill >> 3);
+  fill &= 7;
+  acc &= (uint64_t{1} << fill) - 1;
+}
+
+// BitWriter::exp_golomb_bits's, this namespace's own copy (as window_at).
+static inline int exp_golomb_bits(uint64_t v, int k) noexcept {
+  return 2 * (63 - __builtin_clzll((v >> k) + 1)) + 1 + k;
+}
+
 // Codes of a[i] (order ka) and b[i] (order kb) in turn, into s.out from byte s.pos (room for 16
 // bytes per pair plus 8), until a code longer than 56 bits: returns 2 * pairs + (1 if that
 // pair's a-code was written), the state in s up to there.
 static size_t put_pairs(BitPairState& s, const int64_t* a, const int64_t* b, size_t n, int ka,
                         int kb) noexcept {
-  uint8_t* const out = s.out;
   uint64_t acc = s.acc;
   int fill = s.fill;
   size_t pos = s.pos;
   size_t done = 2 * n;
   const auto code = [&](int64_t value, int k) {
     const uint64_t v = zigzag(value);
-    const int n_bits = 2 * (63 - __builtin_clzll((v >> k) + 1)) + 1 + k;
+    const int n_bits = exp_golomb_bits(v, k);
     if (n_bits > 56) [[unlikely]]
       return false;
-    // fill < 8 before, so the accumulator holds at most 63 bits; its whole bytes go out.
-    acc = (acc << n_bits) | (v + (uint64_t{1} << k));
-    fill += n_bits;
-    const uint64_t w = __builtin_bswap64(acc << (64 - fill));
-    std::memcpy(out + pos, &w, 8);
-    pos += static_cast<size_t>(fill >> 3);
-    fill &= 7;
-    acc &= (uint64_t{1} << fill) - 1;
+    put_code(s.out, acc, fill, pos, v + (uint64_t{1} << k), n_bits);
     return true;
   };
   for (size_t i = 0; i < n; ++i) {
@@ -136,6 +146,17 @@ static size_t put_pairs(BitPairState& s, const int64_t* a, const int64_t* b, siz
   }
   s.acc = acc, s.fill = fill, s.pos = pos;
   return done;
+}
+
+// Codes of v[i] at order k < 24 (at most 33 + k <= 56 bits each), into s.out from byte s.pos
+// (room for 8 bytes per code plus 8).
+static void put_list(BitPairState& s, const uint16_t* v, size_t n, int k) noexcept {
+  uint64_t acc = s.acc;
+  int fill = s.fill;
+  size_t pos = s.pos;
+  for (size_t i = 0; i < n; ++i)
+    put_code(s.out, acc, fill, pos, uint64_t{v[i]} + (uint64_t{1} << k), exp_golomb_bits(v[i], k));
+  s.acc = acc, s.fill = fill, s.pos = pos;
 }
 
 // The order that codes the residuals in the fewest bits among the orders whose every code has
@@ -193,6 +214,6 @@ static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max
 }
 
 inline constexpr ExpGolombKernels kExpGolomb = {signed_run, unsigned_run, signed_runs_pair,
-                                                put_pairs, best_order};
+                                                put_pairs,  put_list,     best_order};
 
 }  // namespace cachegen::detail::CACHEGEN_EXP_GOLOMB_NS

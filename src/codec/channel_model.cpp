@@ -438,7 +438,9 @@ void write_channel_model(BitWriter& w, const ChannelModel& model, int bits) {
   for (uint32_t j = 0; j < freq.size(); ++j)
     if (freq[order[j]] != 0) last = j;
   w.put(last, bits);
-  for (uint32_t j = 0; j < last; ++j) w.exp_golomb(freq[order[j]], model.eg_k);
+  uint16_t list[256];
+  for (uint32_t j = 0; j < last; ++j) list[j] = freq[order[j]];
+  w.exp_golomb_list(list, last, model.eg_k);
 }
 
 void read_channel_model(BitReader& r, int bits, size_t n_rows, ChannelModel& model) {
