@@ -618,7 +618,8 @@ static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
   }
   for (; r < rows; ++r) {
     const uint8_t* row = symbols + r * dim;
-    for (size_t c = 0; c < dim; ++c) ++counts[c * n_syms + row[c]];
+    uint32_t* table = counts;  // channel c's (a pointer stepped by n_syms, held in a register)
+    for (size_t c = 0; c < dim; ++c, table += n_syms) ++table[row[c]];
   }
 }
 
