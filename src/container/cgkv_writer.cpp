@@ -224,12 +224,16 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
   // 7B-shaped lossless encode peaked at input + 2x output).
   plan_header(info, blobs);
   std::vector<uint8_t> out;
-  {  // room for about fp16's size (a hint: the file grows past it if it must), mapped as written
+  // Room advised for huge pages, its pages mapped as the waves are written.
+  const auto make_room = [&out](uint64_t bytes) {
+    out.reserve(bytes);
+    detail::advise_huge_pages(out.data(), bytes);
+  };
+  {  // about fp16's size (a hint: the file grows past it if it must)
     uint64_t guess =
         info.header_bytes + 2 * uint64_t{kv.size()} + 16 * info.chunks.size() * n_tensors;
     for (const CgkvBlob& b : blobs) guess += b.bytes.size();
-    out.reserve(guess);
-    detail::advise_huge_pages(out.data(), guess);
+    make_room(guess);
   }
   out.resize(info.header_bytes);  // the header's place, written last
   const size_t n_tasks = info.chunks.size() * n_tensors;
@@ -249,7 +253,7 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
     for (size_t i = 0; i < count; ++i)
       bytes += wire::varint_size(packed[i].size()) + packed[i].size();
     if (out.size() + bytes > out.capacity())
-      out.reserve(std::max(out.size() + bytes, 2 * out.capacity()));
+      make_room(std::max(out.size() + bytes, 2 * out.capacity()));
     detail::populate_pages(out.data() + out.size(), bytes);
     wire::Writer w(out);
     for (size_t i = 0; i < count; ++i) {

@@ -2,9 +2,10 @@
 // transparent huge pages to madvise (Debian's default), every 4 KiB page of a fresh buffer
 // faults on first touch and costs a TLB entry; asking for 2 MiB pages before the large buffers
 // are touched took a lossless encode of a 128 MiB array from 3.6 to 1.7 s and its decode from
-// 1.8 to 0.9 s on the project's 2-core VM (docs/PERFORMANCE.md, "At scale"). Buffers below
-// 2 MiB still fault page by page (~1.7 us a page on that VM, a tenth of a lossless encode of
-// tinystories-hd64's KV): their pages are mapped in one call instead, at about half the cost.
+// 1.8 to 0.9 s on the project's 2-core VM (docs/PERFORMANCE.md, "At scale"). Pages not made
+// huge still fault one by one (~1.7 us a page on that VM, a tenth of a lossless encode of
+// tinystories-hd64's KV): buffers about to be written have theirs mapped in one call instead,
+// at about half the cost.
 #pragma once
 
 #include <cstddef>

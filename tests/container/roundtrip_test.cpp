@@ -230,6 +230,27 @@ TEST(Container, LosslessBytesDoNotDependOnThreads) {
   EXPECT_EQ(r.read_blob(static_cast<uint32_t>(BlobKind::token_ids)), blobs[0].bytes);
 }
 
+TEST(Container, LosslessIncompressibleValuesOutgrowTheWritersGuess) {
+  // Random finite bit patterns: the file comes out larger than fp16 (the writer reserves about
+  // fp16's size and must grow the file between waves) and still reads back exactly.
+  ModelShape shape;
+  shape.n_layers = 2;
+  shape.n_kv_heads = 2;
+  shape.head_dim = 8;
+  const size_t T = 300;
+  std::vector<Half> kv(2 * 2 * T * 16);
+  std::mt19937 rng(3);
+  for (Half& h : kv) {
+    do h.bits = static_cast<uint16_t>(rng());
+    while ((h.bits & 0x7c00) == 0x7c00);
+  }
+  const std::vector<uint8_t> file = write_cgkv_lossless(shape, kv, T, 64);
+  EXPECT_GT(file.size(), kv.size() * 2);
+  const std::vector<Half> got = CgkvReader::from_bytes(file).read_tokens(0, T);
+  ASSERT_EQ(got.size(), kv.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), kv.data(), got.size() * 2));
+}
+
 TEST(Container, LosslessMethodsBothDecodeAndBadMethodsAreRejected) {
   KVCacheConfig cfg;
   const test::Filled f = filled_cache(200, cfg, 9);
