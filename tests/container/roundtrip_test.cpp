@@ -203,10 +203,8 @@ TEST(Container, LosslessIsExactAndSmallerThanFp16) {
 TEST(Container, LosslessBytesDoNotDependOnThreads) {
   // Three attention layers: six tensors a chunk, so the writer's waves of tensors (four a
   // thread) end inside chunks; four chunks, the last one short, and a blob after them.
-  ModelShape shape;
-  shape.n_layers = 3;
-  shape.n_kv_heads = 2;
-  shape.head_dim = 8;
+  ModelShape shape = test::small_shape();
+  shape.attention = {true, true, true};
   const size_t T = 100;
   std::vector<Half> kv(3 * 2 * T * 16);
   std::mt19937 rng(7);
@@ -233,18 +231,14 @@ TEST(Container, LosslessBytesDoNotDependOnThreads) {
 TEST(Container, LosslessIncompressibleValuesOutgrowTheWritersGuess) {
   // Random finite bit patterns: the file comes out larger than fp16 (the writer reserves about
   // fp16's size and must grow the file between waves) and still reads back exactly.
-  ModelShape shape;
-  shape.n_layers = 2;
-  shape.n_kv_heads = 2;
-  shape.head_dim = 8;
   const size_t T = 300;
-  std::vector<Half> kv(2 * 2 * T * 16);
+  std::vector<Half> kv(2 * 2 * T * 16);  // small_shape: 2 attention layers, 2 heads of 8
   std::mt19937 rng(3);
   for (Half& h : kv) {
     do h.bits = static_cast<uint16_t>(rng());
     while ((h.bits & 0x7c00) == 0x7c00);
   }
-  const std::vector<uint8_t> file = write_cgkv_lossless(shape, kv, T, 64);
+  const std::vector<uint8_t> file = write_cgkv_lossless(test::small_shape(), kv, T, 64);
   EXPECT_GT(file.size(), kv.size() * 2);
   const std::vector<Half> got = CgkvReader::from_bytes(file).read_tokens(0, T);
   ASSERT_EQ(got.size(), kv.size());
