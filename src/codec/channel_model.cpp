@@ -222,7 +222,9 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
   const uint64_t* const eg_bits = eg_bits_packed_table();
   const uint64_t absent_list = present.n ? (last + 1 - present.n) * eg_bits[0] : 0;
   uint16_t f[256];  // by present index
-  for (int t = 1; t <= max_table_precision(n_rows); ++t) {
+  // Taken once: as the loop's bound it was an out-of-line call per step.
+  const int max_t = max_table_precision(n_rows);
+  for (int t = 1; t <= max_t; ++t) {
     if (!normalize(present, t, f)) continue;
     // sum of c * (t - log2 f) = t * total - sum of c * log2 f (each term is >= 0: f <= 2^t)
     uint64_t data = (static_cast<uint64_t>(t) * present.total) << 16;
