@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -107,6 +108,17 @@ struct CgkvInfo {
 // layer's keys are written pre-RoPE and the RoPE parameters go into the header.
 std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> blobs = {});
 
+// Where a writer streams a file it never holds whole (e.g. an OutputFile's write_at, a
+// socket's buffer): called with the chunks and blobs in file order, at increasing offsets after
+// the header's place, and last with the header at offset 0; the file is complete after that
+// call. An exception it throws ends the write and reaches the writer's caller.
+using CgkvWriteAt = std::function<void(uint64_t offset, std::span<const uint8_t> bytes)>;
+// write_cgkv's file written to `out` as it is framed, from the cache's blocks through a 1 MiB
+// buffer: the same bytes, without a second copy of them in memory. Returns the file's size.
+// Argument errors are thrown before out's first call.
+uint64_t write_cgkv(const CgkvWriteAt& out, const KVCache& cache,
+                    std::span<const CgkvBlob> blobs = {});
+
 // A lossless file: kv holds fp16 [n_attention_layers, 2, n_tokens, n_kv_heads, head_dim]
 // (token-major, K then V). Each tensor of a chunk is stored with lossless method 2 (repeated
 // and RoPE-rotated rows by reference, anchored rANS high bytes, raw or rANS low bytes;
@@ -115,6 +127,12 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
 std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
                                          size_t n_tokens, size_t chunk_tokens,
                                          std::span<const CgkvBlob> blobs = {}, int zstd_level = 0);
+// The same file written to `out` wave by wave (a few tensors per thread at a time): the working
+// set is a wave's packed tensors, not the file. Returns the file's size; argument errors are
+// thrown before out's first call.
+uint64_t write_cgkv_lossless(const CgkvWriteAt& out, const ModelShape& shape,
+                             std::span<const Half> kv, size_t n_tokens, size_t chunk_tokens,
+                             std::span<const CgkvBlob> blobs = {}, int zstd_level = 0);
 
 // A transform-coded file (codec 2, docs/FORMAT.md): each stored tensor's rows projected on the
 // profile's basis, quantized with one step per component (the tensor's step times the

@@ -76,5 +76,12 @@ std::vector<uint8_t> encode_kv_array(
     const KVArrayView& kv, const ModelShape& shape, const KVEncodeOptions& options,
     std::span<const CgkvBlob> blobs = {},
     const std::function<void(size_t done, size_t total)>& progress = {});
+// The same file streamed to `out` as it is written (the CLI's output file): a quantized file
+// from the layers' coded blocks, a lossless one wave by wave, so the file is never held whole
+// (a transform file is, and goes out in one call). Returns its size. Errors as above, all
+// thrown before out's first call, and out's own.
+uint64_t encode_kv_array(const CgkvWriteAt& out, const KVArrayView& kv, const ModelShape& shape,
+                         const KVEncodeOptions& options, std::span<const CgkvBlob> blobs = {},
+                         const std::function<void(size_t done, size_t total)>& progress = {});
 
 }  // namespace cachegen

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -44,12 +45,6 @@ std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path);
 // the file.
 std::vector<uint8_t> assemble_cgkv(CgkvInfo& info, const std::vector<std::vector<uint8_t>>& chunks,
                                    std::span<const CgkvBlob> blobs);
-// The same with each chunk given as framed parts (per part: its size as a varint, then its
-// bytes: the quantized and lossless payloads), written straight into the file: no chunk is
-// assembled apart first.
-std::vector<uint8_t> assemble_cgkv_framed(
-    CgkvInfo& info, const std::vector<std::vector<std::span<const uint8_t>>>& chunk_parts,
-    std::span<const CgkvBlob> blobs);
 // Serialises a complete header (preamble, body, checksum) for `info`, whose chunk and blob
 // ranges must already be final.
 std::vector<uint8_t> serialize_header(const CgkvInfo& info);
@@ -66,6 +61,21 @@ uint64_t xxh64(std::span<const uint8_t> bytes);
 // version 1 hashed the bytes alone.
 uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chunk,
                         std::span<const uint8_t> bytes);
+// The same over a chunk's bytes given piece by piece (a writer that never holds the chunk
+// whole): update with each piece in order, then digest.
+class ChunkHash {
+ public:
+  ChunkHash(uint16_t version, size_t index, const CgkvChunkInfo& chunk);
+  ~ChunkHash();
+  ChunkHash(const ChunkHash&) = delete;
+  ChunkHash& operator=(const ChunkHash&) = delete;
+  void update(std::span<const uint8_t> bytes);
+  uint64_t digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Lossless fp16 tensor data (docs/FORMAT.md, "Chunk payload"): method 2 (rows predicted as a
 // rotation of an earlier row, repeated rows by reference, anchored high bytes rANS-coded, low

@@ -78,17 +78,35 @@ uint64_t xxh64(std::span<const uint8_t> bytes) {
   return XXH64(bytes.data(), bytes.size(), 0);
 }
 
-uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chunk,
-                        std::span<const uint8_t> bytes) {
-  if (version < 2) return xxh64(bytes);
+struct ChunkHash::State {
+  XXH64_state_t xxh;
+};
+
+ChunkHash::ChunkHash(uint16_t version, size_t index, const CgkvChunkInfo& chunk)
+    : state_(std::make_unique<State>()) {
+  XXH64_reset(&state_->xxh, 0);
+  if (version < 2) return;
   uint8_t tag[24];
   const uint64_t fields[3] = {index, chunk.token_begin, chunk.n_tokens};
   for (int f = 0; f < 3; ++f) wire::store_le(tag + 8 * f, fields[f], 8);
-  XXH64_state_t st;
-  XXH64_reset(&st, 0);
-  XXH64_update(&st, tag, sizeof tag);
-  XXH64_update(&st, bytes.data(), bytes.size());
-  return XXH64_digest(&st);
+  XXH64_update(&state_->xxh, tag, sizeof tag);
+}
+
+ChunkHash::~ChunkHash() = default;
+
+void ChunkHash::update(std::span<const uint8_t> bytes) {
+  if (!bytes.empty()) XXH64_update(&state_->xxh, bytes.data(), bytes.size());
+}
+
+uint64_t ChunkHash::digest() const {
+  return XXH64_digest(&state_->xxh);
+}
+
+uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chunk,
+                        std::span<const uint8_t> bytes) {
+  ChunkHash h(version, index, chunk);
+  h.update(bytes);
+  return h.digest();
 }
 
 }  // namespace cachegen::detail

@@ -1,6 +1,7 @@
 // Writing .cgkv files: quantized (from a KVCache) and lossless (from fp16 arrays).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "cachegen/error.h"
@@ -24,50 +25,150 @@ void plan_header(CgkvInfo& info, std::span<const CgkvBlob> blobs) {
     detail::invalid("too many chunks for one header");
 }
 
-// Chunk c, just written at its range's offset in out: its checksum.
-void seal_chunk(CgkvInfo& info, size_t c, const std::vector<uint8_t>& out) {
-  CgkvRange& r = info.chunks[c].range;
-  r.xxh64 = detail::chunk_checksum(info.version, c, info.chunks[c],
-                                   std::span<const uint8_t>(out.data() + r.offset, r.bytes));
-}
+// Where the writers put a file: the chunks and blobs appended in file order after the header's
+// place, the header put into its place last. Held whole in memory (MemoryOut) or streamed to
+// a CgkvWriteAt through a bounded buffer (StreamOut: the file never held whole).
+class FileOut {
+ public:
+  explicit FileOut(uint64_t header_bytes) : size_(header_bytes) {}
+  virtual ~FileOut() = default;
+  // About `bytes` more are coming next (a hint).
+  virtual void expect(uint64_t bytes) = 0;
+  virtual void append(std::span<const uint8_t> bytes) = 0;
+  virtual void put_header(std::span<const uint8_t> header) = 0;
+  uint64_t size() const noexcept { return size_; }
 
-// out holds the header's place and every chunk: the blobs go after them, then the header into
-// its place.
-void finish_file(CgkvInfo& info, std::vector<uint8_t>& out, std::span<const CgkvBlob> blobs) {
+ protected:
+  uint64_t size_;
+};
+
+class MemoryOut final : public FileOut {
+ public:
+  // capacity: a first guess of the file's size (it grows past it if it must).
+  MemoryOut(uint64_t header_bytes, uint64_t capacity) : FileOut(header_bytes) {
+    make_room(capacity);
+    bytes_.resize(header_bytes);  // the header's place
+  }
+  // Pages are advised for huge pages when the room is made and mapped when bytes are expected
+  // (a 4 KiB fault per page of the file was 7-11% of a lossless encode).
+  void expect(uint64_t bytes) override {
+    if (size_ + bytes > bytes_.capacity()) make_room(std::max(size_ + bytes, 2 * size_));
+    detail::populate_pages(bytes_.data() + size_, bytes);
+  }
+  void append(std::span<const uint8_t> bytes) override {
+    if (size_ + bytes.size() > bytes_.capacity())
+      make_room(std::max(size_ + bytes.size(), 2 * size_));
+    bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+    size_ += bytes.size();
+  }
+  void put_header(std::span<const uint8_t> header) override {
+    std::memcpy(bytes_.data(), header.data(), header.size());
+  }
+  std::vector<uint8_t> take() && { return std::move(bytes_); }
+
+ private:
+  void make_room(uint64_t bytes) {
+    bytes_.reserve(bytes);
+    detail::advise_huge_pages(bytes_.data(), bytes);
+  }
+  std::vector<uint8_t> bytes_;
+};
+
+class StreamOut final : public FileOut {
+ public:
+  StreamOut(uint64_t header_bytes, const CgkvWriteAt& write_at)
+      : FileOut(header_bytes), write_at_(write_at) {
+    if (!write_at_) detail::invalid("write_cgkv: no destination (an empty CgkvWriteAt)");
+  }
+  void expect(uint64_t) override {}
+  // Pieces are gathered up to kBuffer bytes (few, large writes); larger ones go straight out.
+  void append(std::span<const uint8_t> bytes) override {
+    if (buffer_.size() + bytes.size() > kBuffer) flush();
+    if (bytes.size() >= kBuffer) {
+      write_at_(size_, bytes);
+    } else {
+      if (buffer_.empty()) buffer_.reserve(kBuffer);
+      buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+    }
+    size_ += bytes.size();
+  }
+  void put_header(std::span<const uint8_t> header) override {
+    flush();
+    write_at_(0, header);
+  }
+
+ private:
+  static constexpr size_t kBuffer = size_t{1} << 20;
+  void flush() {
+    if (!buffer_.empty()) write_at_(size_ - buffer_.size(), buffer_);
+    buffer_.clear();
+  }
+  const CgkvWriteAt& write_at_;
+  std::vector<uint8_t> buffer_;
+};
+
+// Chunk c's bytes, appended piece by piece to the file and to the chunk's checksum; its range
+// is set when it ends.
+class ChunkOut {
+ public:
+  ChunkOut(CgkvInfo& info, size_t c, FileOut& out)
+      : info_(info), c_(c), out_(out), hash_(info.version, c, info.chunks[c]) {
+    info_.chunks[c].range.offset = out.size();
+  }
+  void append(std::span<const uint8_t> bytes) {
+    out_.append(bytes);
+    hash_.update(bytes);
+  }
+  // One framed part: its size as a varint, then its bytes (quantized and lossless payloads).
+  void append_part(std::span<const uint8_t> part) {
+    uint8_t size[10];
+    append({size, wire::store_varint(size, part.size())});
+    append(part);
+  }
+  void end() {
+    CgkvRange& r = info_.chunks[c_].range;
+    r.bytes = out_.size() - r.offset;
+    r.xxh64 = hash_.digest();
+  }
+
+ private:
+  CgkvInfo& info_;
+  size_t c_;
+  FileOut& out_;
+  detail::ChunkHash hash_;
+};
+
+// After the chunks: the blobs, then the header into its place. Returns the file's size.
+uint64_t finish_file(CgkvInfo& info, FileOut& out, std::span<const CgkvBlob> blobs) {
   info.blobs.clear();
   for (const CgkvBlob& b : blobs) {
     info.blobs.push_back({b.kind, {out.size(), b.bytes.size(), detail::xxh64(b.bytes)}});
-    out.insert(out.end(), b.bytes.begin(), b.bytes.end());
+    out.append(b.bytes);
   }
   info.file_bytes = out.size();
   // serialize_header checks that it fills header_bytes exactly.
-  const std::vector<uint8_t> header = detail::serialize_header(info);
-  std::memcpy(out.data(), header.data(), header.size());
+  out.put_header(detail::serialize_header(info));
+  return info.file_bytes;
 }
 
-// assemble_cgkv's one body: chunk c is chunk_sizes[c] bytes that write_chunk(c, dst) writes.
-// The file is allocated once and every chunk written in place (copying chunks assembled
-// apart page-faulted the file's bytes in twice); the header goes in last, its size known.
+uint64_t blobs_size(std::span<const CgkvBlob> blobs) {
+  uint64_t n = 0;
+  for (const CgkvBlob& b : blobs) n += b.bytes.size();
+  return n;
+}
+
+// Chunks given whole (transform) or as framed parts (quantized) into out, then the blobs and
+// the header. chunk_bytes: the chunks' total size.
 template <typename WriteChunk>
-std::vector<uint8_t> assemble(CgkvInfo& info, std::span<const uint64_t> chunk_sizes,
-                              WriteChunk&& write_chunk, std::span<const CgkvBlob> blobs) {
-  plan_header(info, blobs);
-  uint64_t offset = info.header_bytes;
-  for (size_t c = 0; c < chunk_sizes.size(); ++c) {
-    info.chunks[c].range = {offset, chunk_sizes[c], 0};
-    offset += chunk_sizes[c];
+uint64_t assemble(CgkvInfo& info, uint64_t chunk_bytes, WriteChunk&& write_chunk, FileOut& out,
+                  std::span<const CgkvBlob> blobs) {
+  out.expect(chunk_bytes + blobs_size(blobs));
+  for (size_t c = 0; c < info.chunks.size(); ++c) {
+    ChunkOut chunk(info, c, out);
+    write_chunk(c, chunk);
+    chunk.end();
   }
-  uint64_t total = offset;
-  for (const CgkvBlob& b : blobs) total += b.bytes.size();
-  std::vector<uint8_t> out;
-  detail::reserve_huge(out, total);
-  out.resize(offset);
-  for (size_t c = 0; c < chunk_sizes.size(); ++c) {
-    write_chunk(c, out.data() + info.chunks[c].range.offset);
-    seal_chunk(info, c, out);
-  }
-  finish_file(info, out, blobs);
-  return out;
+  return finish_file(info, out, blobs);
 }
 
 }  // namespace
@@ -75,33 +176,13 @@ std::vector<uint8_t> assemble(CgkvInfo& info, std::span<const uint64_t> chunk_si
 std::vector<uint8_t> detail::assemble_cgkv(CgkvInfo& info,
                                            const std::vector<std::vector<uint8_t>>& chunks,
                                            std::span<const CgkvBlob> blobs) {
-  std::vector<uint64_t> sizes(chunks.size());
-  for (size_t c = 0; c < chunks.size(); ++c) sizes[c] = chunks[c].size();
-  return assemble(
-      info, sizes,
-      [&](size_t c, uint8_t* dst) {
-        if (!chunks[c].empty()) std::memcpy(dst, chunks[c].data(), chunks[c].size());
-      },
-      blobs);
-}
-
-std::vector<uint8_t> detail::assemble_cgkv_framed(
-    CgkvInfo& info, const std::vector<std::vector<std::span<const uint8_t>>>& chunk_parts,
-    std::span<const CgkvBlob> blobs) {
-  std::vector<uint64_t> sizes(chunk_parts.size());
-  for (size_t c = 0; c < chunk_parts.size(); ++c)
-    for (std::span<const uint8_t> p : chunk_parts[c])
-      sizes[c] += wire::varint_size(p.size()) + p.size();
-  return assemble(
-      info, sizes,
-      [&](size_t c, uint8_t* dst) {
-        for (std::span<const uint8_t> p : chunk_parts[c]) {
-          dst = wire::store_varint(dst, p.size());
-          if (!p.empty()) std::memcpy(dst, p.data(), p.size());
-          dst += p.size();
-        }
-      },
-      blobs);
+  plan_header(info, blobs);
+  uint64_t bytes = 0;
+  for (const std::vector<uint8_t>& c : chunks) bytes += c.size();
+  MemoryOut out(info.header_bytes, info.header_bytes + bytes + blobs_size(blobs));
+  assemble(
+      info, bytes, [&](size_t c, ChunkOut& chunk) { chunk.append(chunks[c]); }, out, blobs);
+  return std::move(out).take();
 }
 
 namespace {
@@ -132,7 +213,12 @@ CgkvInfo base_info(const ModelShape& shape, size_t n_tokens, size_t chunk_tokens
 
 }  // namespace
 
-std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> blobs) {
+namespace {
+
+// write_cgkv's one body: the file's layout from the cache, then its bytes into out (made by
+// make_out from the header's and the whole file's sizes).
+template <typename MakeOut>
+uint64_t write_cache(const KVCache& cache, std::span<const CgkvBlob> blobs, MakeOut&& make_out) {
   if (cache.layers.empty()) detail::invalid("write_cgkv: the cache has no layers");
   const size_t n_tokens = cache.n_tokens();
   for (const LayerKVCache& l : cache.layers) {
@@ -170,11 +256,12 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
     info.rope = cache.config.rope;
     info.rope_position_offset = cache.config.rope_position_offset;
   }
-  // Chunk c is every (layer, K/V)'s block c, framed: the sealed blocks are written into the
-  // file from the cache itself (copies of them page-faulted the file's bytes in again).
+  // Chunk c is every (layer, K/V)'s block c, framed: written into the file from the cache's
+  // blocks themselves (no copy of a chunk or of the file is assembled first).
   std::vector<CompressedBlock> tails;
   tails.reserve(2 * cache.layers.size());  // the parts below point into it
   std::vector<std::vector<std::span<const uint8_t>>> parts(info.chunks.size());
+  uint64_t chunk_bytes = 0;
   for (const LayerKVCache& layer : cache.layers) {
     if (layer.recomputed()) continue;  // flagged in the header, nothing in the chunks
     for (int kind = 0; kind < 2; ++kind) {
@@ -186,12 +273,43 @@ std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> 
       if (sealed.size() < parts.size()) parts.back().push_back(tails.back().bytes);
     }
   }
-  return detail::assemble_cgkv_framed(info, parts, blobs);
+  for (const auto& chunk : parts)
+    for (std::span<const uint8_t> p : chunk) chunk_bytes += wire::varint_size(p.size()) + p.size();
+  plan_header(info, blobs);
+  auto&& out = make_out(info.header_bytes, info.header_bytes + chunk_bytes + blobs_size(blobs));
+  return assemble(
+      info, chunk_bytes,
+      [&](size_t c, ChunkOut& chunk) {
+        for (std::span<const uint8_t> p : parts[c]) chunk.append_part(p);
+      },
+      out, blobs);
 }
 
-std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
-                                         size_t n_tokens, size_t chunk_tokens,
-                                         std::span<const CgkvBlob> blobs, int zstd_level) {
+}  // namespace
+
+std::vector<uint8_t> write_cgkv(const KVCache& cache, std::span<const CgkvBlob> blobs) {
+  std::optional<MemoryOut> out;
+  write_cache(cache, blobs, [&](uint64_t header, uint64_t total) -> MemoryOut& {
+    return out.emplace(header, total);
+  });
+  return std::move(*out).take();
+}
+
+uint64_t write_cgkv(const CgkvWriteAt& write_at, const KVCache& cache,
+                    std::span<const CgkvBlob> blobs) {
+  std::optional<StreamOut> out;
+  return write_cache(cache, blobs, [&](uint64_t header, uint64_t) -> StreamOut& {
+    return out.emplace(header, write_at);
+  });
+}
+
+namespace {
+
+// write_cgkv_lossless's one body (make_out as in write_cache).
+template <typename MakeOut>
+uint64_t write_lossless(const ModelShape& shape, std::span<const Half> kv, size_t n_tokens,
+                        size_t chunk_tokens, std::span<const CgkvBlob> blobs, int zstd_level,
+                        MakeOut&& make_out) {
   if (chunk_tokens == 0 || chunk_tokens > (size_t{1} << 24))
     detail::invalid("chunk_tokens must be in 1..2^24");
   CgkvInfo info = base_info(shape, n_tokens, chunk_tokens, 1);
@@ -218,27 +336,19 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
   detail::parallel_for(equal_v.size(), [&](size_t task) {
     equal_v[task] = detail::first_equal_rows(chunk_rows(task / n_attn, task % n_attn * 2 + 1), row);
   });
+  plan_header(info, blobs);
+  // About fp16's size (a first guess for a file in memory).
+  auto&& out =
+      make_out(info.header_bytes, info.header_bytes + 2 * uint64_t{kv.size()} +
+                                      16 * info.chunks.size() * n_tensors + blobs_size(blobs));
   // The tensors in file order (chunk by chunk), packed in waves of a few per thread (independent:
   // the bytes do not depend on the order); each wave is framed into the file and freed before
   // the next, so the working set is a wave's packed tensors, not a second copy of the file (the
   // 7B-shaped lossless encode peaked at input + 2x output).
-  plan_header(info, blobs);
-  std::vector<uint8_t> out;
-  // Room advised for huge pages, its pages mapped as the waves are written.
-  const auto make_room = [&out](uint64_t bytes) {
-    out.reserve(bytes);
-    detail::advise_huge_pages(out.data(), bytes);
-  };
-  {  // about fp16's size (a hint: the file grows past it if it must)
-    uint64_t guess =
-        info.header_bytes + 2 * uint64_t{kv.size()} + 16 * info.chunks.size() * n_tensors;
-    for (const CgkvBlob& b : blobs) guess += b.bytes.size();
-    make_room(guess);
-  }
-  out.resize(info.header_bytes);  // the header's place, written last
   const size_t n_tasks = info.chunks.size() * n_tensors;
   const size_t wave = 4 * thread_count();
   std::vector<std::vector<uint8_t>> packed(std::min(wave, n_tasks));
+  std::optional<ChunkOut> chunk;  // the chunk being written (waves may end inside one)
   for (size_t first = 0; first < n_tasks; first += packed.size()) {
     const size_t count = std::min(packed.size(), n_tasks - first);
     detail::parallel_for(count, [&](size_t i) {
@@ -249,27 +359,40 @@ std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<cons
           t % 2 == 0 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>(),
           t % 2 == 1 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>());
     });
-    size_t bytes = 0;
+    uint64_t bytes = 0;
     for (size_t i = 0; i < count; ++i)
       bytes += wire::varint_size(packed[i].size()) + packed[i].size();
-    if (out.size() + bytes > out.capacity())
-      make_room(std::max(out.size() + bytes, 2 * out.capacity()));
-    detail::populate_pages(out.data() + out.size(), bytes);
-    wire::Writer w(out);
+    out.expect(bytes);
     for (size_t i = 0; i < count; ++i) {
       const size_t c = (first + i) / n_tensors, t = (first + i) % n_tensors;
-      if (t == 0) info.chunks[c].range.offset = out.size();
-      w.varint(packed[i].size());
-      w.bytes(packed[i]);
+      if (t == 0) chunk.emplace(info, c, out);
+      chunk->append_part(packed[i]);
       std::vector<uint8_t>().swap(packed[i]);
-      if (t + 1 == n_tensors) {
-        info.chunks[c].range.bytes = out.size() - info.chunks[c].range.offset;
-        seal_chunk(info, c, out);
-      }
+      if (t + 1 == n_tensors) chunk->end();
     }
   }
-  finish_file(info, out, blobs);
-  return out;
+  return finish_file(info, out, blobs);
+}
+
+}  // namespace
+
+std::vector<uint8_t> write_cgkv_lossless(const ModelShape& shape, std::span<const Half> kv,
+                                         size_t n_tokens, size_t chunk_tokens,
+                                         std::span<const CgkvBlob> blobs, int zstd_level) {
+  std::optional<MemoryOut> out;
+  write_lossless(
+      shape, kv, n_tokens, chunk_tokens, blobs, zstd_level,
+      [&](uint64_t header, uint64_t guess) -> MemoryOut& { return out.emplace(header, guess); });
+  return std::move(*out).take();
+}
+
+uint64_t write_cgkv_lossless(const CgkvWriteAt& write_at, const ModelShape& shape,
+                             std::span<const Half> kv, size_t n_tokens, size_t chunk_tokens,
+                             std::span<const CgkvBlob> blobs, int zstd_level) {
+  std::optional<StreamOut> out;
+  return write_lossless(
+      shape, kv, n_tokens, chunk_tokens, blobs, zstd_level,
+      [&](uint64_t header, uint64_t) -> StreamOut& { return out.emplace(header, write_at); });
 }
 
 CgkvBlob token_ids_blob(std::span<const int32_t> tokens) {

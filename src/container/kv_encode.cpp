@@ -1,4 +1,5 @@
-// encode_kv_array: a KV array and `cachegen encode`'s options -> .cgkv bytes.
+// encode_kv_array: a KV array and `cachegen encode`'s options -> .cgkv bytes (returned or
+// streamed).
 #include "cachegen/encode.h"
 
 #include <algorithm>
@@ -60,8 +61,41 @@ size_t lossless_chunk_tokens(const KVEncodeOptions& o) {
   return o.chunk_tokens ? o.chunk_tokens : default_chunk_tokens(true);
 }
 
-std::vector<uint8_t> encode_lossless(const KVArrayView& kv, const ModelShape& shape,
-                                     const KVEncodeOptions& o, std::span<const CgkvBlob> blobs) {
+// Where the file goes: returned whole (ToMemory) or streamed (ToStream), the writers' two forms
+// behind one call each.
+struct ToMemory {
+  std::vector<uint8_t> file;
+  uint64_t cache(const KVCache& cache, std::span<const CgkvBlob> blobs) {
+    return keep(write_cgkv(cache, blobs));
+  }
+  uint64_t lossless(const ModelShape& shape, std::span<const Half> kv, size_t n_tokens,
+                    size_t chunk_tokens, std::span<const CgkvBlob> blobs) {
+    return keep(write_cgkv_lossless(shape, kv, n_tokens, chunk_tokens, blobs));
+  }
+  uint64_t keep(std::vector<uint8_t> whole) {
+    file = std::move(whole);
+    return file.size();
+  }
+};
+
+struct ToStream {
+  const CgkvWriteAt& out;
+  uint64_t cache(const KVCache& cache, std::span<const CgkvBlob> blobs) {
+    return write_cgkv(out, cache, blobs);
+  }
+  uint64_t lossless(const ModelShape& shape, std::span<const Half> kv, size_t n_tokens,
+                    size_t chunk_tokens, std::span<const CgkvBlob> blobs) {
+    return write_cgkv_lossless(out, shape, kv, n_tokens, chunk_tokens, blobs);
+  }
+  uint64_t keep(const std::vector<uint8_t>& whole) {  // a file made whole (transform codec)
+    out(0, whole);
+    return whole.size();
+  }
+};
+
+template <typename To>
+uint64_t encode_lossless(To& to, const KVArrayView& kv, const ModelShape& shape,
+                         const KVEncodeOptions& o, std::span<const CgkvBlob> blobs) {
   if (kv.dtype != KVDType::f16)
     throw Error(ErrorCode::invalid_argument, "options.lossless needs a float16 array");
   const size_t layer = 2 * kv.n_tokens * kv.n_kv_heads * kv.head_dim;
@@ -71,14 +105,14 @@ std::vector<uint8_t> encode_lossless(const KVArrayView& kv, const ModelShape& sh
   for (size_t l = 1; l < kv.layers.size(); ++l)
     contiguous = contiguous && kv.layers[l] == first + l * layer;
   if (contiguous) {
-    return write_cgkv_lossless(shape, {first, layer * kv.layers.size()}, kv.n_tokens,
-                               lossless_chunk_tokens(o), blobs);
+    return to.lossless(shape, {first, layer * kv.layers.size()}, kv.n_tokens,
+                       lossless_chunk_tokens(o), blobs);
   }
   std::vector<Half> all(layer * kv.layers.size());
   for (size_t l = 0; l < kv.layers.size(); ++l) {
     if (layer) std::memcpy(all.data() + l * layer, kv.layers[l], layer * sizeof(Half));
   }
-  return write_cgkv_lossless(shape, all, kv.n_tokens, lossless_chunk_tokens(o), blobs);
+  return to.lossless(shape, all, kv.n_tokens, lossless_chunk_tokens(o), blobs);
 }
 
 // A transform file (codec 2) with the options' profile: the array as fp32, every layer stored
@@ -149,9 +183,12 @@ ModelShape kv_array_model_shape(std::span<const size_t> s, ErrorCode code,
   return shape;
 }
 
-std::vector<uint8_t> encode_kv_array(const KVArrayView& kv, const ModelShape& shape,
-                                     const KVEncodeOptions& o, std::span<const CgkvBlob> blobs,
-                                     const std::function<void(size_t, size_t)>& progress) {
+namespace {
+
+template <typename To>
+uint64_t encode_to(To& to, const KVArrayView& kv, const ModelShape& shape, const KVEncodeOptions& o,
+                   std::span<const CgkvBlob> blobs,
+                   const std::function<void(size_t, size_t)>& progress) {
   if (kv.layers.size() != static_cast<size_t>(shape.n_layers) ||
       kv.n_kv_heads != static_cast<size_t>(shape.n_kv_heads) ||
       kv.head_dim != static_cast<size_t>(shape.head_dim)) {
@@ -166,8 +203,8 @@ std::vector<uint8_t> encode_kv_array(const KVArrayView& kv, const ModelShape& sh
     if (!problem.empty())
       throw Error(ErrorCode::invalid_argument, "options.rope_base/options.rope_scale: " + problem);
   }
-  if (o.profile) return encode_transform(kv, shape, o, blobs);
-  if (o.is_lossless()) return encode_lossless(kv, shape, o, blobs);
+  if (o.profile) return to.keep(encode_transform(kv, shape, o, blobs));
+  if (o.is_lossless()) return encode_lossless(to, kv, shape, o, blobs);
   const KVCacheConfig cfg = quantized_config(o, shape);
   KVCache cache = KVCacheBuilder::for_model(shape, cfg);
   const size_t T = kv.n_tokens, H = kv.n_kv_heads, D = kv.head_dim;
@@ -193,7 +230,24 @@ std::vector<uint8_t> encode_kv_array(const KVArrayView& kv, const ModelShape& sh
       }
     }
   });
-  return write_cgkv(cache, blobs);
+  return to.cache(cache, blobs);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_kv_array(const KVArrayView& kv, const ModelShape& shape,
+                                     const KVEncodeOptions& o, std::span<const CgkvBlob> blobs,
+                                     const std::function<void(size_t, size_t)>& progress) {
+  ToMemory to;
+  encode_to(to, kv, shape, o, blobs, progress);
+  return std::move(to.file);
+}
+
+uint64_t encode_kv_array(const CgkvWriteAt& out, const KVArrayView& kv, const ModelShape& shape,
+                         const KVEncodeOptions& o, std::span<const CgkvBlob> blobs,
+                         const std::function<void(size_t, size_t)>& progress) {
+  ToStream to{out};
+  return encode_to(to, kv, shape, o, blobs, progress);
 }
 
 }  // namespace cachegen

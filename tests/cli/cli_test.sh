@@ -234,6 +234,8 @@ ls ./*.tmp.* >/dev/null 2>&1 && { failed=$((failed + 1)); echo "FAIL: temp files
 
 # decode streams: 128 MiB of fp16 output ([8, 2, 16384, 4, 64]) is written in windows, so the
 # process never holds it whole (peak RSS well under the output's size), to a file and to a pipe.
+# encode streams too: the file is written from the coded blocks (quantized) or wave by wave
+# (lossless), never held whole beside them (peak RSS: the input, the coded blocks, a bounded rest).
 /usr/bin/python3 - "$cg" <<'PY' || failed=$((failed + 1))
 import numpy as np, os, resource, subprocess, sys
 cg = sys.argv[1]
@@ -242,16 +244,33 @@ c = np.arange(4 * 64, dtype=np.float32).reshape(1, 1, 1, 4, 64)
 kv = (np.sin(t * 0.01 + c) * (1 + c / 64)).astype(np.float16)
 kv = np.broadcast_to(kv, (8, 2, 16384, 4, 64)).copy()
 np.save("big.npy", kv)
+sanitized = bool(os.environ.get("CACHEGEN_SANITIZED"))
+# Peak RSS (MiB) of one command alone: measured by a fresh interpreter whose only child it is.
+def peak_rss(*args):
+    measure = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", measure, cg, *args], check=True,
+                         capture_output=True, text=True).stdout
+    return int(out.split()[-1]) / 1024
+ok = True
+in_mib = os.path.getsize("big.npy") / 2**20
+for name, opts, rest in (("8 bits", ["--bits", "8"], 24), ("lossless", ["--lossless"], 32)):
+    rss = peak_rss("encode", "big.npy", "-o", "enc.cgkv", *opts)
+    # The lossless file is not held at all; the quantized one only as the coded blocks.
+    held = 0 if opts == ["--lossless"] else os.path.getsize("enc.cgkv") / 2**20
+    print(f"encode {name} of 128 MiB input: peak RSS {rss:.0f} MiB, file "
+          f"{os.path.getsize('enc.cgkv') / 2**20:.0f} MiB")
+    if rss > in_mib + held + rest and not sanitized:
+        print(f"FAIL: streaming encode {name}: peak RSS {rss:.0f} MiB > {in_mib:.0f} + {held:.0f} + {rest}")
+        ok = False
+    if opts == ["--lossless"]:
+        subprocess.run([cg, "decode", "enc.cgkv", "-o", "encback.npy"], check=True)
+        ok = ok and open("encback.npy", "rb").read() == open("big.npy", "rb").read()
 subprocess.run([cg, "encode", "big.npy", "-o", "big.cgkv", "--bits", "2", "--chunk-tokens", "1024"],
                check=True)
-# Peak RSS of the decode alone: measured by a fresh interpreter whose only child it is.
-measure = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
-           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-out = subprocess.run([sys.executable, "-c", measure, cg, "decode", "big.cgkv", "-o", "bigback.npy"],
-                     check=True, capture_output=True, text=True).stdout
-rss = int(out.split()[-1]) / 1024
+rss = peak_rss("decode", "big.cgkv", "-o", "bigback.npy")
 back = np.load("bigback.npy")
-ok = back.shape == kv.shape and np.abs(back.astype(np.float32) - kv.astype(np.float32)).max() < 1.0
+ok = ok and back.shape == kv.shape and np.abs(back.astype(np.float32) - kv.astype(np.float32)).max() < 1.0
 with open("bigpipe.npy", "wb") as f:
     p = subprocess.Popen([cg, "decode", "big.cgkv", "-o", "-"], stdout=subprocess.PIPE)
     while chunk := p.stdout.read(1 << 20):
@@ -261,11 +280,11 @@ ok = ok and open("bigpipe.npy", "rb").read() == open("bigback.npy", "rb").read()
 print(f"decode of 128 MiB output: peak RSS {rss:.0f} MiB")
 # Under a sanitizer (CACHEGEN_SANITIZED) RSS holds shadow memory and quarantined frees: the
 # output is still checked, its peak memory is not.
-if not ok or (rss > 100 and not os.environ.get("CACHEGEN_SANITIZED")):
+if not ok or (rss > 100 and not sanitized):
     print(f"FAIL: streaming decode (ok={ok}, peak RSS {rss:.0f} MiB of a 128 MiB output)")
     sys.exit(1)
 PY
-rm -f big.npy big.cgkv bigback.npy bigpipe.npy
+rm -f big.npy big.cgkv bigback.npy bigpipe.npy enc.cgkv encback.npy
 
 # Inputs must be regular files: no endless read of /dev/zero, no blocking on a FIFO.
 check "input /dev/zero" 2 timeout 20 "$cg" encode /dev/zero -o x.cgkv

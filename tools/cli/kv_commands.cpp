@@ -69,6 +69,17 @@ Error with_option_names(const Error& e) {
   return Error(e.code(), m);
 }
 
+// f(), its invalid_argument errors naming the CLI's options.
+template <typename F>
+auto named_options(F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::invalid_argument) throw;
+    throw with_option_names(e);
+  }
+}
+
 void run_encode(const EncodeOptions& o) {
   const NpyArray a = read_npy(o.input);
   const ModelShape shape = kv_array_model_shape(a.shape, ErrorCode::corrupt_input, o.input);
@@ -88,21 +99,24 @@ void run_encode(const EncodeOptions& o) {
                  "keys need the model's RoPE parameters)\n");
   }
   Progress progress("encoding", shape.n_layers * kv.n_tokens);
-  const std::vector<uint8_t> file = [&] {
-    try {
-      return encode_kv_array(kv, shape, options, {},
-                             [&](size_t done, size_t) { progress.update(done); });
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::invalid_argument) throw;
-      throw with_option_names(e);
-    }
-  }();
-  save_output(o.output, o.store, file);
+  const auto on_progress = [&](size_t done, size_t) { progress.update(done); };
+  uint64_t size = 0;
+  if (o.store.empty()) {  // streamed into the file: never a second copy of it in memory
+    size = write_output_file(o.output, [&](const CgkvWriteAt& out) {
+      return named_options(
+          [&] { return encode_kv_array(out, kv, shape, options, {}, on_progress); });
+    });
+  } else {  // a store's value is put whole
+    const std::vector<uint8_t> file =
+        named_options([&] { return encode_kv_array(kv, shape, options, {}, on_progress); });
+    save_output(o.output, o.store, file);
+    size = file.size();
+  }
   const double fp16 = 2.0 * static_cast<double>(a.size());
-  std::fprintf(stderr, "%s: %zu bytes (%.3f bits/element, %.2fx smaller than fp16)\n",
-               o.output.c_str(), file.size(),
-               8.0 * static_cast<double>(file.size()) / static_cast<double>(a.size()),
-               fp16 / static_cast<double>(file.size()));
+  std::fprintf(stderr, "%s: %llu bytes (%.3f bits/element, %.2fx smaller than fp16)\n",
+               o.output.c_str(), static_cast<unsigned long long>(size),
+               8.0 * static_cast<double>(size) / static_cast<double>(a.size()),
+               fp16 / static_cast<double>(size));
 }
 
 struct DecodeOptions {

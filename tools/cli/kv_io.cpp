@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "cachegen/store.h"
 
@@ -38,6 +39,18 @@ void save_output(const std::string& name, const std::string& store_url,
   } else {
     open_store(store_url)->put(name, bytes);
   }
+}
+
+uint64_t write_output_file(const std::string& name,
+                           const std::function<uint64_t(const CgkvWriteAt&)>& write) {
+  std::optional<OutputFile> file;
+  const uint64_t size = write([&](uint64_t offset, std::span<const uint8_t> bytes) {
+    if (!file) file.emplace(name);
+    file->write_at(offset, bytes);
+  });
+  if (!file) file.emplace(name);  // an empty file
+  file->commit();
+  return size;
 }
 
 Progress::Progress(std::string label, size_t total)

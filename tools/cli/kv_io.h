@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "cachegen/container.h"
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
 
@@ -26,6 +28,11 @@ std::vector<uint8_t> load_input(const std::string& name, const std::string& stor
 // Writes atomically to a file, or puts into a store under key `name`.
 void save_output(const std::string& name, const std::string& store_url,
                  const std::vector<uint8_t>& bytes);
+// Streams a file written piece by piece into `name`, atomically as save_output: `write` is given
+// where its pieces go and returns the file's size. The output is opened at the first piece, so
+// a write that fails before it touches nothing (a device or FIFO target included).
+uint64_t write_output_file(const std::string& name,
+                           const std::function<uint64_t(const CgkvWriteAt&)>& write);
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal.
 class Progress {
