@@ -64,19 +64,22 @@ class Pool {
   }
 
  private:
+  // Called by the job holder before it publishes its job: a new thread starts from the
+  // generation before it, so it joins this very job. (It read generation_ when it started, and
+  // a thread that started after the job was published took the job for one it had seen: every
+  // process's first job, a CLI command's whole encode, ran on the caller alone.)
   void grow(size_t helpers) {
     while (threads_.size() < helpers) {
       try {
-        threads_.emplace_back([this] { serve(); });
+        threads_.emplace_back([this, seen = generation_] { serve(seen); });
       } catch (const std::system_error&) {
         return;  // no more threads to be had: the ones there share the items
       }
     }
   }
 
-  void serve() {
+  void serve(uint64_t seen) {
     std::unique_lock<std::mutex> lock(m_);
-    uint64_t seen = generation_;
     const auto wanted = [&] { return generation_ != seen && joined_ < wanted_; };
     for (;;) {
       if (!wanted()) {

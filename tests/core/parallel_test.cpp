@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -90,6 +91,29 @@ TEST_F(ParallelFor, ConcurrentCallersEachGetEveryItem) {
   }
   for (auto& t : callers) t.join();
   for (size_t c = 0; c < sums.size(); ++c) EXPECT_EQ(sums[c], 40 * (33 * 32 / 2 + 33 * c));
+}
+
+TEST_F(ParallelFor, ThreadsStartedForAJobJoinIt) {
+  // More threads than any other test asks for, so the pool starts new ones for this job (as it
+  // does for a process's first job): each item waits until every item has started, which
+  // needs all 12 threads in the job at once. Before the fix the new threads took the job for
+  // one they had already seen and the caller ran every item alone.
+  constexpr size_t kThreads = 12;
+  set_thread_count(kThreads);
+  std::atomic<size_t> started{0};
+  std::atomic<int> alone{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  detail::parallel_for(kThreads, [&](size_t) {
+    started.fetch_add(1);
+    while (started.load() < kThreads) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        alone.fetch_add(1);
+        return;
+      }
+      std::this_thread::yield();
+    }
+  });
+  EXPECT_EQ(alone.load(), 0) << "items waited in vain: threads new to the pool missed the job";
 }
 
 }  // namespace
