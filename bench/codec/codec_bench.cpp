@@ -203,12 +203,17 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
                                    items(st, n);
                                  });
   }
-  benchmark::RegisterBenchmark("lossless_encode/1t", [&](benchmark::State& st) {
-    set_thread_count(1);
-    for (auto _ : st)
-      benchmark::DoNotOptimize(write_cgkv_lossless(in.shape, in.kv, kv_tokens, 1024));
-    items(st, n);
-  });
+  for (const Mode& m : modes) {
+    benchmark::RegisterBenchmark(
+        (std::string("lossless_encode/") + m.suffix).c_str(),
+        [&, threads = m.threads](benchmark::State& st) {
+          set_thread_count(threads);
+          for (auto _ : st) {
+            benchmark::DoNotOptimize(write_cgkv_lossless(in.shape, in.kv, kv_tokens, 1024));
+          }
+          items(st, n);
+        });
+  }
   // Decoding a whole .cgkv into one caller's buffer (CgkvReader::read_tokens_into) on `threads`.
   const auto read_whole_file = [&](const std::vector<uint8_t>& bytes, size_t threads,
                                    std::shared_ptr<const KvProfile> with) {
@@ -225,6 +230,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     };
   };
   benchmark::RegisterBenchmark("lossless_decode/1t", read_whole_file(lossless, 1, nullptr));
+  benchmark::RegisterBenchmark("lossless_decode/mt",
+                               read_whole_file(lossless, all_threads, nullptr));
   // The file path: the same KV as a quantized .cgkv (`cachegen encode --bits B --group-size G
   // --layer-groups 1`, or the input .cgkv itself), decoded whole into the caller's buffer
   // (CgkvReader::read_tokens_into) and encoded from the array (encode_kv_array), next to the
@@ -410,6 +417,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       static_cast<double>(lossless.size()) / static_cast<double>(bytesplit_z19);
   j["lossless_encode_elems_per_s"] = ips("lossless_encode/1t");
   j["lossless_decode_elems_per_s"] = ips("lossless_decode/1t");
+  j["lossless_encode_mt_over_1t"] = speed_ratio("lossless_encode/mt", "lossless_encode/1t");
+  j["lossless_decode_mt_over_1t"] = speed_ratio("lossless_decode/mt", "lossless_decode/1t");
   j["zstd1_fp16_encode_elems_per_s"] = ips("zstd1_fp16_encode/1t");
   j["zstd1_fp16_decode_elems_per_s"] = ips("zstd1_fp16_decode/1t");
   j["lossless_encode_over_zstd1_fp16"] = speed_ratio("lossless_encode/1t", "zstd1_fp16_encode/1t");
@@ -488,7 +497,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
        {"transform file decode vs quantized file decode", "transform_decode/1t", "file_decode/1t"},
        {"transform file encode vs quantized file encode", "transform_encode/1t", "file_encode/1t"},
        {"lossless encode vs zstd -1 (fp16)", "lossless_encode/1t", "zstd1_fp16_encode/1t"},
-       {"lossless decode vs zstd -1 (fp16)", "lossless_decode/1t", "zstd1_fp16_decode/1t"}});
+       {"lossless decode vs zstd -1 (fp16)", "lossless_decode/1t", "zstd1_fp16_decode/1t"},
+       {"lossless encode " + mt, "lossless_encode/mt", "lossless_encode/1t"},
+       {"lossless decode " + mt, "lossless_decode/mt", "lossless_decode/1t"}});
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // Reading .cgkv files: header on open, chunks on demand, each verified before it is decoded.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -268,9 +269,12 @@ void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, 
 // at a time from a quantized file (decode_batches_to_rows), one from a lossless one
 // (unpack_fp16_lossless_pair), so that their rANS payloads overlap in the core; after a failure
 // they are decoded one at a time, so that errors name the tensor as a sequential read would.
+// dst_per_tensor: dst(t) is tensor t's own place, and dst may be called from the pool's threads
+// (false: one scratch buffer for every tensor, as verify's).
 template <typename Dst>
 void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
-                  std::span<const uint8_t> bytes, size_t lo, size_t hi, Dst&& dst) {
+                  std::span<const uint8_t> bytes, size_t lo, size_t hi, bool dst_per_tensor,
+                  Dst&& dst) {
   const size_t rows = info.chunks[c].n_tokens;
   const bool whole = info.codec != ContainerCodec::transform && lo == 0 && hi == rows;
   if (!whole) {
@@ -290,19 +294,30 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
     decode_tensor(info, profile, c, t.ref, t.data, lo, hi, dst(t.ref.t), t.ctx);
   };
   // Complete K/V pairs waiting to be decoded together: two layers' of a quantized file (their
-  // four short payloads run in lockstep, rans_decode_quad), one layer's of a lossless one.
-  const size_t pairs_per_call = info.codec == ContainerCodec::lossless_fp16 ? 1 : 2;
+  // four short payloads run in lockstep, rans_decode_quad); every layer's of a lossless one,
+  // the layers on the pool's threads (a lossless chunk is 1,024 tokens: a short context's whole
+  // file, which would otherwise decode on one thread).
+  const bool lossless = info.codec == ContainerCodec::lossless_fp16;
+  const size_t pairs_per_call = !lossless ? 2 : dst_per_tensor ? SIZE_MAX : 1;
   std::vector<std::pair<Held, Held>> pairs;
   auto decode_pairs = [&] {
     if (pairs.empty()) return;
     const std::vector<std::pair<Held, Held>> held = std::move(pairs);
     pairs.clear();
-    if (info.codec == ContainerCodec::lossless_fp16) {  // reports errors as in sequence itself
-      for (const auto& [k, v] : held) {
-        detail::unpack_fp16_lossless_pair({k.data, {dst(k.ref.t), rows * H * D}, &k.ctx},
-                                          {v.data, {dst(v.ref.t), rows * H * D}, &v.ctx}, H * D,
-                                          info.version >= detail::kCgkvRowsDedupVersion);
-      }
+    if (lossless) {  // a pair reports its errors as in sequence itself; pairs in order here
+      std::vector<std::exception_ptr> errors(held.size());
+      detail::parallel_for(held.size(), [&](size_t i) {
+        const auto& [k, v] = held[i];
+        try {
+          detail::unpack_fp16_lossless_pair({k.data, {dst(k.ref.t), rows * H * D}, &k.ctx},
+                                            {v.data, {dst(v.ref.t), rows * H * D}, &v.ctx}, H * D,
+                                            info.version >= detail::kCgkvRowsDedupVersion);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+      for (const std::exception_ptr& e : errors)
+        if (e) std::rethrow_exception(e);
       return;
     }
     std::vector<BatchRows> batches;
@@ -424,7 +439,7 @@ void CgkvReader::read_tokens_into(size_t begin, size_t end, std::span<Half> out)
       const size_t hi = std::min(end, ci.token_begin + ci.n_tokens) - ci.token_begin;
       std::vector<uint8_t> hold;
       const size_t r0 = ci.token_begin + lo - begin;
-      decode_chunk(info_, profile_.get(), c, chunk_bytes(c, hold), lo, hi,
+      decode_chunk(info_, profile_.get(), c, chunk_bytes(c, hold), lo, hi, true,
                    [&](size_t t) { return out.data() + (t * T + r0) * row; });
       // The chunk's keys while they are in cache (after the whole read, a long context's were
       // read back from memory).
@@ -447,16 +462,17 @@ void CgkvReader::verify() const {
   need_profile();
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
-    decode_chunk(info_, profile_.get(), c, chunk_bytes(c, hold), 0, ci.n_tokens, [&](size_t) {
-      const size_t n = detail::checked_mul(ci.n_tokens, row, "cgkv chunk");
-      if (n > max_elements_) {
-        detail::invalid("cgkv: chunk " + std::to_string(c) + " holds " + std::to_string(n) +
-                        " values per tensor, over this reader's limit of " +
-                        std::to_string(max_elements_) + " (set_max_elements)");
-      }
-      if (scratch.size() < n) scratch.resize(n);
-      return scratch.data();
-    });
+    decode_chunk(
+        info_, profile_.get(), c, chunk_bytes(c, hold), 0, ci.n_tokens, false, [&](size_t) {
+          const size_t n = detail::checked_mul(ci.n_tokens, row, "cgkv chunk");
+          if (n > max_elements_) {
+            detail::invalid("cgkv: chunk " + std::to_string(c) + " holds " + std::to_string(n) +
+                            " values per tensor, over this reader's limit of " +
+                            std::to_string(max_elements_) + " (set_max_elements)");
+          }
+          if (scratch.size() < n) scratch.resize(n);
+          return scratch.data();
+        });
   }
   for (size_t b = 0; b < info_.blobs.size(); ++b) read_blob_at(b);
 }

@@ -483,6 +483,55 @@ TEST(Container, LosslessPairsDecodeAsTwoSingleTensors) {
   }
 }
 
+TEST(Container, LosslessLayersDecodedTogetherReportTheFirstError) {
+  // One chunk of four layers (decoded on the pool's threads) whose layer 1 V and layer 3 K
+  // carry an unknown method, the chunk's checksum made right again: the read fails with layer
+  // 1's error, as a read of one tensor after another would, on any number of threads.
+  ModelShape shape = test::small_shape();
+  shape.n_layers = 4;
+  shape.attention = {true, true, true, true};
+  const size_t T = 200, row = 16;
+  std::vector<Half> kv(4 * 2 * T * row);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (Half& h : kv) h = float_to_half(nd(rng));
+  std::vector<uint8_t> file = write_cgkv_lossless(shape, kv, T, 1024);
+  CgkvInfo info = CgkvReader::from_bytes(file).info();
+  ASSERT_EQ(info.chunks.size(), 1u);
+  const CgkvRange& range = info.chunks[0].range;
+  // The chunk's parts: each tensor's size as a varint, then its bytes (first: the method).
+  size_t at = range.offset;
+  for (size_t t = 0; t < 8; ++t) {
+    uint64_t size = 0;
+    for (int shift = 0;; shift += 7) {
+      const uint8_t b = file[at++];
+      size |= uint64_t{b & 0x7fu} << shift;
+      if (!(b & 0x80)) break;
+    }
+    if (t == 3 || t == 6) file[at] = 7;
+    at += size;
+  }
+  ASSERT_EQ(at, range.offset + range.bytes);
+  info.chunks[0].range.xxh64 =
+      detail::chunk_checksum(info.version, 0, info.chunks[0],
+                             std::span<const uint8_t>(file).subspan(range.offset, range.bytes));
+  const std::vector<uint8_t> header = detail::serialize_header(info);
+  std::copy(header.begin(), header.end(), file.begin());
+  const CgkvReader r = CgkvReader::from_bytes(file);
+  for (const size_t threads : {1, 2, 4}) {
+    set_thread_count(threads);
+    try {
+      r.read_tokens(0, T);
+      ADD_FAILURE() << "damaged tensors decoded on " << threads << " threads";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::corrupt_input);
+      EXPECT_NE(std::string(e.what()).find("layer 1 V"), std::string::npos)
+          << threads << " threads: " << e.what();
+    }
+  }
+  set_thread_count(0);
+}
+
 TEST(Container, LosslessMethod2HostileBytesAreRejected) {
   const std::vector<Half> v = with_repeats(42, 15, 6);
   const std::vector<uint8_t> good = detail::pack_fp16_lossless(v, 16, 0);
