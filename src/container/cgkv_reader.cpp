@@ -293,35 +293,28 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
   auto decode_one = [&](const Held& t) {
     decode_tensor(info, profile, c, t.ref, t.data, lo, hi, dst(t.ref.t), t.ctx);
   };
-  // Complete K/V pairs waiting to be decoded together: two layers' of a quantized file (their
-  // four short payloads run in lockstep, rans_decode_quad); every layer's of a lossless one,
-  // the layers on the pool's threads (a lossless chunk is 1,024 tokens: a short context's whole
-  // file, which would otherwise decode on one thread).
+  // Complete K/V pairs waiting to be decoded, in groups decoded together: two layers' of a
+  // quantized file (their four short payloads run in lockstep, rans_decode_quad), one layer's
+  // of a lossless one. With dst_per_tensor every pair is held until the walk ends and the
+  // groups run on the pool's threads: a chunk read alone (a short context's file, a context
+  // store's chunk) would otherwise decode on one thread.
   const bool lossless = info.codec == ContainerCodec::lossless_fp16;
-  const size_t pairs_per_call = !lossless ? 2 : dst_per_tensor ? SIZE_MAX : 1;
+  const size_t group = lossless ? 1 : 2;
+  const size_t pairs_per_call = dst_per_tensor ? SIZE_MAX : group;
   std::vector<std::pair<Held, Held>> pairs;
-  auto decode_pairs = [&] {
-    if (pairs.empty()) return;
-    const std::vector<std::pair<Held, Held>> held = std::move(pairs);
-    pairs.clear();
-    if (lossless) {  // a pair reports its errors as in sequence itself; pairs in order here
-      std::vector<std::exception_ptr> errors(held.size());
-      detail::parallel_for(held.size(), [&](size_t i) {
-        const auto& [k, v] = held[i];
-        try {
-          detail::unpack_fp16_lossless_pair({k.data, {dst(k.ref.t), rows * H * D}, &k.ctx},
-                                            {v.data, {dst(v.ref.t), rows * H * D}, &v.ctx}, H * D,
-                                            info.version >= detail::kCgkvRowsDedupVersion);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-      for (const std::exception_ptr& e : errors)
-        if (e) std::rethrow_exception(e);
+  // One group; after a failure its tensors one at a time, so that the error names the first
+  // failing tensor (the lossless pair decoder orders its errors itself).
+  auto decode_group = [&](std::span<const std::pair<Held, Held>> g) {
+    if (lossless) {
+      for (const auto& [k, v] : g) {
+        detail::unpack_fp16_lossless_pair({k.data, {dst(k.ref.t), rows * H * D}, &k.ctx},
+                                          {v.data, {dst(v.ref.t), rows * H * D}, &v.ctx}, H * D,
+                                          info.version >= detail::kCgkvRowsDedupVersion);
+      }
       return;
     }
     std::vector<BatchRows> batches;
-    for (const auto& [k, v] : held) {
+    for (const auto& [k, v] : g) {
       for (const Held* t : {&k, &v}) {
         batches.push_back({t->data, BatchShape{H, rows, D, t->ref.bits, info.group_size},
                            std::span<Half>(dst(t->ref.t), rows * H * D)});
@@ -332,12 +325,28 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
     try {
       decode_batches_to_rows(batches, opt);
     } catch (const Error&) {
-      for (const auto& [k, v] : held) {
+      for (const auto& [k, v] : g) {
         decode_one(k);
         decode_one(v);
       }
       throw;
     }
+  };
+  auto decode_pairs = [&] {
+    if (pairs.empty()) return;
+    const std::vector<std::pair<Held, Held>> held = std::move(pairs);
+    pairs.clear();
+    const size_t n_groups = (held.size() + group - 1) / group;
+    std::vector<std::exception_ptr> errors(n_groups);  // thrown in file order
+    detail::parallel_for(n_groups, [&](size_t g) {
+      try {
+        decode_group(std::span(held).subspan(g * group, std::min(group, held.size() - g * group)));
+      } catch (...) {
+        errors[g] = std::current_exception();
+      }
+    });
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
   };
   std::optional<Held> key;  // a layer's K, waiting for its V
   // Every tensor still held, one at a time, in order: after an error, so that the first

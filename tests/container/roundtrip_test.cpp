@@ -114,12 +114,17 @@ TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
   const KVArrayView view = array_view(kv, L, T, H, D);
   const size_t shape[5] = {L, 2, T, H, D};
   const ModelShape model = kv_array_model_shape(shape, ErrorCode::invalid_argument, "kv");
-  for (const auto& [bits, groups] :
-       {std::pair{3, 1}, std::pair{4, 3}, std::pair{1, 1}, std::pair{6, 2}}) {
-    SCOPED_TRACE("bits " + std::to_string(bits) + ", layer groups " + std::to_string(groups));
+  // Chunks of 256 (two, decoded in parallel) and 512 tokens (one: its layers in parallel).
+  set_thread_count(3);
+  for (const auto& [bits, groups, chunk] :
+       {std::tuple{3, 1, 256}, std::tuple{4, 3, 256}, std::tuple{1, 1, 256}, std::tuple{6, 2, 256},
+        std::tuple{3, 1, 512}, std::tuple{6, 2, 512}}) {
+    SCOPED_TRACE("bits " + std::to_string(bits) + ", layer groups " + std::to_string(groups) +
+                 ", chunks of " + std::to_string(chunk));
     KVEncodeOptions o;
     o.bits = bits;
     o.layer_groups = groups;
+    o.chunk_tokens = static_cast<size_t>(chunk);
     const CgkvReader r = CgkvReader::from_bytes(encode_kv_array(view, model, o));
     const std::vector<Half> whole = r.read_tokens(0, T);
     const std::vector<Half> head = r.read_tokens(0, T - 1), tail = r.read_tokens(T - 1, T);
@@ -138,6 +143,7 @@ TEST(Container, LayersDecodedTogetherMatchTensorByTensor) {
       err = std::max(err, std::abs(double(half_to_float(whole[i])) - half_to_float(kv[i])));
     EXPECT_LT(err, 4.0);
   }
+  set_thread_count(0);
 }
 
 // encode_kv_array fills the layers on the pool's threads: the same bytes on one thread and on
@@ -483,53 +489,57 @@ TEST(Container, LosslessPairsDecodeAsTwoSingleTensors) {
   }
 }
 
-TEST(Container, LosslessLayersDecodedTogetherReportTheFirstError) {
-  // One chunk of four layers (decoded on the pool's threads) whose layer 1 V and layer 3 K
-  // carry an unknown method, the chunk's checksum made right again: the read fails with layer
-  // 1's error, as a read of one tensor after another would, on any number of threads.
-  ModelShape shape = test::small_shape();
-  shape.n_layers = 4;
-  shape.attention = {true, true, true, true};
-  const size_t T = 200, row = 16;
-  std::vector<Half> kv(4 * 2 * T * row);
-  std::mt19937 rng(4);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (Half& h : kv) h = float_to_half(nd(rng));
-  std::vector<uint8_t> file = write_cgkv_lossless(shape, kv, T, 1024);
-  CgkvInfo info = CgkvReader::from_bytes(file).info();
-  ASSERT_EQ(info.chunks.size(), 1u);
-  const CgkvRange& range = info.chunks[0].range;
-  // The chunk's parts: each tensor's size as a varint, then its bytes (first: the method).
-  size_t at = range.offset;
-  for (size_t t = 0; t < 8; ++t) {
-    uint64_t size = 0;
-    for (int shift = 0;; shift += 7) {
-      const uint8_t b = file[at++];
-      size |= uint64_t{b & 0x7fu} << shift;
-      if (!(b & 0x80)) break;
+TEST(Container, LayersOfAChunkDecodedTogetherReportTheFirstError) {
+  // One chunk of four layers (its layers decoded on the pool's threads), lossless and 3-bit,
+  // whose layer 1 V and layer 3 K start with a wrong byte (an unknown lossless method, a broken
+  // batch magic), the chunk's checksum made right again: the read fails with layer 1's error,
+  // as a read of one tensor after another would, on any number of threads.
+  const size_t L = 4, T = 200, H = 2, D = 8;
+  const std::vector<Half> kv = kv_array(L, T, H, D);
+  const size_t shape[5] = {L, 2, T, H, D};
+  const ModelShape model = kv_array_model_shape(shape, ErrorCode::invalid_argument, "kv");
+  for (const bool lossless : {true, false}) {
+    SCOPED_TRACE(lossless ? "lossless" : "3 bits");
+    KVEncodeOptions o;
+    o.lossless = lossless;
+    o.bits = 3;
+    o.chunk_tokens = lossless ? 1024 : 256;
+    std::vector<uint8_t> file = encode_kv_array(array_view(kv, L, T, H, D), model, o);
+    CgkvInfo info = CgkvReader::from_bytes(file).info();
+    ASSERT_EQ(info.chunks.size(), 1u);
+    const CgkvRange& range = info.chunks[0].range;
+    // The chunk's parts: each tensor's size as a varint, then its bytes.
+    size_t at = range.offset;
+    for (size_t t = 0; t < 2 * L; ++t) {
+      uint64_t size = 0;
+      for (int shift = 0;; shift += 7) {
+        const uint8_t b = file[at++];
+        size |= uint64_t{b & 0x7fu} << shift;
+        if (!(b & 0x80)) break;
+      }
+      if (t == 3 || t == 6) file[at] = 7;
+      at += size;
     }
-    if (t == 3 || t == 6) file[at] = 7;
-    at += size;
-  }
-  ASSERT_EQ(at, range.offset + range.bytes);
-  info.chunks[0].range.xxh64 =
-      detail::chunk_checksum(info.version, 0, info.chunks[0],
-                             std::span<const uint8_t>(file).subspan(range.offset, range.bytes));
-  const std::vector<uint8_t> header = detail::serialize_header(info);
-  std::copy(header.begin(), header.end(), file.begin());
-  const CgkvReader r = CgkvReader::from_bytes(file);
-  for (const size_t threads : {1, 2, 4}) {
-    set_thread_count(threads);
-    try {
-      r.read_tokens(0, T);
-      ADD_FAILURE() << "damaged tensors decoded on " << threads << " threads";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::corrupt_input);
-      EXPECT_NE(std::string(e.what()).find("layer 1 V"), std::string::npos)
-          << threads << " threads: " << e.what();
+    ASSERT_EQ(at, range.offset + range.bytes);
+    info.chunks[0].range.xxh64 =
+        detail::chunk_checksum(info.version, 0, info.chunks[0],
+                               std::span<const uint8_t>(file).subspan(range.offset, range.bytes));
+    const std::vector<uint8_t> header = detail::serialize_header(info);
+    std::copy(header.begin(), header.end(), file.begin());
+    const CgkvReader r = CgkvReader::from_bytes(file);
+    for (const size_t threads : {1, 2, 4}) {
+      set_thread_count(threads);
+      try {
+        r.read_tokens(0, T);
+        ADD_FAILURE() << "damaged tensors decoded on " << threads << " threads";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::corrupt_input);
+        EXPECT_NE(std::string(e.what()).find("layer 1 V"), std::string::npos)
+            << threads << " threads: " << e.what();
+      }
     }
+    set_thread_count(0);
   }
-  set_thread_count(0);
 }
 
 TEST(Container, LosslessMethod2HostileBytesAreRejected) {
