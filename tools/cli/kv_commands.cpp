@@ -196,8 +196,8 @@ void run_decode(const DecodeOptions& o) {
                           : start + span;
     const size_t n = r.read_elements(t0, t1);
     if (n > kv_size) {
-      kv.reset();
-      kv.reset(new Half[n]);
+      kv.reset();  // the old window freed before the larger one is taken
+      kv = std::make_unique_for_overwrite<Half[]>(n);
       kv_size = n;
     }
     r.read_tokens_into(t0, t1, {kv.get(), n});
