@@ -211,8 +211,8 @@ class CgkvReader {
  private:
   explicit CgkvReader(std::shared_ptr<const Source> src);
   // Chunk `index`'s bytes, checksum verified: in place for sources in memory, else read into
-  // `hold`.
-  std::span<const uint8_t> chunk_bytes(size_t index, std::vector<uint8_t>& hold) const;
+  // `hold` (never filled before the read).
+  std::span<const uint8_t> chunk_bytes(size_t index, std::unique_ptr<uint8_t[]>& hold) const;
   std::shared_ptr<const Source> src_;
   CgkvInfo info_;
   size_t max_elements_ = size_t{1} << 30;

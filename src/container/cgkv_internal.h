@@ -14,8 +14,14 @@ namespace cachegen {
 struct CgkvReader::Source {
   virtual ~Source() = default;
   virtual uint64_t size() const = 0;
-  // Bytes [offset, offset + n); the caller has checked the range against size().
-  virtual std::vector<uint8_t> read(uint64_t offset, size_t n) const = 0;
+  // Bytes [offset, offset + out.size()) into `out`; the caller has checked the range against
+  // size().
+  virtual void read_into(uint64_t offset, std::span<uint8_t> out) const = 0;
+  std::vector<uint8_t> read(uint64_t offset, size_t n) const {
+    std::vector<uint8_t> out(n);
+    read_into(offset, out);
+    return out;
+  }
   // The same bytes in place when the source holds them in memory (no copy), else empty.
   virtual std::span<const uint8_t> view(uint64_t /*offset*/, size_t /*n*/) const { return {}; }
 };

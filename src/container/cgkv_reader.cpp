@@ -65,7 +65,8 @@ void CgkvReader::need_profile() const {
                   id + " (set_profile; --profile on the command line)");
 }
 
-std::span<const uint8_t> CgkvReader::chunk_bytes(size_t index, std::vector<uint8_t>& hold) const {
+std::span<const uint8_t> CgkvReader::chunk_bytes(size_t index,
+                                                 std::unique_ptr<uint8_t[]>& hold) const {
   if (index >= info_.chunks.size()) {
     detail::invalid("chunk " + std::to_string(index) + " does not exist (" +
                     std::to_string(info_.chunks.size()) + " chunks)");
@@ -73,8 +74,10 @@ std::span<const uint8_t> CgkvReader::chunk_bytes(size_t index, std::vector<uint8
   const CgkvRange& r = info_.chunks[index].range;
   std::span<const uint8_t> b = src_->view(r.offset, static_cast<size_t>(r.bytes));
   if (b.size() != r.bytes) {
-    hold = src_->read(r.offset, static_cast<size_t>(r.bytes));
-    b = hold;
+    const auto n = static_cast<size_t>(r.bytes);
+    hold = detail::make_huge_for_overwrite<uint8_t>(n);
+    src_->read_into(r.offset, {hold.get(), n});
+    b = {hold.get(), n};
   }
   if (detail::chunk_checksum(info_.version, index, info_.chunks[index], b) != r.xxh64) {
     throw Error(ErrorCode::corrupt_input,
@@ -87,10 +90,9 @@ std::span<const uint8_t> CgkvReader::chunk_bytes(size_t index, std::vector<uint8
 }
 
 std::vector<uint8_t> CgkvReader::read_chunk(size_t index) const {
-  std::vector<uint8_t> hold;
+  std::unique_ptr<uint8_t[]> hold;
   const std::span<const uint8_t> b = chunk_bytes(index, hold);
-  if (hold.empty()) hold.assign(b.begin(), b.end());
-  return hold;
+  return {b.begin(), b.end()};
 }
 
 std::vector<uint8_t> CgkvReader::read_blob_at(size_t index) const {
@@ -446,7 +448,7 @@ void CgkvReader::read_tokens_into(size_t begin, size_t end, std::span<Half> out)
       const CgkvChunkInfo& ci = info_.chunks[c];
       const size_t lo = std::max(begin, ci.token_begin) - ci.token_begin;
       const size_t hi = std::min(end, ci.token_begin + ci.n_tokens) - ci.token_begin;
-      std::vector<uint8_t> hold;
+      std::unique_ptr<uint8_t[]> hold;
       const size_t r0 = ci.token_begin + lo - begin;
       decode_chunk(info_, profile_.get(), c, chunk_bytes(c, hold), lo, hi, true,
                    [&](size_t t) { return out.data() + (t * T + r0) * row; });
@@ -467,7 +469,7 @@ void CgkvReader::verify() const {
   // O(chunks)).
   const size_t row = static_cast<size_t>(info_.n_kv_heads) * static_cast<size_t>(info_.head_dim);
   std::vector<Half> scratch;
-  std::vector<uint8_t> hold;
+  std::unique_ptr<uint8_t[]> hold;
   need_profile();
   for (size_t c = 0; c < info_.chunks.size(); ++c) {
     const CgkvChunkInfo& ci = info_.chunks[c];
@@ -488,7 +490,7 @@ void CgkvReader::verify() const {
 
 std::vector<uint64_t> CgkvReader::chunk_tensor_bytes(size_t index) const {
   std::vector<uint64_t> sizes(static_cast<size_t>(info_.n_attention_layers()) * 2, 0);
-  std::vector<uint8_t> hold;
+  std::unique_ptr<uint8_t[]> hold;
   walk_chunk(info_, index, chunk_bytes(index, hold),
              [&](const TensorRef& ref, std::span<const uint8_t> data, const std::string&) {
                sizes[ref.t] = data.size();

@@ -22,9 +22,8 @@ class MemorySource final : public CgkvReader::Source {
  public:
   explicit MemorySource(std::vector<uint8_t> b) : b_(std::move(b)) {}
   uint64_t size() const override { return b_.size(); }
-  std::vector<uint8_t> read(uint64_t offset, size_t n) const override {
-    return {b_.begin() + static_cast<ptrdiff_t>(offset),
-            b_.begin() + static_cast<ptrdiff_t>(offset + n)};
+  void read_into(uint64_t offset, std::span<uint8_t> out) const override {
+    if (!out.empty()) std::memcpy(out.data(), b_.data() + offset, out.size());
   }
   std::span<const uint8_t> view(uint64_t offset, size_t n) const override {
     return {b_.data() + offset, n};
@@ -41,9 +40,8 @@ class FileSource final : public CgkvReader::Source {
   }
   ~FileSource() override { ::close(fd_); }
   uint64_t size() const override { return size_; }
-  std::vector<uint8_t> read(uint64_t offset, size_t n) const override {
-    std::vector<uint8_t> out;
-    resize_huge(out, n);
+  void read_into(uint64_t offset, std::span<uint8_t> out) const override {
+    const size_t n = out.size();
     size_t done = 0;
     while (done < n) {
       const ssize_t r =
@@ -56,7 +54,6 @@ class FileSource final : public CgkvReader::Source {
       }
       done += static_cast<size_t>(r);
     }
-    return out;
   }
 
  private:

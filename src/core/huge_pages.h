@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "cachegen/half.h"
@@ -40,6 +41,16 @@ template <typename T>
 void resize_huge(std::vector<T>& v, size_t n) {
   reserve_huge(v, n);
   v.resize(n);
+}
+
+// n elements in storage prepared as reserve_huge prepares it, left uninitialised: for buffers
+// that a read or a decoder writes whole (a vector's resize would fill them first).
+template <typename T>
+std::unique_ptr<T[]> make_huge_for_overwrite(size_t n) {
+  std::unique_ptr<T[]> p = std::make_unique_for_overwrite<T[]>(n);
+  advise_huge_pages(p.get(), n * sizeof(T));
+  populate_pages(p.get(), n * sizeof(T));
+  return p;
 }
 
 // n zero halves in prepared storage. std::vector<Half>(n) and resize fill through a reference

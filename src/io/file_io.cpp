@@ -215,6 +215,15 @@ void OutputFile::write_at(uint64_t offset, std::span<const uint8_t> bytes) {
   if (done_) throw Error(ErrorCode::invalid_argument, "OutputFile: write after commit");
   pwrite_all(fd_, offset, bytes, path_);
   size_ = std::max<uint64_t>(size_, offset + bytes.size());
+#ifdef SYNC_FILE_RANGE_WRITE
+  // The bytes start on their way to the disk now, while the caller makes the next ones, rather
+  // than all at commit's fsync (a hint: errors are fsync's to report). A 128 MiB decode's wall
+  // time fell by a fifth (docs/PERFORMANCE.md, "At scale").
+  if (mode_ == Mode::replace && !bytes.empty()) {
+    ::sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes.size()),
+                      SYNC_FILE_RANGE_WRITE);
+  }
+#endif
 }
 
 void OutputFile::commit() {
