@@ -237,7 +237,7 @@ ls ./*.tmp.* >/dev/null 2>&1 && { failed=$((failed + 1)); echo "FAIL: temp files
 # encode streams too: the file is written from the coded blocks (quantized) or wave by wave
 # (lossless), never held whole beside them (peak RSS: the input, the coded blocks, a bounded rest).
 /usr/bin/python3 - "$cg" <<'PY' || failed=$((failed + 1))
-import numpy as np, os, resource, subprocess, sys
+import numpy as np, os, resource, signal, subprocess, sys
 cg = sys.argv[1]
 t = np.arange(16384, dtype=np.float32)[None, None, :, None, None]
 c = np.arange(4 * 64, dtype=np.float32).reshape(1, 1, 1, 4, 64)
@@ -278,6 +278,17 @@ with open("bigpipe.npy", "wb") as f:
     ok = ok and p.wait() == 0
 ok = ok and open("bigpipe.npy", "rb").read() == open("bigback.npy", "rb").read()
 print(f"decode of 128 MiB output: peak RSS {rss:.0f} MiB")
+# A write that fails while the next window decodes (the file size limit reached in the second
+# of four windows) fails the command with exit 5 and leaves the existing output as it was.
+def size_limit():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (40 << 20, 40 << 20))
+before = open("bigback.npy", "rb").read()
+p = subprocess.run([cg, "decode", "big.cgkv", "-o", "bigback.npy"], preexec_fn=size_limit,
+                   capture_output=True, text=True)
+if p.returncode != 5 or "cannot write" not in p.stderr or open("bigback.npy", "rb").read() != before:
+    print(f"FAIL: decode past a file size limit: exit {p.returncode}, {p.stderr.strip()}")
+    ok = False
 # Under a sanitizer (CACHEGEN_SANITIZED) RSS holds shadow memory and quarantined frees: the
 # output is still checked, its peak memory is not.
 if not ok or (rss > 100 and not sanitized):

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string_view>
 
@@ -164,8 +165,11 @@ CgkvReader open_reader(const std::string& name, const std::string& store,
 }
 
 // Writes tokens [a, b) as an fp16 .npy [layers, 2, b - a, heads, dim] through OutputFile:
-// windows of whole chunks, about 64 MiB of output each (at least one chunk), each decoded and
-// written at its place, so memory holds a window, never the whole output.
+// windows of whole chunks, about 32 MiB of output each (at least one chunk), each decoded and
+// written at its place, so memory holds two windows, never the whole output. A window is
+// written on a thread of its own while the next one decodes (written after it, the 7B-shaped
+// decode's 128 MiB of writes added ~50 ms to its ~65 ms of decoding: docs/PERFORMANCE.md, "At
+// scale").
 void run_decode(const DecodeOptions& o) {
   const CgkvReader r = open_reader(o.input, o.store, o.profile);
   const CgkvInfo& info = r.info();
@@ -178,37 +182,45 @@ void run_decode(const DecodeOptions& o) {
   const std::vector<uint8_t> header = npy_header(NpyDType::f16, shape);
   OutputFile out(o.output);
   out.write_at(0, header);
-  constexpr size_t kWindowBytes = size_t{64} << 20;
+  constexpr size_t kWindowBytes = size_t{32} << 20;
   const size_t ct = info.chunk_tokens;  // > 0: the header checks it
   size_t chunk_bytes, span;
   if (__builtin_mul_overflow(n_tensors * row * 2, ct, &chunk_bytes)) chunk_bytes = SIZE_MAX;
   const size_t chunks_per_window =
       std::max<size_t>(1, kWindowBytes / std::max<size_t>(1, chunk_bytes));
-  // One window's buffer, reused (touching fresh pages cost a quarter), and never filled before
-  // the decoder writes every value (a vector's resize filled 128 MiB 2 bytes at a time: 14% of
-  // a lossless decode).
-  std::unique_ptr<Half[]> kv;
-  size_t kv_size = 0;
-  for (size_t t0 = a; t0 < b;) {
+  // Two windows' buffers, each reused (touching fresh pages cost a quarter), and never filled
+  // before the decoder writes every value (a vector's resize filled 128 MiB 2 bytes at a time:
+  // 14% of a lossless decode).
+  struct Window {
+    std::unique_ptr<Half[]> kv;
+    size_t size = 0;
+  } windows[2];
+  std::future<void> writing;  // the previous window's writes (std::async's waits when dropped)
+  for (size_t t0 = a, k = 0; t0 < b; ++k) {
     const size_t start = t0 / ct * ct;  // a window starts at t0's chunk
     const size_t t1 = __builtin_mul_overflow(ct, chunks_per_window, &span) || span >= b - start
                           ? b
                           : start + span;
     const size_t n = r.read_elements(t0, t1);
-    if (n > kv_size) {
-      kv.reset();  // the old window freed before the larger one is taken
-      kv = std::make_unique_for_overwrite<Half[]>(n);
-      kv_size = n;
+    Window& w = windows[k % 2];  // not the window being written
+    if (n > w.size) {
+      w.kv.reset();  // the old buffer freed before the larger one is taken
+      w.kv = std::make_unique_for_overwrite<Half[]>(n);
+      w.size = n;
     }
-    r.read_tokens_into(t0, t1, {kv.get(), n});
-    const size_t w = t1 - t0;
-    for (size_t t = 0; t < n_tensors; ++t) {
-      const auto* p = reinterpret_cast<const uint8_t*>(kv.get() + t * w * row);
-      out.write_at(header.size() + ((t * T) + (t0 - a)) * row * 2,
-                   std::span<const uint8_t>(p, w * row * 2));
-    }
+    r.read_tokens_into(t0, t1, {w.kv.get(), n});
+    if (writing.valid()) writing.get();  // its errors are this command's
+    writing = std::async(std::launch::async, [&out, &header, &w, row, n_tensors, T, a, t0, t1] {
+      const size_t tokens = t1 - t0;
+      for (size_t t = 0; t < n_tensors; ++t) {
+        const auto* p = reinterpret_cast<const uint8_t*>(w.kv.get() + t * tokens * row);
+        out.write_at(header.size() + ((t * T) + (t0 - a)) * row * 2,
+                     std::span<const uint8_t>(p, tokens * row * 2));
+      }
+    });
     t0 = t1;
   }
+  if (writing.valid()) writing.get();
   out.commit();
 }
 
