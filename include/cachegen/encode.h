@@ -28,8 +28,9 @@ struct KVEncodeOptions {
   int bits = 4;            // bits of the shallowest layer group (1..8)
   int layer_groups = 3;    // layer groups of the bit schedule
   size_t group_size = 32;  // tokens per quantization group
-  // Tokens per chunk (a multiple of group_size); 0: 256, or 1024 for lossless (longer chunks
-  // find more repeated rows).
+  // Tokens per chunk (a multiple of group_size); 0: 256, or for lossless 1024 (longer chunks
+  // find more repeated rows), fewer for models whose 1,024 tokens exceed 32 MiB
+  // (default_chunk_tokens(true, token bytes)).
   size_t chunk_tokens = 0;
   // "" (use the fields above) or a quality level: lossless | high | medium | low, which replaces
   // bits, layer_groups, group_size and chunk_tokens (docs/QUALITY_LEVELS.md).

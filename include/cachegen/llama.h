@@ -265,7 +265,9 @@ struct SnapshotEncoding {
   bool lossless = false;
   KVCacheConfig quantized;  // used when !lossless: bits, group size, block (= chunk) tokens
   int zstd_level = 0;       // lossless only: > 0 also tries zstd at that zstd level (slow)
-  size_t lossless_chunk_tokens = 1024;  // default_chunk_tokens(true): more repeated rows found
+  // 0: default_chunk_tokens(true, the snapshot's token bytes) (long chunks find more repeated
+  // rows; wide models' are shortened so that a reader's chunk stays within 32 MiB).
+  size_t lossless_chunk_tokens = 0;
 
   // Uniform `bits` for every layer, K and V (layer_groups = 1).
   static SnapshotEncoding bits(int bits, size_t group_size = 32);

@@ -71,6 +71,12 @@ std::string quality_level_names();
 // Tokens per .cgkv chunk when the caller gives none (1024 lossless, 256 quantized levels and
 // explicit bits).
 size_t default_chunk_tokens(bool lossless);
+// The same for a model whose token (K and V of every attention layer, fp16) takes token_bytes:
+// a reader decodes a lossless chunk whole (its rows refer to earlier ones), so lossless chunks
+// are halved from 1024 tokens while they would hold more than kLosslessChunkBytes, down to 64
+// (a 7B-shaped model's 128 KiB tokens: 256 a chunk). Quantized chunks stay at 256.
+inline constexpr size_t kLosslessChunkBytes = size_t{32} << 20;
+size_t default_chunk_tokens(bool lossless, size_t token_bytes);
 
 // Everything a level fixes for a model with n_attention_layers layers: the table's row with the
 // bits stretched to the model's depth (deeper models repeat the middle slot).

@@ -57,8 +57,10 @@ KVCacheConfig quantized_config(const KVEncodeOptions& o, const ModelShape& shape
   return cfg;
 }
 
-size_t lossless_chunk_tokens(const KVEncodeOptions& o) {
-  return o.chunk_tokens ? o.chunk_tokens : default_chunk_tokens(true);
+size_t lossless_chunk_tokens(const KVEncodeOptions& o, const KVArrayView& kv) {
+  return o.chunk_tokens ? o.chunk_tokens
+                        : default_chunk_tokens(true, kv.layers.size() * 2 * kv.n_kv_heads *
+                                                         kv.head_dim * sizeof(Half));
 }
 
 // Where the file goes: returned whole (ToMemory) or streamed (ToStream), the writers' two forms
@@ -106,13 +108,13 @@ uint64_t encode_lossless(To& to, const KVArrayView& kv, const ModelShape& shape,
     contiguous = contiguous && kv.layers[l] == first + l * layer;
   if (contiguous) {
     return to.lossless(shape, {first, layer * kv.layers.size()}, kv.n_tokens,
-                       lossless_chunk_tokens(o), blobs);
+                       lossless_chunk_tokens(o, kv), blobs);
   }
   std::vector<Half> all(layer * kv.layers.size());
   for (size_t l = 0; l < kv.layers.size(); ++l) {
     if (layer) std::memcpy(all.data() + l * layer, kv.layers[l], layer * sizeof(Half));
   }
-  return to.lossless(shape, all, kv.n_tokens, lossless_chunk_tokens(o), blobs);
+  return to.lossless(shape, all, kv.n_tokens, lossless_chunk_tokens(o, kv), blobs);
 }
 
 // A transform file (codec 2) with the options' profile: the array as fp32, every layer stored

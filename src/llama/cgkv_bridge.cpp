@@ -99,7 +99,11 @@ std::vector<uint8_t> write_lossless(const KvStream& stream, const ModelShape& sh
     std::memcpy(dst, l.v.data(), n * row * sizeof(Half));
     dst += n * row;
   }
-  return write_cgkv_lossless(shape, kv, n, level.lossless_chunk_tokens, blobs, level.zstd_level);
+  const size_t chunk_tokens =
+      level.lossless_chunk_tokens
+          ? level.lossless_chunk_tokens
+          : default_chunk_tokens(true, stream.layers.size() * 2 * row * sizeof(Half));
+  return write_cgkv_lossless(shape, kv, n, chunk_tokens, blobs, level.zstd_level);
 }
 
 // The level's config adapted to this snapshot: pre-RoPE only with a real head split and one run
@@ -233,7 +237,6 @@ SnapshotEncoding SnapshotEncoding::bits(int bits, size_t group_size) {
 SnapshotEncoding SnapshotEncoding::exact() {
   SnapshotEncoding encoding;
   encoding.lossless = true;
-  encoding.lossless_chunk_tokens = default_chunk_tokens(true);
   return encoding;
 }
 

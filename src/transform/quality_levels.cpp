@@ -46,6 +46,13 @@ size_t default_chunk_tokens(bool lossless) {
   return quality_level_row(lossless ? QualityLevel::lossless : QualityLevel::high).chunk_tokens;
 }
 
+size_t default_chunk_tokens(bool lossless, size_t token_bytes) {
+  size_t tokens = default_chunk_tokens(lossless);
+  if (!lossless || token_bytes == 0) return tokens;
+  while (tokens > 64 && tokens > kLosslessChunkBytes / token_bytes) tokens /= 2;
+  return tokens;
+}
+
 QualityLevelSpec quality_level_spec(QualityLevel level, int n_attention_layers) {
   if (n_attention_layers < 1) {
     throw Error(ErrorCode::invalid_argument, "quality_level_spec: n_attention_layers " +

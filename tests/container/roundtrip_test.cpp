@@ -102,6 +102,29 @@ KVArrayView array_view(const std::vector<Half>& kv, size_t L, size_t T, size_t H
   return view;
 }
 
+// A lossless file's default chunk: 1,024 tokens for a narrow model, fewer for a wide one (8
+// layers x 32 heads x 128 dims: 128 KiB a token, 256 tokens a chunk, as a reader holds one
+// chunk's values); an explicit chunk size is kept.
+TEST(Container, LosslessDefaultChunkFollowsTheWidth) {
+  for (const auto& [L, H, D, chunk, expect] :
+       {std::tuple{5u, 4u, 8u, 0u, 1024u}, std::tuple{8u, 32u, 128u, 0u, 256u},
+        std::tuple{8u, 32u, 128u, 1024u, 1024u}}) {
+    const size_t T = 3;
+    const std::vector<Half> kv = kv_array(L, T, H, D);
+    const size_t shape[5] = {L, 2, T, H, D};
+    KVEncodeOptions o;
+    o.lossless = true;
+    o.chunk_tokens = chunk;
+    const CgkvReader r = CgkvReader::from_bytes(
+        encode_kv_array(array_view(kv, L, T, H, D),
+                        kv_array_model_shape(shape, ErrorCode::invalid_argument, "kv"), o));
+    EXPECT_EQ(r.info().chunk_tokens, expect) << L << " x " << H << " x " << D;
+    const std::vector<Half> back = r.read_tokens(0, T);
+    ASSERT_EQ(back.size(), kv.size());
+    EXPECT_EQ(0, std::memcmp(back.data(), kv.data(), kv.size() * sizeof(Half)));
+  }
+}
+
 // A stories260K-shaped file (4 heads x 8 dims, 256-token chunks: each tensor one 8-lane
 // payload) of five layers: the reader decodes whole chunks two layers at a time (four payloads
 // in lockstep) and the odd layer as a pair; sub-ranges decode tensor by tensor. Both agree, with

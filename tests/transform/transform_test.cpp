@@ -223,6 +223,16 @@ TEST(QualityLevels, OneTableNamesParsesAndSizesEveryLevel) {
   EXPECT_STREQ(quality_level_name(static_cast<QualityLevel>(9)), "unknown");
   EXPECT_EQ(default_chunk_tokens(true), 1024u);
   EXPECT_EQ(default_chunk_tokens(false), 256u);
+  // Lossless chunks of a wide model stay within 32 MiB of fp16 (halved from 1024, at least 64);
+  // quantized ones do not depend on the width.
+  const size_t kib = 1024;
+  const std::pair<size_t, size_t> cases[] = {{0, 1024},           {640, 1024},     {32 * kib, 1024},
+                                             {32 * kib + 2, 512}, {64 * kib, 512}, {128 * kib, 256},
+                                             {320 * kib, 64},     {4096 * kib, 64}};
+  for (const auto& [token_bytes, tokens] : cases) {
+    EXPECT_EQ(default_chunk_tokens(true, token_bytes), tokens) << token_bytes;
+    EXPECT_EQ(default_chunk_tokens(false, token_bytes), 256u) << token_bytes;
+  }
 }
 
 // The angles kept between calls are rope_angles' for the positions asked, whatever came

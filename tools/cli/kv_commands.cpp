@@ -356,8 +356,10 @@ void add_kv_commands(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   e->add_option("--group-size", enc->kv.group_size, "tokens per quantization group")
       ->check(CLI::Range(1, 65536));
-  e->add_option("--chunk-tokens", enc->kv.chunk_tokens,
-                "tokens per chunk (a multiple of --group-size; default 256, lossless 1024)");
+  e->add_option(
+      "--chunk-tokens", enc->kv.chunk_tokens,
+      "tokens per chunk (a multiple of --group-size; default 256, lossless 1024, or fewer "
+      "where 1024 tokens exceed 32 MiB)");
   e->add_option("--params", enc->kv.params,
                 "compact (default) or reference (bit-exact reference quantizer)");
   e->add_flag("--lossless", enc->kv.lossless,
