@@ -11,7 +11,6 @@
 
 #include "cachegen/error.h"
 #include "container/cgkv_internal.h"
-#include "core/huge_pages.h"
 #include "core/input_file.h"
 #include "core/wire.h"
 

@@ -195,7 +195,7 @@ void run_decode(const DecodeOptions& o) {
     std::unique_ptr<Half[]> kv;
     size_t size = 0;
   } windows[2];
-  std::future<void> writing;  // the previous window's writes (std::async's waits when dropped)
+  std::future<void> writing;  // the previous window's writes (waited for when dropped)
   for (size_t t0 = a, k = 0; t0 < b; ++k) {
     const size_t start = t0 / ct * ct;  // a window starts at t0's chunk
     const size_t t1 = __builtin_mul_overflow(ct, chunks_per_window, &span) || span >= b - start
