@@ -23,8 +23,8 @@ echo "== ASan + UBSan build + tests"
 scripts/build.sh asan
 ctest --preset asan -j "$(nproc)"
 
-echo "== ThreadSanitizer build + concurrency tests (thread pool, batch decode, cache readers, array encode, stores, context store)"
-# Only the test binaries with concurrent tests (the tsan build preset names them), run whole.
+echo "== ThreadSanitizer build + concurrency tests (thread pool, batch decode, cache readers, array encode, stores, context store, cachegen decode)"
+# Only the test binaries with concurrent tests and the CLI (the tsan build preset names them).
 scripts/build.sh tsan
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 build/tsan/tests/core/core_parallel_test --gtest_brief=1
@@ -37,6 +37,28 @@ build/tsan/tests/container/container_roundtrip_test --gtest_brief=1 \
   --gtest_filter='Container.ArrayEncodeIndependentOfThreads'
 # The 64 MiB throughput test measures speed, not synchronisation (and takes a minute under TSan).
 build/tsan/tests/store/store_test --gtest_brief=1 --gtest_filter='-*Throughput64MiB*'
+# cachegen decode writes a window on a thread of its own while the next one decodes: three
+# windows (96 MiB of output) to a file and to a pipe, and a write failing at a file size limit
+# (exit 5, the existing output kept).
+tsan_work=$(mktemp -d)
+/usr/bin/python3 - "$tsan_work/kv.npy" <<'PY'
+import numpy as np, sys
+t = np.arange(12288, dtype=np.float32)[None, None, :, None, None]
+c = np.arange(4 * 64, dtype=np.float32).reshape(1, 1, 1, 4, 64)
+kv = np.broadcast_to(np.sin(t * 0.01 + c).astype(np.float16), (8, 2, 12288, 4, 64))
+np.save(sys.argv[1], np.ascontiguousarray(kv))
+PY
+build/release/tools/cli/cachegen encode "$tsan_work/kv.npy" -o "$tsan_work/kv.cgkv" --bits 2 >/dev/null
+build/release/tools/cli/cachegen decode "$tsan_work/kv.cgkv" -o "$tsan_work/ref.npy"
+build/tsan/tools/cli/cachegen decode "$tsan_work/kv.cgkv" -o "$tsan_work/back.npy"
+cmp "$tsan_work/back.npy" "$tsan_work/ref.npy"
+build/tsan/tools/cli/cachegen decode "$tsan_work/kv.cgkv" -o - | cmp - "$tsan_work/ref.npy"
+rc=0
+(ulimit -f 40960 && trap '' XFSZ &&
+  build/tsan/tools/cli/cachegen decode "$tsan_work/kv.cgkv" -o "$tsan_work/ref.npy" 2>/dev/null) || rc=$?
+[[ $rc -eq 5 ]] || { echo "TSan cachegen decode past a size limit: exit $rc, expected 5"; exit 1; }
+cmp "$tsan_work/back.npy" "$tsan_work/ref.npy"
+rm -rf "$tsan_work"
 unset TSAN_OPTIONS
 
 if [[ -f fuzz/CMakeLists.txt ]]; then
