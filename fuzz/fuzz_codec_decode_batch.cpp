@@ -1,7 +1,7 @@
-// Any bytes given to decode_batch / decode_batch_to_half / decode_batch_to_rows, on every SIMD
-// path the CPU has: each path must return the same codes and halves, or fail with the same
-// error code (the AVX-512 decoder pairs slices and finishes payloads through padded copies; the
-// others do not); rows must be the halves transposed, and decode_batches_to_rows of the batch
+// Any bytes given to decode_batch / decode_batch_to_half (both forms) / decode_batch_to_rows, on
+// every SIMD path the CPU has: each path must return the same codes and halves, or fail with the
+// same error code (the AVX-512 decoder pairs slices and finishes payloads through padded copies;
+// the others do not); rows must be the halves transposed, and decode_batches_to_rows of the batch
 // twice (four times) the same rows twice (four times).
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +39,11 @@ Outcome run(std::span<const uint8_t> bytes, const cachegen::DecodeOptions& optio
     o.error = 1000 + static_cast<int>(e.code());  // fp16 needs one shape: may fail alone
     return o;
   }
+  // Into a caller's buffer of that size: the same halves, every one written.
+  std::vector<cachegen::Half> into(o.halves.size(), cachegen::Half{0xffff});
+  cachegen::decode_batch_to_half(bytes, into, options);
+  for (size_t i = 0; i < into.size(); ++i)
+    if (into[i].bits != o.halves[i]) std::abort();
   if (heads.empty()) return o;
   // The same batch into token-major rows: the halves transposed; another shape is refused.
   const cachegen::CodeStream& h0 = heads[0];

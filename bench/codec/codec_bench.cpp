@@ -162,6 +162,18 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     size_t threads;
   };
   const Mode modes[] = {{"1t", 1}, {"mt", all_threads}};
+  // decode_batch_to_half of `bytes` into one buffer on `threads`.
+  auto decode_into = [&](const std::vector<uint8_t>& bytes, size_t threads) {
+    return [&bytes, threads, n](benchmark::State& st) {
+      set_thread_count(threads);
+      std::vector<Half> out(n);
+      for (auto _ : st) {
+        decode_batch_to_half(bytes, out);
+        benchmark::DoNotOptimize(out.data());
+      }
+      items(st, n);
+    };
+  };
   for (const Mode& m : modes) {
     const size_t threads = m.threads;
     const std::string sfx = std::string("/") + m.suffix;
@@ -191,6 +203,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       for (auto _ : st) benchmark::DoNotOptimize(decode_batch_to_half(coded));
       items(st, n);
     });
+    // The same into one caller's buffer (as zstd's decode below): the kernel without the
+    // returned vector's allocation and fill.
+    benchmark::RegisterBenchmark(("decode_fp16_into" + sfx).c_str(), decode_into(coded, threads));
   }
   // The fused decode of encode_values' stream (compact parameters, as files hold them).
   for (const Mode& m : modes) {
@@ -202,6 +217,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
                                      benchmark::DoNotOptimize(decode_batch_to_half(coded_values));
                                    items(st, n);
                                  });
+    benchmark::RegisterBenchmark((std::string("decode_values_fp16_into/") + m.suffix).c_str(),
+                                 decode_into(coded_values, threads));
   }
   for (const Mode& m : modes) {
     benchmark::RegisterBenchmark(
@@ -398,6 +415,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["encode_fp16_elems_per_s_mt"] = ips("encode_fp16/mt");
   j["decode_elems_per_s_mt"] = ips("decode_codes/mt");
   j["decode_fp16_elems_per_s_mt"] = ips("decode_fp16/mt");
+  j["decode_fp16_into_elems_per_s"] = ips("decode_fp16_into/1t");
+  j["decode_fp16_into_elems_per_s_mt"] = ips("decode_fp16_into/mt");
   j["zstd1_encode_elems_per_s"] = ips("zstd1_encode/1t");
   j["zstd1_decode_elems_per_s"] = ips("zstd1_decode/1t");
   j["zstd19_decode_elems_per_s"] = ips("zstd19_decode/1t");
@@ -408,6 +427,8 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["decode_fp16_over_zstd1_decode"] = speed_ratio("decode_fp16/1t", "zstd1_decode/1t");
   j["decode_mt_over_1t"] = speed_ratio("decode_codes/mt", "decode_codes/1t");
   j["decode_fp16_mt_over_1t"] = speed_ratio("decode_fp16/mt", "decode_fp16/1t");
+  j["decode_fp16_into_over_zstd1_decode"] = speed_ratio("decode_fp16_into/1t", "zstd1_decode/1t");
+  j["decode_fp16_into_mt_over_1t"] = speed_ratio("decode_fp16_into/mt", "decode_fp16_into/1t");
   j["encode_mt_over_1t"] = speed_ratio("encode_codes/mt", "encode_codes/1t");
   const double bits_n = 8.0 / static_cast<double>(n);
   j["lossless_bytes"] = lossless.size();
@@ -432,6 +453,10 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       speed_ratio("decode_values_fp16/mt", "decode_values_fp16/1t");
   j["file_decode_over_decode_fp16"] = speed_ratio("file_decode/1t", "decode_fp16/1t");
   j["file_decode_over_decode_values_fp16"] = speed_ratio("file_decode/1t", "decode_values_fp16/1t");
+  // The same against the fused decode into a caller's buffer, as the file path decodes.
+  j["decode_values_fp16_into_elems_per_s"] = ips("decode_values_fp16_into/1t");
+  j["file_decode_over_decode_values_fp16_into"] =
+      speed_ratio("file_decode/1t", "decode_values_fp16_into/1t");
   j["file_encode_over_encode_fp16"] = speed_ratio("file_encode/1t", "encode_fp16/1t");
   j["file_decode_mt_over_1t"] = speed_ratio("file_decode/mt", "file_decode/1t");
   j["file_encode_mt_over_1t"] = speed_ratio("file_encode/mt", "file_encode/1t");
@@ -480,16 +505,20 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   print_comparisons(
       r,
       {{"decode fp16 vs zstd -1 decode", "decode_fp16/1t", "zstd1_decode/1t"},
+       {"decode fp16 into a buffer vs zstd -1 decode", "decode_fp16_into/1t", "zstd1_decode/1t"},
        {"decode codes vs zstd -1 decode", "decode_codes/1t", "zstd1_decode/1t"},
        {"encode codes vs zstd -1 encode", "encode_codes/1t", "zstd1_encode/1t"},
        {"encode fp16 vs zstd -1 encode", "encode_fp16/1t", "zstd1_encode/1t"},
        {"decode codes vs memcpy", "decode_codes/1t", "memcpy_codes/1t"},
        {"decode codes " + mt, "decode_codes/mt", "decode_codes/1t"},
        {"decode fp16 " + mt, "decode_fp16/mt", "decode_fp16/1t"},
+       {"decode fp16 into a buffer " + mt, "decode_fp16_into/mt", "decode_fp16_into/1t"},
        {"decode fp16, compact params " + mt, "decode_values_fp16/mt", "decode_values_fp16/1t"},
        {"encode codes " + mt, "encode_codes/mt", "encode_codes/1t"},
        {"file decode (.cgkv) vs fused decode fp16", "file_decode/1t", "decode_fp16/1t"},
        {"file decode vs fused decode, compact params", "file_decode/1t", "decode_values_fp16/1t"},
+       {"file decode vs fused decode into a buffer, compact params", "file_decode/1t",
+        "decode_values_fp16_into/1t"},
        {"file encode (.cgkv) vs fused encode fp16", "file_encode/1t", "encode_fp16/1t"},
        {"file decode " + mt, "file_decode/mt", "file_decode/1t"},
        {"level high file decode (pre-RoPE keys) vs fused decode, compact params",

@@ -131,6 +131,11 @@ std::vector<CodeStream> decode_batch(std::span<const uint8_t> bytes,
 // fp16 [G, n_rows, dim]; all heads must share n_rows and dim (corrupt_input otherwise).
 std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
                                        const DecodeOptions& options = {});
+// The same values into the caller's buffer, which must hold exactly G * n_rows * dim of them
+// (invalid_argument otherwise, before anything is written; after a corrupt_input its contents
+// are unspecified). Saves the returned vector's allocation and fill, paid on every call.
+void decode_batch_to_half(std::span<const uint8_t> bytes, std::span<Half> out,
+                          const DecodeOptions& options = {});
 
 // What a batch must hold for decode_batch_to_rows: n_heads heads of n_rows x dim codes at
 // `bits` bits in groups of group_size rows.

@@ -366,10 +366,12 @@ std::vector<Half> LayerKVCache::fetch(int kind, size_t begin, size_t end) const 
     }
   };
   const PlaneState& p = plane_[kind];
+  std::vector<Half> block;  // one block's [heads, n_tokens, dim], reused across blocks
   for (const CompressedBlock& b : p.blocks) {
     if (b.token_begin >= end || b.token_begin + b.n_tokens <= begin) continue;
-    const std::vector<Half> y = decode_batch_to_half(b.bytes);
-    copy_rows(y.data(), b.token_begin, b.n_tokens, b.n_tokens * dim_);
+    block.resize(heads_ * b.n_tokens * dim_);
+    decode_batch_to_half(b.bytes, block);
+    copy_rows(block.data(), b.token_begin, b.n_tokens, b.n_tokens * dim_);
   }
   const size_t pending_begin = n_tokens_ - residual_rows_ - pending_rows_;
   if (pending_rows_ > 0 && pending_begin < end && pending_begin + pending_rows_ > begin) {

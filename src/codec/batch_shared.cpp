@@ -15,7 +15,6 @@
 #include "codec/scratch.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
-#include "core/huge_pages.h"
 #include "core/parallel.h"
 #include "quant/kernels.h"
 
@@ -541,16 +540,16 @@ std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_
   return std::move(b.heads);
 }
 
-std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset,
-                                              size_t n_heads, const DecodeOptions& options) {
+void decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
+                                 const DecodeOptions& options,
+                                 const std::function<Half*(size_t)>& dest) {
   SharedBatch& b = thread_batch();
   parse_shared(body, body_offset, n_heads, options, b);
   const size_t n = b.heads[0].n_rows * b.heads[0].dim;
-  std::vector<Half> out = zeroed_halves(n_heads * n);
+  Half* out = dest(n_heads * n);
   decode_slices(b, [&](size_t h, const uint8_t* codes) {
-    dequant_real_rows(b.heads[h], codes, out.data() + h * n);
+    dequant_real_rows(b.heads[h], codes, out + h * n);
   });
-  return out;
 }
 
 void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset,

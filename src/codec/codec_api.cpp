@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "cachegen/codec.h"
@@ -395,12 +396,17 @@ std::vector<CodeStream> decode_batch(std::span<const uint8_t> bytes, const Decod
   return out;
 }
 
-std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
-                                       const DecodeOptions& options) {
+namespace {
+
+// fp16 [G, n_rows, dim] of a batch into dest(G * n_rows * dim), called once the batch is parsed
+// and its heads' shapes checked (decode_batch_to_half, both forms).
+void batch_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options,
+                   const std::function<Half*(size_t)>& dest) {
   const BatchHeader bh = read_batch_header(bytes);
   if (bh.layout == detail::kBatchShared) {
-    return detail::decode_batch_shared_to_half(bytes.subspan(bh.body_offset), bh.body_offset,
-                                               bh.n_heads, options);
+    detail::decode_batch_shared_to_half(bytes.subspan(bh.body_offset), bh.body_offset, bh.n_heads,
+                                        options, dest);
+    return;
   }
   const auto records = batch_records(bytes, bh);
   std::vector<detail::ParsedHead>& heads = thread_heads(records.size());
@@ -414,17 +420,37 @@ std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
                    "codec batch: heads differ in shape; decode_batch_to_half needs one shape");
     }
   }
-  if (heads.empty()) return {};
-  const size_t n = heads[0].stream.n_rows * heads[0].stream.dim;
-  std::vector<Half> out =
-      detail::zeroed_halves(detail::checked_mul(heads.size(), n, "batch output"));
+  const size_t n = heads.empty() ? 0 : heads[0].stream.n_rows * heads[0].stream.dim;
+  Half* out = dest(detail::checked_mul(heads.size(), n, "batch output"));
   detail::parallel_for(heads.size(), [&](size_t i) {
     uint8_t* codes = detail::scratch_bytes(n);
     detail::decode_head_symbols(heads[i], std::span<uint8_t>(codes, n));
     detail::symbols_to_codes_in_place(codes, heads[i].stream, heads[i].is_delta.data());
-    detail::dequant_real_rows(heads[i].stream, codes, out.data() + i * n);
+    detail::dequant_real_rows(heads[i].stream, codes, out + i * n);
+  });
+}
+
+}  // namespace
+
+std::vector<Half> decode_batch_to_half(std::span<const uint8_t> bytes,
+                                       const DecodeOptions& options) {
+  std::vector<Half> out;
+  batch_to_half(bytes, options, [&](size_t n) {
+    out = detail::zeroed_halves(n);
+    return out.data();
   });
   return out;
+}
+
+void decode_batch_to_half(std::span<const uint8_t> bytes, std::span<Half> out,
+                          const DecodeOptions& options) {
+  batch_to_half(bytes, options, [&](size_t n) {
+    if (out.size() != n) {
+      detail::invalid("decode_batch_to_half: out holds " + std::to_string(out.size()) +
+                      " values, the batch " + std::to_string(n));
+    }
+    return out.data();
+  });
 }
 
 void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shape,

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -139,9 +140,11 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
 // `body` starts after the layout byte; offsets are relative to the batch start.
 std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
                                             size_t n_heads, const DecodeOptions& options);
-// fp16 [G, n_rows, dim].
-std::vector<Half> decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset,
-                                              size_t n_heads, const DecodeOptions& options);
+// fp16 [G, n_rows, dim] into dest(G * n_rows * dim), called once the batch is parsed and
+// checked (it returns where those values go, or throws).
+void decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
+                                 const DecodeOptions& options,
+                                 const std::function<Half*(size_t)>& dest);
 // fp16 [n_rows, G, dim] into out (decode_batch_to_rows).
 void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset,
                                  const BatchShape& shape, std::span<Half> out,

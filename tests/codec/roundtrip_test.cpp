@@ -298,7 +298,7 @@ TEST(CodecSharedBatch, MixedShapesFallBackToIndependentRecords) {
   EXPECT_THROW(decode_batch_to_half(bytes), Error);
 }
 
-TEST(CodecSharedBatch, DecodeToRowsIsTheTransposedHalfDecode) {
+TEST(CodecSharedBatch, DecodeIntoBuffersIsTheHalfDecode) {
   // Both layouts, narrow and wide heads (the widened and the per-row kernels), all threads.
   for (const size_t dim : {size_t{8}, size_t{64}, size_t{72}}) {
     for (const bool shared : {true, false}) {
@@ -325,6 +325,21 @@ TEST(CodecSharedBatch, DecodeToRowsIsTheTransposedHalfDecode) {
       }
       SCOPED_TRACE("dim " + std::to_string(dim) + (shared ? " shared" : " independent"));
       const std::vector<Half> ref = decode_batch_to_half(bytes);
+      // Into the caller's buffer: every value written (none left at the fill), the same bits; a
+      // buffer of another size is an invalid argument and stays as it was.
+      std::vector<Half> into(ref.size(), Half{0xffff});
+      decode_batch_to_half(bytes, into);
+      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(into[i].bits, ref[i].bits) << i;
+      for (const size_t n : {ref.size() - 1, ref.size() + 1}) {
+        std::vector<Half> wrong(n, Half{0x1234});
+        try {
+          decode_batch_to_half(bytes, wrong);
+          ADD_FAILURE() << "no throw";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+        }
+        for (const Half h : wrong) ASSERT_EQ(h.bits, 0x1234);
+      }
       std::vector<Half> out(heads * rows * dim);
       decode_batch_to_rows(bytes, {heads, rows, dim, 4, 32}, out);
       for (size_t h = 0; h < heads; ++h)
