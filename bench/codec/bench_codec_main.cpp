@@ -1,5 +1,5 @@
-//   bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time SECONDS] [--filter REGEX]
-//               [--profile FILE.cgprof]
+//   bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time SECONDS] [--repetitions N]
+//               [--filter REGEX] [--profile FILE.cgprof]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
       o.bits = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) {
       o.min_time_s = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--repetitions") == 0 && i + 1 < argc) {
+      o.repetitions = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
       o.filter = argv[++i];
     } else if (std::strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {
@@ -25,7 +27,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_codec [--json] [--input FILE.npy] [--bits N] [--min-time S] "
-                   "[--filter REGEX] [--profile FILE.cgprof]\n");
+                   "[--repetitions N] [--filter REGEX] [--profile FILE.cgprof]\n");
       return 2;
     }
   }

@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -374,9 +375,10 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
 
   std::string min_time = "--benchmark_min_time=" + std::to_string(o.min_time_s);
   char arg0[] = "bench_codec";
+  std::string repetitions = "--benchmark_repetitions=" + std::to_string(std::max(1, o.repetitions));
   std::string filter = "--benchmark_filter=" + o.filter;
-  char* argv[] = {arg0, min_time.data(), filter.data(), nullptr};
-  int argc = o.filter.empty() ? 2 : 3;
+  char* argv[] = {arg0, min_time.data(), repetitions.data(), filter.data(), nullptr};
+  int argc = o.filter.empty() ? 3 : 4;
   const auto r = run_benchmarks(&argc, argv, o.json);
   set_thread_count(0);
   benchmark::ClearRegisteredBenchmarks();
@@ -397,6 +399,7 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["bits"] = o.bits;
   j["elements"] = n;
   j["threads"] = all_threads;
+  j["repetitions"] = std::max(1, o.repetitions);  // speeds: the fastest of these runs
   j["simd_path"] = simd_path_name(simd_path());
   j["coded_bytes"] = coded.size();
   j["coded_values_bytes"] = coded_values.size();
@@ -482,8 +485,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
-  std::printf("\ninput: %s, %zu elements, %d bits, path %s, %zu threads\n", in.source.c_str(), n,
-              o.bits, simd_path_name(simd_path()), all_threads);
+  std::printf("\ninput: %s, %zu elements, %d bits, path %s, %zu threads, best of %d runs\n",
+              in.source.c_str(), n, o.bits, simd_path_name(simd_path()), all_threads,
+              std::max(1, o.repetitions));
   std::printf(
       "sizes: coded %zu (fp32 params), %zu (encode_values, compact params), codes only %zu\n"
       "       fixed %zu  zstd-1 %zu  zstd-19 %zu (codes only)  codes-only/zstd19 %.3f\n",

@@ -19,6 +19,7 @@ struct CodecBenchOptions {
   int bits = 3;           // quantization bits (1..8)
   size_t group_size = 32;
   double min_time_s = 0.2;  // Google Benchmark's minimum time per benchmark
+  int repetitions = 1;      // runs of each benchmark; the fastest is reported
   std::string filter;       // Google Benchmark regex; empty = all (for profiling one path)
   // A calibration profile of the input's model: the transform path (codec 2) too, at the size
   // of the quantized file (and a .cgkv input written with it is read with it).

@@ -15,13 +15,15 @@ class CollectingReporter : public benchmark::ConsoleReporter {
   }
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
+      if (r.run_type == Run::RT_Aggregate) continue;
       Result res;
       auto it = r.counters.find("bytes_per_second");
       if (it != r.counters.end()) res.bytes_per_second = it->second;
       it = r.counters.find("items_per_second");
       if (it != r.counters.end()) res.items_per_second = it->second;
       res.real_time_ns = r.GetAdjustedRealTime();
-      (*out_)[r.benchmark_name()] = res;
+      const auto [at, first] = out_->try_emplace(r.benchmark_name(), res);
+      if (!first && res.real_time_ns < at->second.real_time_ns) at->second = res;
     }
     if (!quiet_) ConsoleReporter::ReportRuns(runs);
   }

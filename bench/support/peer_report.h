@@ -17,7 +17,9 @@ struct Result {
 };
 
 // Runs the registered benchmarks (argc/argv as Google Benchmark takes them), printing the
-// usual console table unless `quiet`, and returns results by benchmark name.
+// usual console table unless `quiet`, and returns results by benchmark name. With
+// --benchmark_repetitions=N, a name's result is its fastest repetition (the least disturbed by
+// other work on a shared machine; its peers are measured the same way); aggregates are not kept.
 std::map<std::string, Result> run_benchmarks(int* argc, char** argv, bool quiet = false);
 
 // One row of a comparison table: `name`'s speed next to `peer`'s, as a ratio.

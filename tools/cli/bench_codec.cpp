@@ -21,6 +21,9 @@ void add_bench_codec(CLI::App& bench) {
   cmd->add_option("--bits", opts->bits, "quantization bits")->check(CLI::Range(1, 8));
   cmd->add_option("--group-size", opts->group_size, "tokens per group");
   cmd->add_option("--min-time", opts->min_time_s, "seconds per measurement");
+  cmd->add_option("--repetitions", opts->repetitions,
+                  "runs of each measurement, the fastest reported (for noisy machines)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--profile", opts->profile,
                   "calibration profile of the input's model: also measure the transform path "
                   "(codec 2) at the quantized file's size");
