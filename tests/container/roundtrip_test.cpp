@@ -370,9 +370,10 @@ TEST(Container, LosslessRepeatedRowsRoundTripAndShrink) {
   EXPECT_LT(packed.size(), low.size() * 3 / 2);
 }
 
-// Rows wider than the low bytes' entropy sample (16384 values): a sample near the threshold
-// (246 equally likely low bytes, ~7.93 bits) counts every row, whose low bytes are skewed after
-// it, so that the low plane is coded as a stream.
+// More values than the low bytes' entropy sample (4,096): a sample near the threshold (246
+// equally likely low bytes, 7.94 bits; its estimate 7.90 before the bias correction, which
+// brings it back to 7.94) counts every row, whose low bytes are skewed after it, so that the low
+// plane is coded as a stream.
 TEST(Container, LosslessLowBytesCountedPastTheirSample) {
   const size_t rows = 512, width = 128;
   std::mt19937 rng(3);
