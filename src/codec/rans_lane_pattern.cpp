@@ -94,10 +94,12 @@ LanePattern make_lane_pattern(const DecodeTables& t, size_t dim, size_t begin, s
   p.period = period;
   p.base.resize(period * lanes);
   p.shift.resize(period * lanes);
-  for (size_t i = 0; i < period * lanes; ++i) {
-    const size_t c = (begin + i) % dim;
+  // Channels by a counter (a division per lane was most of this function: 2.5% of a lossless
+  // decode of stories260K, whose short payloads each build a pattern).
+  for (size_t i = 0, c = begin % dim; i < period * lanes; ++i) {
     p.base[i] = t.base[c];
     p.shift[i] = t.shift[c];
+    if (++c == dim) c = 0;
   }
   return p;
 }
