@@ -4,9 +4,10 @@
 // x 4096 tokens x 128 channels; with input_npy: fp16 KV [n_layers, 2, n_tokens, n_kv_heads,
 // head_dim], one head per (layer, K/V, kv head)) and reports, single-thread and all threads,
 // elements per second of encode (codes -> bytes, fp16 -> bytes) and decode (bytes -> codes,
-// bytes -> fp16), next to zstd -1 / -19 on the same codes (one byte per code) and memcpy, all
-// measured in the same run, as ratios. The file path is measured too: the same KV as a .cgkv
-// (or the input .cgkv itself) decoded whole into a caller's buffer and encoded from the array.
+// bytes -> fp16, returned or into a caller's buffer), next to zstd -1 / -19 on the same codes
+// (one byte per code) and memcpy, all measured in the same run, as ratios. The file path is
+// measured too: the same KV as a .cgkv (or the input .cgkv itself) decoded whole into a caller's
+// buffer and encoded from the array.
 #pragma once
 
 #include <string>
