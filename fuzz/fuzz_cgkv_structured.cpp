@@ -2,8 +2,9 @@
 // "Container"). Random byte flips almost never survive the header and chunk checksums, so
 // LLVMFuzzerCustomMutator edits one structural element (a header field, a layer entry, a chunk
 // or blob table entry, the bytes of one chunk or blob, growing or shrinking it and moving what
-// follows) and then re-signs the file: file_bytes, every in-range chunk checksum (version 2:
-// XXH64 of the 24-byte tag then the bytes; version 1: the bytes alone), every in-range blob
+// follows) and then re-signs the file: file_bytes, every in-range chunk checksum (version 5:
+// XXH3-64 of the 24-byte tag then the bytes; versions 2-4: XXH64 of the same; version 1: XXH64
+// of the bytes alone), every in-range blob
 // checksum and the header checksum. The target opens the file, verifies it, reads a token range
 // and every blob. Seeds: fuzz/corpus/fuzz_cgkv_structured (the fuzz_cgkv_read seeds).
 #include <xxhash.h>
@@ -102,6 +103,15 @@ void resign(uint8_t* d, size_t size, bool fix_file_bytes) {
     put(tag, 8, i);
     put(tag + 8, 8, first);
     put(tag + 16, 8, count);
+    if (l->version >= 5) {
+      XXH3_state_t* st = XXH3_createState();
+      XXH3_64bits_reset(st);
+      XXH3_64bits_update(st, tag, sizeof tag);
+      XXH3_64bits_update(st, d + off, n);
+      put(e + 16, 8, XXH3_64bits_digest(st));
+      XXH3_freeState(st);
+      continue;
+    }
     XXH64_state_t* st = XXH64_createState();
     XXH64_reset(st, 0);
     XXH64_update(st, tag, sizeof tag);

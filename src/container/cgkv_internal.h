@@ -29,12 +29,12 @@ struct CgkvReader::Source {
 namespace detail {
 
 inline constexpr uint8_t kCgkvMagic[4] = {'C', 'G', 'K', 'V'};
-// Newest version read (written for transform files, codec 2); lossless files are written as
-// version 3 (lossless method 2), quantized files as version 2: none exceeds what it needs.
-inline constexpr uint16_t kCgkvVersion = 4;
-inline constexpr uint16_t kCgkvQuantizedVersion = 2;
+// The newest version read, and the one every writer writes (its chunk checksums are the
+// fastest to verify); older ones are read as FORMAT.md's "Versions" says.
+inline constexpr uint16_t kCgkvVersion = 5;
 inline constexpr uint16_t kCgkvRowsDedupVersion = 3;  // the first version with lossless method 2
 inline constexpr uint16_t kCgkvTransformVersion = 4;  // the first version with codec 2
+inline constexpr uint16_t kCgkvXxh3Version = 5;       // the first with XXH3-64 chunk checksums
 inline constexpr uint16_t kCgkvOldestVersion = 1;
 inline constexpr size_t kPreambleBytes = 32;
 inline constexpr uint64_t kMaxHeaderBytes = 64ull << 20;
@@ -64,7 +64,7 @@ CgkvInfo parse_header(const CgkvReader::Source& src);
 uint64_t xxh64(std::span<const uint8_t> bytes);
 // A chunk's checksum: version >= 2 hashes its tag (u64 index, u64 first token, u64 token
 // count) before its bytes, so a chunk verifies only in the table entry it was written for;
-// version 1 hashed the bytes alone.
+// version 1 hashed the bytes alone. XXH3-64 from version 5, XXH64 before (both seed 0).
 uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chunk,
                         std::span<const uint8_t> bytes);
 // The same over a chunk's bytes given piece by piece (a writer that never holds the chunk

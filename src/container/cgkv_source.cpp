@@ -1,4 +1,4 @@
-// Byte sources behind CgkvReader, and xxHash64.
+// Byte sources behind CgkvReader, and the checksums.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 
 #include "cachegen/error.h"
 #include "container/cgkv_internal.h"
+#include "container/xxh3_stream.h"
 #include "core/input_file.h"
 #include "core/wire.h"
 
@@ -75,27 +76,39 @@ uint64_t xxh64(std::span<const uint8_t> bytes) {
 }
 
 struct ChunkHash::State {
-  XXH64_state_t xxh;
+  Xxh3State xxh3;  // version >= 5
+  XXH64_state_t xxh64;
+  const Xxh3Kernels* k = nullptr;  // null: XXH64
 };
 
 ChunkHash::ChunkHash(uint16_t version, size_t index, const CgkvChunkInfo& chunk)
     : state_(std::make_unique<State>()) {
-  XXH64_reset(&state_->xxh, 0);
+  if (version >= kCgkvXxh3Version) {
+    state_->k = &xxh3_kernels();
+    state_->k->reset(state_->xxh3);
+  } else {
+    XXH64_reset(&state_->xxh64, 0);
+  }
   if (version < 2) return;
   uint8_t tag[24];
   const uint64_t fields[3] = {index, chunk.token_begin, chunk.n_tokens};
   for (int f = 0; f < 3; ++f) wire::store_le(tag + 8 * f, fields[f], 8);
-  XXH64_update(&state_->xxh, tag, sizeof tag);
+  update(tag);
 }
 
 ChunkHash::~ChunkHash() = default;
 
 void ChunkHash::update(std::span<const uint8_t> bytes) {
-  if (!bytes.empty()) XXH64_update(&state_->xxh, bytes.data(), bytes.size());
+  if (bytes.empty()) return;
+  if (state_->k) {
+    state_->k->update(state_->xxh3, bytes.data(), bytes.size());
+  } else {
+    XXH64_update(&state_->xxh64, bytes.data(), bytes.size());
+  }
 }
 
 uint64_t ChunkHash::digest() const {
-  return XXH64_digest(&state_->xxh);
+  return state_->k ? state_->k->digest(state_->xxh3) : XXH64_digest(&state_->xxh64);
 }
 
 uint64_t chunk_checksum(uint16_t version, size_t index, const CgkvChunkInfo& chunk,

@@ -59,7 +59,7 @@ std::vector<uint8_t> write_cgkv_transform(const ModelShape& shape, std::span<con
     detail::invalid("kv holds NaN or infinite values");
 
   CgkvInfo info;
-  info.version = detail::kCgkvTransformVersion;
+  info.version = detail::kCgkvVersion;
   info.n_layers = shape.n_layers;
   info.n_kv_heads = shape.n_kv_heads;
   info.head_dim = shape.head_dim;

@@ -192,7 +192,7 @@ CgkvInfo base_info(const ModelShape& shape, size_t n_tokens, size_t chunk_tokens
   shape.validate();
   if (n_tokens > detail::kMaxTokens) detail::invalid("n_tokens exceeds 2^40");
   CgkvInfo info;
-  info.version = detail::kCgkvQuantizedVersion;
+  info.version = detail::kCgkvVersion;
   info.n_layers = shape.n_layers;
   info.n_kv_heads = shape.n_kv_heads;
   info.head_dim = shape.head_dim;
@@ -314,7 +314,7 @@ uint64_t write_lossless(const ModelShape& shape, std::span<const Half> kv, size_
     detail::invalid("chunk_tokens must be in 1..2^24");
   CgkvInfo info = base_info(shape, n_tokens, chunk_tokens, 1);
   info.codec = ContainerCodec::lossless_fp16;
-  info.version = detail::kCgkvRowsDedupVersion;
+  info.version = detail::kCgkvVersion;
   info.param_mode = ParamMode::reference;
   const size_t row = static_cast<size_t>(shape.n_kv_heads) * static_cast<size_t>(shape.head_dim);
   const size_t plane = detail::checked_mul(n_tokens, row, "kv");

@@ -7,9 +7,10 @@
 // in manifest.json.
 //
 // Both folders are regenerated only on purpose: CACHEGEN_UPDATE_GOLDEN_FILES=1 rewrites the
-// generated files and both manifests (files no writer writes any more - version-1 .cgkv files,
-// copied from the fuzz corpus, and v2_lossless.cgkv, lossless methods 0/1 in a version-2 file -
-// are kept and only re-measured). Review the change before committing.
+// generated files and both manifests (files no writer writes any more, named vN_ for their
+// version, are kept and only re-measured: version-1 .cgkv files, copied from the fuzz corpus;
+// v2_lossless.cgkv, lossless methods 0/1 in a version-2 file; and the generated files as
+// versions 2-4 wrote them, with XXH64 chunk checksums). Review the change before committing.
 #include <gtest/gtest.h>
 
 #include <xxhash.h>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -319,7 +321,10 @@ void resign_chunk(Bytes& b, size_t table, size_t c, const CgkvChunkInfo& ci, uin
   put_le(tagged, 16, ci.n_tokens, 8);
   tagged.insert(tagged.end(), b.begin() + static_cast<ptrdiff_t>(at),
                 b.begin() + static_cast<ptrdiff_t>(at + bytes));
-  put_le(b, entry + 16, XXH64(tagged.data(), tagged.size(), 0), 8);
+  // XXH3-64 from version 5, XXH64 before (FORMAT.md), computed here apart from the library's.
+  const uint64_t sum = get_le(b, 4, 2) >= 5 ? XXH3_64bits(tagged.data(), tagged.size())
+                                            : XXH64(tagged.data(), tagged.size(), 0);
+  put_le(b, entry + 16, sum, 8);
   put_le(b, 16, b.size(), 8);  // file_bytes
   resign(b);
 }
@@ -364,8 +369,8 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
   cg("truncated_header", ErrorCode::truncated_input, q, [](Bytes& b) { b.resize(60); });
   cg("truncated_last_chunk", ErrorCode::truncated_input, q, [](Bytes& b) { b.pop_back(); });
   cg("bad_magic", ErrorCode::corrupt_input, q, [](Bytes& b) { b[3] = 'W'; });
-  cg("unsupported_version_5", ErrorCode::unsupported_version, q,
-     [](Bytes& b) { put_le(b, 4, 5, 2); });
+  cg("unsupported_version_6", ErrorCode::unsupported_version, q,
+     [](Bytes& b) { put_le(b, 4, 6, 2); });
   {
     // Transform files (codec 2): only in version >= 4; a step of 0 on a stored layer; another
     // profile's id (refused when the golden profile is set).
@@ -427,10 +432,12 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
     resign_chunk(b, chunk_table(rd), c, ci, ci.range.bytes + 1);
   });
   const Bytes& ll = golden.at("lossless_repeated_rows.cgkv");
-  cg("lossless_method_2_in_version_2", ErrorCode::corrupt_input, ll, [](Bytes& b) {
-    put_le(b, 4, 2, 2);  // version 2 has no lossless method 2
-    resign(b);
-  });
+  // Version 3's file (its chunk checksums as version 2's): refused for the method alone.
+  cg("lossless_method_2_in_version_2", ErrorCode::corrupt_input,
+     load(kGolden / "v3_lossless_repeated_rows.cgkv"), [](Bytes& b) {
+       put_le(b, 4, 2, 2);  // version 2 has no lossless method 2
+       resign(b);
+     });
   cg("lossless_rotated_row_source_ahead", ErrorCode::corrupt_input, ll, [](Bytes& b) {
     // Chunk 0's first tensor (layer 0's K): varint length, method 2, rotation 1 (adjacent
     // pairs), head_dim 8, 4 x 2 f64 angles, 10 rotated rows, a 4-byte bitmap, then the first
@@ -476,9 +483,19 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
     put_le(b, t + 8, 3, 8);
     resign(b);
   });
-  cg("v2_chunk_hashed_as_v1", ErrorCode::corrupt_input, q, [](Bytes& b) {
+  const Bytes v2 = load(kGolden / "v2_quantized_schedule_4bit.cgkv");
+  cg("v2_chunk_hashed_as_v1", ErrorCode::corrupt_input, v2, [](Bytes& b) {
     // A version-2 file relabelled version 1: its chunk checksums cover the tag, so they fail.
     put_le(b, 4, 1, 2);
+    resign(b);
+  });
+  // Relabelled across the change of chunk checksum (XXH64 -> XXH3-64): the checksums fail.
+  cg("v5_chunk_hashed_as_v4", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    put_le(b, 4, 4, 2);
+    resign(b);
+  });
+  cg("v2_chunk_hashed_as_v5", ErrorCode::corrupt_input, v2, [](Bytes& b) {
+    put_le(b, 4, 5, 2);
     resign(b);
   });
 
@@ -574,10 +591,10 @@ void regenerate() {
     by_name[g.file] = g.bytes;
     gm[g.file] = {{"kind", g.kind}, {"expect", describe(g.kind, g.bytes)}};
   }
-  // Version-1 files and v2_lossless.cgkv cannot be written any more; they are re-measured.
+  // Files of older versions (vN_...) cannot be written any more; they are re-measured.
   for (const auto& e : fs::directory_iterator(kGolden)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("v1_", 0) == 0 || name == "v2_lossless.cgkv")
+    if (name.size() > 3 && name[0] == 'v' && name[1] >= '1' && name[1] <= '9' && name[2] == '_')
       gm[name] = {{"kind", "cgkv"}, {"expect", describe("cgkv", load(e.path()))}};
   }
   std::ofstream(kGolden / "manifest.json") << gm.dump(1) << "\n";
@@ -617,7 +634,7 @@ TEST(GoldenFiles, DecodeToTheirRecordedValues) {
   }
   const json m = load_manifest(kGolden);
   expect_listed(kGolden, m);
-  bool saw_v1 = false;
+  std::set<int> seen_versions;
   for (auto it = m.begin(); it != m.end(); ++it) {
     const Bytes b = load(kGolden / it.key());
     const std::string kind = it.value()["kind"];
@@ -629,9 +646,10 @@ TEST(GoldenFiles, DecodeToTheirRecordedValues) {
       continue;
     }
     EXPECT_EQ(got, it.value()["expect"]) << it.key() << " decodes differently";
-    if (kind == "cgkv" && got["version"] == 1) saw_v1 = true;
+    if (kind == "cgkv") seen_versions.insert(got["version"].get<int>());
   }
-  EXPECT_TRUE(saw_v1) << "no version-1 .cgkv golden file";
+  // Every version a reader accepts, each with its own chunk checksums.
+  EXPECT_EQ(seen_versions, (std::set<int>{1, 2, 3, 4, 5}));
 }
 
 TEST(MustReject, EachFileFailsWithItsErrorCode) {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cachegen/error.h"
+#include "cachegen/runtime.h"
 #include "container/container_test_util.h"
 #include "core/wire.h"
 
@@ -89,7 +90,7 @@ TEST(Hostile, ForgedHeadersNameTheField) {
   // Offsets: preamble 0..31; body: n_layers 32, heads 36, dim 40, group 44, n_tokens 48,
   // chunk_tokens 56, n_chunks 60, codec 64, param_mode 65, reserved 66.
   const Case cases[] = {
-      {4, 2, 5, ErrorCode::unsupported_version, "version"},
+      {4, 2, 6, ErrorCode::unsupported_version, "version"},
       {4, 2, 0, ErrorCode::unsupported_version, "version"},
       {6, 2, 1, ErrorCode::corrupt_input, "flags"},
       {12, 4, 7, ErrorCode::corrupt_input, "reserved"},
@@ -166,7 +167,7 @@ TEST(Hostile, SwappedChunkEntriesAreDetected) {
   KVCacheConfig cfg;
   cfg.block_tokens = 64;
   std::vector<uint8_t> b = write_cgkv(test::filled_cache(128, cfg).cache);
-  ASSERT_EQ(CgkvReader::from_bytes(b).info().version, 2);
+  ASSERT_EQ(CgkvReader::from_bytes(b).info().version, 5);
   ASSERT_EQ(outcome(b), ErrorCode::ok);
   swap_chunk_entries(b, 0, 1);
   resign(b);
@@ -182,10 +183,10 @@ TEST(Hostile, VersionOneFilesStillRead) {
   KVCacheConfig cfg;
   cfg.block_tokens = 64;
   const test::Filled f = test::filled_cache(128, cfg);
-  const std::vector<uint8_t> v2 = write_cgkv(f.cache);
-  std::vector<uint8_t> b = v2;
+  const std::vector<uint8_t> written = write_cgkv(f.cache);
+  std::vector<uint8_t> b = written;
   b[4] = 1;
-  const CgkvInfo info = CgkvReader::from_bytes(v2).info();
+  const CgkvInfo info = CgkvReader::from_bytes(written).info();
   for (size_t c = 0; c < info.chunks.size(); ++c) {
     const CgkvRange& r = info.chunks[c].range;
     put_u64(b, kChunkTable + 24 * c + 16, XXH64(b.data() + r.offset, r.bytes, 0));
@@ -195,14 +196,68 @@ TEST(Hostile, VersionOneFilesStillRead) {
   EXPECT_EQ(r1.info().version, 1);
   EXPECT_NO_THROW(r1.verify());
   const std::vector<Half> a = r1.read_tokens(0, 128),
-                          e = CgkvReader::from_bytes(v2).read_tokens(0, 128);
+                          e = CgkvReader::from_bytes(written).read_tokens(0, 128);
   ASSERT_EQ(a.size(), e.size());
   EXPECT_EQ(0, std::memcmp(a.data(), e.data(), a.size() * 2));
-  // A version-2 checksum in a version-1 file (or the reverse) does not verify.
-  std::vector<uint8_t> mixed = v2;
+  // A newer version's checksum in a version-1 file does not verify.
+  std::vector<uint8_t> mixed = written;
   mixed[4] = 1;
   resign(mixed);
   EXPECT_EQ(outcome(mixed), ErrorCode::corrupt_input);
+}
+
+// The chunk checksum of each version (FORMAT.md): XXH64 of tag + bytes in versions 2-4, XXH3-64
+// from version 5, computed here with xxhash's own library; the files' values are the same, and
+// a checksum of one version does not verify in the other.
+uint64_t tagged_checksum(const std::vector<uint8_t>& file, size_t c, const CgkvChunkInfo& ci,
+                         bool xxh3) {
+  std::vector<uint8_t> t(24);
+  for (int i = 0; i < 8; ++i) {
+    t[i] = static_cast<uint8_t>(c >> (8 * i));
+    t[8 + i] = static_cast<uint8_t>(ci.token_begin >> (8 * i));
+    t[16 + i] = static_cast<uint8_t>(ci.n_tokens >> (8 * i));
+  }
+  t.insert(t.end(), file.begin() + static_cast<ptrdiff_t>(ci.range.offset),
+           file.begin() + static_cast<ptrdiff_t>(ci.range.offset + ci.range.bytes));
+  return xxh3 ? XXH3_64bits(t.data(), t.size()) : XXH64(t.data(), t.size(), 0);
+}
+
+TEST(Hostile, ChunkChecksumsFollowTheVersion) {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const test::Filled f = test::filled_cache(150, cfg);
+  // Every SIMD path writes (and reads) the same checksums.
+  const SimdPath path = simd_path();
+  for (SimdPath p : {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512}) {
+    set_simd_path(p);
+    const std::vector<uint8_t> written = write_cgkv(f.cache);
+    const CgkvInfo info = CgkvReader::from_bytes(written).info();
+    ASSERT_EQ(info.version, 5);
+    ASSERT_EQ(info.chunks.size(), 3u);
+    for (size_t c = 0; c < info.chunks.size(); ++c) {
+      EXPECT_EQ(info.chunks[c].range.xxh64, tagged_checksum(written, c, info.chunks[c], true))
+          << simd_path_name(simd_path()) << " chunk " << c;
+    }
+    EXPECT_NO_THROW(CgkvReader::from_bytes(written).verify());
+    // As an older version: refused until its checksums are XXH64's, then the same values.
+    for (uint8_t version : {2, 3, 4}) {
+      std::vector<uint8_t> b = written;
+      b[4] = version;
+      resign(b);
+      EXPECT_EQ(outcome(b), ErrorCode::corrupt_input) << int{version};
+      for (size_t c = 0; c < info.chunks.size(); ++c) {
+        put_u64(b, kChunkTable + 24 * c + 16, tagged_checksum(written, c, info.chunks[c], false));
+      }
+      resign(b);
+      const CgkvReader r = CgkvReader::from_bytes(b);
+      EXPECT_NO_THROW(r.verify()) << int{version};
+      const std::vector<Half> a = r.read_tokens(0, 150),
+                              e = CgkvReader::from_bytes(written).read_tokens(0, 150);
+      ASSERT_EQ(a.size(), e.size());
+      EXPECT_EQ(0, std::memcmp(a.data(), e.data(), a.size() * 2)) << int{version};
+    }
+  }
+  set_simd_path(path);
 }
 
 TEST(Hostile, ChunksTooSmallForTheirTokensAreRejectedOnOpen) {
