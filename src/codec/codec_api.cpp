@@ -68,7 +68,8 @@ ParamPrecision quantize_for_codec(std::span<const float> x, size_t n_rows, size_
       return ParamPrecision::fp32;
     }
   }
-  quantize_with_params_into(x, n_rows, dim, bits, group_size, scale, zero, s);
+  // x is finite (the min/max pass), the rounded parameters finite and scales > 0.
+  detail::quantize_with_checked_params_into(x, n_rows, dim, bits, group_size, scale, zero, s);
   return precision;
 }
 

@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "cachegen/quant.h"
 #include "cachegen/runtime.h"
 
 namespace cachegen::detail {
@@ -60,5 +62,12 @@ const QuantKernels& quant_kernels_avx2();
 const QuantKernels& quant_kernels_avx512();
 // The table for cachegen::simd_path().
 const QuantKernels& quant_kernels();
+
+// quantize_with_params_into for callers that have checked its inputs: x finite, scale and
+// zero n_groups * dim values each, every scale finite and > 0, every zero finite (e.g. the
+// codec's rounded parameters, from a min/max pass that found x finite).
+void quantize_with_checked_params_into(std::span<const float> x, size_t n_rows, size_t dim,
+                                       int bits, size_t group_size, std::span<const float> scale,
+                                       std::span<const float> zero, CodeStream& s);
 
 }  // namespace cachegen::detail

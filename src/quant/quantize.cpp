@@ -153,6 +153,20 @@ void quantize_with_params_into(std::span<const float> x, size_t n_rows, size_t d
       invalid("zero[" + std::to_string(i) + "] must be finite");
     }
   }
+  const detail::QuantKernels& k = detail::quant_kernels();
+  for (size_t g = 0; g < s.n_groups(); ++g) {
+    const size_t row0 = g * group_size;
+    const size_t rows = std::min(group_size, n_rows - row0);
+    if (!k.all_finite(x.data() + row0 * dim, rows * dim)) non_finite(g, group_size);
+  }
+  detail::quantize_with_checked_params_into(x, n_rows, dim, bits, group_size, scale, zero, s);
+}
+
+void detail::quantize_with_checked_params_into(std::span<const float> x, size_t n_rows, size_t dim,
+                                               int bits, size_t group_size,
+                                               std::span<const float> scale,
+                                               std::span<const float> zero, CodeStream& s) {
+  make_stream(x.size(), n_rows, dim, bits, group_size, s);
   std::copy(scale.begin(), scale.end(), s.scale.begin());
   std::copy(zero.begin(), zero.end(), s.zero.begin());
   const detail::QuantKernels& k = detail::quant_kernels();
@@ -160,10 +174,8 @@ void quantize_with_params_into(std::span<const float> x, size_t n_rows, size_t d
   for (size_t g = 0; g < s.n_groups(); ++g) {
     const size_t row0 = g * group_size;
     const size_t rows = std::min(group_size, n_rows - row0);
-    const float* xs = x.data() + row0 * dim;
-    if (!k.all_finite(xs, rows * dim)) non_finite(g, group_size);
-    k.quantize_rows(xs, rows, dim, s.scale.data() + g * dim, s.zero.data() + g * dim, max_code,
-                    s.codes.data() + row0 * dim);
+    k.quantize_rows(x.data() + row0 * dim, rows, dim, s.scale.data() + g * dim,
+                    s.zero.data() + g * dim, max_code, s.codes.data() + row0 * dim);
   }
   pad_last_group(s);
 }
