@@ -240,16 +240,24 @@ CodeStream decode_expecting(std::span<const uint8_t> bytes, size_t n_rows, size_
 
 namespace detail {
 
-std::pair<CodeStream, CodeStream> decode_expecting_pair(const ExpectedStream& a,
-                                                        const ExpectedStream& b) {
+std::pair<const CodeStream&, const CodeStream&> decode_expecting_pair(const ExpectedStream& a,
+                                                                      const ExpectedStream& b) {
   auto options = [](const ExpectedStream& e) {
     DecodeOptions opt;  // as decode_expecting
     opt.max_elements = (e.n_rows + std::min(e.n_rows, kMaxGroupSize)) * e.dim + e.dim;
     return opt;
   };
+  thread_local ParsedHead kept[2];
+  ParsedHead& ha = kept[0];
+  ParsedHead& hb = kept[1];
+  // The codes are kept at their size through the parses (which empty them), so that resizing
+  // them fills only what grew.
+  std::vector<uint8_t> codes[2] = {std::move(ha.stream.codes), std::move(hb.stream.codes)};
   try {
-    ParsedHead ha = parse_head(check_magic(a.bytes, kStreamMagic, "codec stream"), 5, options(a));
-    ParsedHead hb = parse_head(check_magic(b.bytes, kStreamMagic, "codec stream"), 5, options(b));
+    parse_head_into(check_magic(a.bytes, kStreamMagic, "codec stream"), 5, options(a), ha);
+    parse_head_into(check_magic(b.bytes, kStreamMagic, "codec stream"), 5, options(b), hb);
+    ha.stream.codes.swap(codes[0]);
+    hb.stream.codes.swap(codes[1]);
     const bool expected = ha.stream.n_rows == a.n_rows && ha.stream.dim == a.dim &&
                           ha.stream.bits == a.bits && hb.stream.n_rows == b.n_rows &&
                           hb.stream.dim == b.dim && hb.stream.bits == b.bits;
@@ -265,13 +273,14 @@ std::pair<CodeStream, CodeStream> decode_expecting_pair(const ExpectedStream& a,
         symbols_to_codes_in_place(s.codes.data(), s, heads[k]->is_delta.data());
         pad_codes_in_place(s);
       }
-      return {std::move(ha.stream), std::move(hb.stream)};
+      return {ha.stream, hb.stream};
     }
   } catch (const Error&) {
   }
   // Another shape, or an error: one at a time reports the first failure as decode_expecting.
-  CodeStream sa = decode_expecting(a.bytes, a.n_rows, a.dim, a.bits, *a.what);
-  return {std::move(sa), decode_expecting(b.bytes, b.n_rows, b.dim, b.bits, *b.what)};
+  ha.stream = decode_expecting(a.bytes, a.n_rows, a.dim, a.bits, *a.what);
+  hb.stream = decode_expecting(b.bytes, b.n_rows, b.dim, b.bits, *b.what);
+  return {ha.stream, hb.stream};
 }
 
 }  // namespace detail

@@ -328,7 +328,7 @@ void unpack_fp16_lossless_pair(const LosslessTensor& a, const LosslessTensor& b,
       const DedupPlan pb = read_dedup(b.bytes.subspan(1), b.out.size() / width, width, *b.context);
       const std::string what_a = *a.context + " (high bytes): lossless byte plane";
       const std::string what_b = *b.context + " (high bytes): lossless byte plane";
-      const auto [ha, hb] =
+      const auto& [ha, hb] =
           decode_expecting_pair({pa.hi, pa.distinct / pa.high_dim(), pa.high_dim(), 8, &what_a},
                                 {pb.hi, pb.distinct / pb.high_dim(), pb.high_dim(), 8, &what_b});
       finish_dedup(pa, ha, a.out, width, *a.context);
