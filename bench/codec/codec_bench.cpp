@@ -270,6 +270,55 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       in.cgkv.empty() ? encode_kv_array(view, in.shape, file_options) : in.cgkv;
   benchmark::RegisterBenchmark("file_decode/1t", read_whole_file(file, 1, profile));
   benchmark::RegisterBenchmark("file_decode/mt", read_whole_file(file, all_threads, profile));
+  // The fused kernel on a quantized file's own data: each chunk's tensors (codec batches,
+  // framed as FORMAT.md's chunk payload says) decoded by decode_batch_to_half one after
+  // another into one buffer, without the file path's checksums, placement into the caller's
+  // [layers, 2, tokens, heads, dim] layout or RoPE. The file decode's time over this one is
+  // what the file path adds.
+  struct Parts {
+    std::vector<std::vector<uint8_t>> batches;
+    std::vector<size_t> values;  // each batch's decoded size
+  };
+  const auto file_parts = [](const std::vector<uint8_t>& bytes) {
+    Parts p;
+    const CgkvReader r = CgkvReader::from_bytes(bytes);
+    if (r.info().codec != ContainerCodec::quantized) return p;
+    for (size_t c = 0; c < r.info().chunks.size(); ++c) {
+      const std::vector<uint8_t> chunk = r.read_chunk(c);
+      size_t at = 0;
+      for (const uint64_t b : r.chunk_tensor_bytes(c)) {
+        if (b == 0) continue;                           // a recomputed layer: nothing in the chunk
+        for (uint64_t v = b; v >= 0x80; v >>= 7) ++at;  // the size's varint
+        ++at;
+        p.batches.emplace_back(chunk.begin() + static_cast<ptrdiff_t>(at),
+                               chunk.begin() + static_cast<ptrdiff_t>(at + b));
+        p.values.push_back(decode_batch_to_half(p.batches.back()).size());
+        at += b;
+      }
+      if (at != chunk.size()) throw std::runtime_error("bench: chunk framing not understood");
+    }
+    return p;
+  };
+  const auto decode_parts = [n](const Parts& p) {
+    return [&p, n](benchmark::State& st) {
+      set_thread_count(1);
+      size_t total = 0;
+      for (size_t v : p.values) total += v;
+      std::vector<Half> out(total);
+      for (auto _ : st) {
+        size_t at = 0;
+        for (size_t i = 0; i < p.batches.size(); ++i) {
+          decode_batch_to_half(p.batches[i], std::span<Half>(out).subspan(at, p.values[i]));
+          at += p.values[i];
+        }
+        benchmark::ClobberMemory();
+      }
+      items(st, n);
+    };
+  };
+  const Parts parts = file_parts(file);
+  if (!parts.batches.empty())
+    benchmark::RegisterBenchmark("file_parts_decode/1t", decode_parts(parts));
   // A quality level's file with keys quantized before RoPE (`cachegen encode --level high
   // --rope-base 10000`): the reader re-rotates every key after decoding.
   KVEncodeOptions level_options;
@@ -277,8 +326,10 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   level_options.rope_base = 10000.0f;
   const std::vector<uint8_t> level_file =
       in.cgkv.empty() ? encode_kv_array(view, in.shape, level_options) : std::vector<uint8_t>{};
+  const Parts level_parts = level_file.empty() ? Parts{} : file_parts(level_file);
   if (!level_file.empty()) {
     benchmark::RegisterBenchmark("file_decode_level/1t", read_whole_file(level_file, 1, nullptr));
+    benchmark::RegisterBenchmark("file_level_parts_decode/1t", decode_parts(level_parts));
     for (const Mode& m : modes) {
       const size_t threads = m.threads;
       benchmark::RegisterBenchmark(
@@ -461,6 +512,10 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   j["file_decode_over_decode_values_fp16_into"] =
       speed_ratio("file_decode/1t", "decode_values_fp16_into/1t");
   j["file_encode_over_encode_fp16"] = speed_ratio("file_encode/1t", "encode_fp16/1t");
+  if (!parts.batches.empty()) {
+    j["file_parts_decode_elems_per_s"] = ips("file_parts_decode/1t");
+    j["file_decode_over_parts_decode"] = speed_ratio("file_decode/1t", "file_parts_decode/1t");
+  }
   j["file_decode_mt_over_1t"] = speed_ratio("file_decode/mt", "file_decode/1t");
   j["file_encode_mt_over_1t"] = speed_ratio("file_encode/mt", "file_encode/1t");
   if (!level_file.empty()) {
@@ -470,6 +525,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     j["file_level_encode_mt_over_1t"] = speed_ratio("file_encode_level/mt", "file_encode_level/1t");
     j["file_level_decode_over_decode_values_fp16"] =
         speed_ratio("file_decode_level/1t", "decode_values_fp16/1t");
+    j["file_level_parts_decode_elems_per_s"] = ips("file_level_parts_decode/1t");
+    j["file_level_decode_over_parts_decode"] =
+        speed_ratio("file_decode_level/1t", "file_level_parts_decode/1t");
   }
   if (profile) {
     // Aim (issue 9): the transform path within 2x of the quantized file path's time.
@@ -525,8 +583,11 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
         "decode_values_fp16_into/1t"},
        {"file encode (.cgkv) vs fused encode fp16", "file_encode/1t", "encode_fp16/1t"},
        {"file decode " + mt, "file_decode/mt", "file_decode/1t"},
+       {"file decode vs its own tensors' fused decode", "file_decode/1t", "file_parts_decode/1t"},
        {"level high file decode (pre-RoPE keys) vs fused decode, compact params",
         "file_decode_level/1t", "decode_values_fp16/1t"},
+       {"level high file decode vs its own tensors' fused decode", "file_decode_level/1t",
+        "file_level_parts_decode/1t"},
        {"transform file decode vs quantized file decode", "transform_decode/1t", "file_decode/1t"},
        {"transform file encode vs quantized file encode", "transform_encode/1t", "file_encode/1t"},
        {"lossless encode vs zstd -1 (fp16)", "lossless_encode/1t", "zstd1_fp16_encode/1t"},
