@@ -4,9 +4,9 @@
 // or blob table entry, the bytes of one chunk or blob, growing or shrinking it and moving what
 // follows) and then re-signs the file: file_bytes, every in-range chunk checksum (version 5:
 // XXH3-64 of the 24-byte tag then the bytes; versions 2-4: XXH64 of the same; version 1: XXH64
-// of the bytes alone), every in-range blob
-// checksum and the header checksum. The target opens the file, verifies it, reads a token range
-// and every blob. Seeds: fuzz/corpus/fuzz_cgkv_structured (the fuzz_cgkv_read seeds).
+// of the bytes alone), every in-range blob checksum and the header checksum. The target opens
+// the file, verifies it, reads a token range and every blob. Seeds:
+// fuzz/corpus/fuzz_cgkv_structured (the fuzz_cgkv_read seeds).
 #include <xxhash.h>
 
 #include <algorithm>
