@@ -212,11 +212,9 @@ TEST(Hostile, VersionOneFilesStillRead) {
 uint64_t tagged_checksum(const std::vector<uint8_t>& file, size_t c, const CgkvChunkInfo& ci,
                          bool xxh3) {
   std::vector<uint8_t> t(24);
-  for (int i = 0; i < 8; ++i) {
-    t[i] = static_cast<uint8_t>(c >> (8 * i));
-    t[8 + i] = static_cast<uint8_t>(ci.token_begin >> (8 * i));
-    t[16 + i] = static_cast<uint8_t>(ci.n_tokens >> (8 * i));
-  }
+  put_u64(t, 0, c);
+  put_u64(t, 8, ci.token_begin);
+  put_u64(t, 16, ci.n_tokens);
   t.insert(t.end(), file.begin() + static_cast<ptrdiff_t>(ci.range.offset),
            file.begin() + static_cast<ptrdiff_t>(ci.range.offset + ci.range.bytes));
   return xxh3 ? XXH3_64bits(t.data(), t.size()) : XXH64(t.data(), t.size(), 0);
