@@ -162,29 +162,80 @@ static void put_list(BitPairState& s, const uint16_t* v, size_t n, int k) noexce
 // The order that codes the residuals in the fewest bits among the orders whose every code has
 // a prefix of at most max_prefix zeros (see best_eg_order in params_codec.cpp).
 static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max_prefix) noexcept {
-  uint64_t largest = 0;
   // Per bit length b, the values (by_length) and the nonzero values whose code carries from
   // order b - r up (carries; r the run of ones at the top): the difference array over k of the
-  // values whose code carries is carries[k] - by_length[k] (k >= 1). Two copies of each, taken
-  // in turn, so that values of one length do not wait on each other's increments.
-  uint64_t by_length[2][65] = {}, carries[2][65] = {};
-  for (size_t i = 0; i < count; ++i) {
-    const uint64_t v = zigzag(residuals[i]);
+  // values whose code carries is carries[k] - by_length[k] (k >= 1).
+  //
+  // Values below kSmall (nearly all of a parameter block's) are only counted by value, in four
+  // tables taken in turn (equal values, e.g. runs of zeros, do not wait on each other's
+  // increments), and turned into both counts afterwards: the values of bit length b are the
+  // range [2^(b-1), 2^b), and those whose top j bits are ones its top 2^(b-j). Counting both
+  // per value was ~10 cycles a value, most of this function. Longer values take that path, and
+  // so do all values of short sets, where clearing and reading the tables would cost more.
+  constexpr uint32_t kSmall = 256;
+  const bool by_value = count >= kSmall && count <= UINT32_MAX;  // no table overflows
+  uint32_t small[4][kSmall];
+  if (by_value) std::memset(small, 0, sizeof small);
+  uint64_t by_length[65] = {}, carries[65] = {};
+  uint64_t largest = 0;  // of the long values here, of all of them once the tables are read
+  const auto count_long = [&](uint64_t v) {
     largest = v > largest ? v : largest;
-    // Branch-free (zero residuals are common and irregular): b is 0 for v == 0, whose
-    // leading-ones count below is 0 too.
+    // b is 0 for v == 0, whose leading-ones count below is 0 too.
     const int b = 64 - __builtin_clzll(v | 1) - (v == 0);
     const uint64_t top = ~(v << ((64 - b) & 63));  // leading ones of v become leading zeros
     const int ones = __builtin_clzll(top | 1) + (top == 0);
-    ++by_length[i & 1][b];
-    carries[i & 1][b - ones] += v != 0;
+    ++by_length[b];
+    carries[b - ones] += v != 0;
+  };
+  const uint64_t small_limit = by_value ? kSmall : 0;
+  size_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const uint64_t v = zigzag(residuals[i + j]);
+      if (v < small_limit) [[likely]]
+        ++small[j][v];
+      else
+        count_long(v);
+    }
+  }
+  for (; i < count; ++i) {
+    const uint64_t v = zigzag(residuals[i]);
+    if (v < small_limit)
+      ++small[0][v];
+    else
+      count_long(v);
+  }
+  uint64_t h[kSmall];
+  uint32_t top_small = 0;  // the largest small value present, or 0
+  if (by_value) {
+    for (uint32_t v = 0; v < kSmall; ++v)
+      h[v] = uint64_t{small[0][v]} + small[1][v] + small[2][v] + small[3][v];
+    top_small = kSmall - 1;
+    while (top_small > 0 && h[top_small] == 0) --top_small;
+  }
+  largest = top_small > largest ? top_small : largest;
+  // (Zeros, bit length 0, count in neither: they cost k + 1 bits at every order.)
+  for (int b = 1; b <= 8 && (uint32_t{1} << (b - 1)) <= top_small; ++b) {
+    // Down from 2^b - 1: acc counts the values whose top j bits are ones (r >= j), for j = b
+    // down to 1, i.e. [2^b - 2^(b-j), 2^b); those with r == j carry from order b - j.
+    const uint32_t end = uint32_t{1} << b;
+    uint64_t acc = 0, with_more = 0;
+    uint32_t from = end;
+    for (int j = b; j >= 1; --j) {
+      const uint32_t lo = end - (uint32_t{1} << (b - j));
+      for (uint32_t v = lo; v < from; ++v) acc += h[v];
+      from = lo;
+      carries[b - j] += acc - with_more;
+      with_more = acc;
+    }
+    by_length[b] += acc;
   }
   int64_t carry_delta[66] = {};
   for (int j = 0; j < 65; ++j) {
-    carry_delta[j] = static_cast<int64_t>(carries[0][j] + carries[1][j]) -
-                     (j == 0 ? 0 : static_cast<int64_t>(by_length[0][j] + by_length[1][j]));
+    carry_delta[j] =
+        static_cast<int64_t>(carries[j]) - (j == 0 ? 0 : static_cast<int64_t>(by_length[j]));
   }
-  for (int j = 0; j < 65; ++j) by_length[0][j] += by_length[1][j];
   const uint64_t n = count;
   // Past the largest value's bit length every residual costs k + 1 bits, which only grows
   // with k: the search can stop there and still find the same (first) minimum.
@@ -195,16 +246,16 @@ static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max
   // per order was most of this function on short parameter blocks).
   uint64_t above_count = 0, above_sum = 0;
   for (int b = 2; b <= max_length; ++b) {
-    above_count += by_length[0][b];
-    above_sum += by_length[0][b] * static_cast<uint64_t>(b);
+    above_count += by_length[b];
+    above_sum += by_length[b] * static_cast<uint64_t>(b);
   }
   ExpGolombOrder best;
   int64_t carrying = 0;
   for (int k = 0; k <= last_k; ++k) {
     carrying += carry_delta[k];
     const uint64_t extra = above_sum - static_cast<uint64_t>(k + 1) * above_count;
-    above_count -= by_length[0][k + 2];  // k + 2 <= 26: within the table
-    above_sum -= by_length[0][k + 2] * static_cast<uint64_t>(k + 2);
+    above_count -= by_length[k + 2];  // k + 2 <= 26: within the table
+    above_sum -= by_length[k + 2] * static_cast<uint64_t>(k + 2);
     if ((largest >> k) + 1 >= (uint64_t{1} << (max_prefix + 1))) continue;
     const uint64_t bits =
         n * static_cast<uint64_t>(k + 1) + 2 * static_cast<uint64_t>(carrying) + 2 * extra;

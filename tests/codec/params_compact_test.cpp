@@ -375,11 +375,13 @@ TEST(ParamsCompact, LongCodesResumeWithTheRightOrder) {
 
 // The order search (both compiled kernels) finds the first order of fewest bits among those
 // whose every code has at most max_prefix prefix zeros, as trying every order does: residual
-// sets of several sizes and spreads (zeros, small, up to 2^40), several prefix limits.
+// sets of several sizes and spreads (zeros, small, up to 2^62), several prefix limits.
 TEST(ParamsCompact, BestOrderIsTheExhaustiveSearch) {
   std::mt19937_64 rng(11);
+  // Spreads 8 and 9 put the zigzag values below and around 256, where the kernels count values
+  // by value instead of by bit length.
   for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1000}}) {
-    for (const int spread : {0, 3, 12, 40}) {
+    for (const int spread : {0, 3, 8, 9, 12, 40, 62}) {
       std::vector<int64_t> res(n);
       for (int64_t& r : res) {
         const int64_t mag = spread == 0 ? 0 : static_cast<int64_t>(rng() >> (64 - spread));
