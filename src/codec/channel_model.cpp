@@ -55,13 +55,13 @@ bool normalize(const Present& p, int t, uint16_t* f) {
     // double, the same on every machine), so adding 2^-36 and truncating gives the same
     // integer. a < 2^45 is exact in double, so it is formed there (a loop the compiler
     // vectorises).
+    // q <= 2^t (count <= total), so only the floor at 1 is needed: q + (q == 0), as q >= 0
+    // (a compare and a subtract where SSE2 has no integer max).
     const double scale = static_cast<double>(target), half = static_cast<double>(p.total / 2);
-    const int32_t top = static_cast<int32_t>(target);
     for (size_t i = 0; i < p.n; ++i) {
       const double a = p.count_d[i] * scale + half;
       int32_t q = static_cast<int32_t>(a * p.inv_total + 0x1p-36);
-      q = q < 1 ? 1 : q;
-      q = q > top ? top : q;
+      q += q == 0;
       f[i] = static_cast<uint16_t>(q);
       sum += static_cast<uint32_t>(q);
     }
