@@ -2,6 +2,7 @@
 // -mavx512f/bw/vl; only called when cachegen::simd_path() says the CPU has them.
 #include <immintrin.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "codec/rans.h"
@@ -57,17 +58,94 @@ inline __m512i decode16_flat(__m512i x, const DecodeTables& t, __m128i p, __m512
   return x;
 }
 
+// The symbol interval of each lane's slot, for the search kernels: the symbol is the count of
+// the lane's thresholds c_0 <= ... <= c_{NT-1} (cumulative starts, equal where a symbol is
+// absent) that are <= slot, so its bits come from the top by binary search: at bit b the lane
+// compares with c at its prefix + 2^b - 1, chosen from the 2^(L-1-b) candidates by the bits
+// found so far (a blend tree), and the compare narrows [lo, hi) from [0, top). log2(NT + 1)
+// compares and NT - log2(NT + 1) blends instead of a compare, a masked load or move, an add and
+// a blend per threshold (or max/min trees): the kernels are bound by uops (3-bit alphabets'
+// file decode +4-8%, 4-bit +18-26%). th: threshold j's vector at th + j * stride elements.
+// Lanes: the vector, mask and threshold element types and their operations.
+struct Lanes32x16 {  // 32 lanes of u16 in a zmm
+  using Vec = __m512i;
+  using Mask = __mmask32;
+  using Elem = uint16_t;
+  static Vec load(const Elem* p) { return _mm512_loadu_si512(p); }
+  static Vec blend(Mask m, Vec a, Vec b) { return _mm512_mask_blend_epi16(m, a, b); }
+  static Mask ge(Vec a, Vec b) { return _mm512_cmpge_epu16_mask(a, b); }
+  static Vec mov(Vec src, Mask m, Vec a) { return _mm512_mask_mov_epi16(src, m, a); }
+  static Vec add(Vec a, Mask m, int v) {
+    return _mm512_mask_add_epi16(a, m, a, _mm512_set1_epi16(static_cast<short>(v)));
+  }
+  static Vec zero() { return _mm512_setzero_si512(); }
+};
+// Lanes of u16 (16: two 8-lane payloads packed, thresholds read as u32 pairs) or of u32 (8) in
+// a ymm.
+template <int kBits>
+struct LanesYmm {
+  static_assert(kBits == 16 || kBits == 32);
+  using Vec = __m256i;
+  using Mask = std::conditional_t<kBits == 16, __mmask16, __mmask8>;
+  using Elem = uint32_t;
+  static Vec load(const Elem* p) { return _mm256_loadu_si256(reinterpret_cast<const Vec*>(p)); }
+  static Vec blend(Mask m, Vec a, Vec b) {
+    if constexpr (kBits == 16) return _mm256_mask_blend_epi16(m, a, b);
+    return _mm256_mask_blend_epi32(m, a, b);
+  }
+  static Mask ge(Vec a, Vec b) {
+    if constexpr (kBits == 16) return _mm256_cmpge_epu16_mask(a, b);
+    return _mm256_cmpge_epu32_mask(a, b);
+  }
+  static Vec mov(Vec src, Mask m, Vec a) {
+    if constexpr (kBits == 16) return _mm256_mask_mov_epi16(src, m, a);
+    return _mm256_mask_mov_epi32(src, m, a);
+  }
+  static Vec add(Vec a, Mask m, int v) {
+    if constexpr (kBits == 16)
+      return _mm256_mask_add_epi16(a, m, a, _mm256_set1_epi16(static_cast<short>(v)));
+    return _mm256_mask_add_epi32(a, m, a, _mm256_set1_epi32(v));
+  }
+  static Vec zero() { return _mm256_setzero_si256(); }
+};
+template <class Ln, int NT>
+inline void search_interval(typename Ln::Vec slot, const typename Ln::Elem* th, size_t stride,
+                            typename Ln::Vec top, typename Ln::Vec& lo, typename Ln::Vec& hi,
+                            typename Ln::Vec& sym) {
+  constexpr int L = NT == 1 ? 1 : NT == 3 ? 2 : NT == 7 ? 3 : 4;
+  static_assert((1 << L) - 1 == NT);
+  lo = Ln::zero(), hi = top, sym = Ln::zero();
+  typename Ln::Mask bit[L];  // bit[b]: the symbols' bit b
+#pragma GCC unroll 4
+  for (int b = L - 1; b >= 0; --b) {
+    // Candidates k * 2^(b+1) + 2^b - 1 for k < 2^(L-1-b), k's bits being bit[L-1..b+1]:
+    // folded by k's lowest bit (bit[b + 1]) first.
+    typename Ln::Vec cand[1 << (L - 1)];
+    const int n_cand = 1 << (L - 1 - b);
+#pragma GCC unroll 8
+    for (int c = 0; c < n_cand; ++c)
+      cand[c] = Ln::load(th + (c * (2 << b) + (1 << b) - 1) * stride);
+#pragma GCC unroll 4
+    for (int level = b + 1, w = n_cand; level < L; ++level, w /= 2)
+#pragma GCC unroll 8
+      for (int c = 0; c < w / 2; ++c) cand[c] = Ln::blend(bit[level], cand[2 * c], cand[2 * c + 1]);
+    bit[b] = Ln::ge(slot, cand[0]);
+    lo = Ln::mov(lo, bit[b], cand[0]);
+    hi = Ln::mov(cand[0], bit[b], hi);
+    sym = Ln::add(sym, bit[b], 1 << b);
+  }
+}
+
 // Search kernel for alphabets of NT + 1 <= 16 symbols: all 32 slots as one vector of u16,
 // compared against the lanes' cumulative starts (no table lookups, no gathers).
 struct SearchConstants {
   __m128i p;
-  __m512i mask, low16, top, one;
+  __m512i mask, low16, top;
   explicit SearchConstants(int precision)
       : p(_mm_cvtsi32_si128(precision)),
         mask(_mm512_set1_epi32(static_cast<int>((1u << precision) - 1))),
         low16(_mm512_set1_epi32(0xffff)),
-        top(_mm512_set1_epi16(static_cast<short>(1u << precision))),
-        one(_mm512_set1_epi16(1)) {}
+        top(_mm512_set1_epi16(static_cast<short>(1u << precision))) {}
 };
 
 // One step of 32 lanes (states x0 = lanes 0..15, x1 = lanes 16..31).
@@ -77,23 +155,8 @@ inline void search_step(__m512i& x0, __m512i& x1, const uint16_t* th, const Sear
   // Lanes 0..15 in the even u16 positions, lanes 16..31 in the odd ones.
   const __m512i slot = _mm512_or_si512(_mm512_and_si512(x0, k.mask),
                                        _mm512_slli_epi32(_mm512_and_si512(x1, k.mask), 16));
-  // The compare masks are monotone in j (cumulative starts never decrease), so the interval
-  // start is c_j for the last j with slot >= c_j and its end c_j for the first j without:
-  // one masked move per threshold each (fewer uops than max/min trees; with two payloads in
-  // flight the kernel is bound by uops, not by this chain).
-  __mmask32 ge[NT];
-#pragma GCC unroll 16
-  for (int j = 0; j < NT; ++j)
-    ge[j] = _mm512_cmpge_epu16_mask(slot, _mm512_loadu_si512(th + j * kMaxLanes));
-  __m512i lo = _mm512_setzero_si512(), hi = k.top, sym = _mm512_setzero_si512();
-#pragma GCC unroll 16
-  for (int j = 0; j < NT; ++j) {
-    lo = _mm512_mask_loadu_epi16(lo, ge[j], th + j * kMaxLanes);
-    sym = _mm512_mask_add_epi16(sym, ge[j], sym, k.one);
-  }
-#pragma GCC unroll 16
-  for (int j = NT - 1; j >= 0; --j)
-    hi = _mm512_mask_blend_epi16(ge[j], _mm512_loadu_si512(th + j * kMaxLanes), hi);
+  __m512i lo, hi, sym;
+  search_interval<Lanes32x16, NT>(slot, th, kMaxLanes, k.top, lo, hi, sym);
   const __m512i f = _mm512_sub_epi16(hi, lo);
   const __m512i d = _mm512_sub_epi16(slot, lo);  // slot - start, < f
   x0 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(f, k.low16), _mm512_srl_epi32(x0, k.p)),
@@ -238,26 +301,10 @@ struct Search8Avx512 {
   static __m256i run(__m256i x, const uint32_t* th, const Constants& k, const uint16_t* words,
                      size_t& cursor, uint8_t* out) {
     const __m256i slot = _mm256_and_si256(x, k.mask);
-    __m256i lo[NT], hi[NT];
-    __m256i sym = _mm256_setzero_si256();
-#pragma GCC unroll 16
-    for (int j = 0; j < NT; ++j) {
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th + j * kNarrowLanes));
-      const __mmask8 ge = _mm256_cmpge_epu32_mask(slot, c);
-      lo[j] = _mm256_maskz_mov_epi32(ge, c);
-      hi[j] = _mm256_mask_mov_epi32(c, ge, k.top);  // top where slot >= c: min ignores it
-      sym = _mm256_mask_sub_epi32(sym, ge, sym, _mm256_set1_epi32(-1));
-    }
-#pragma GCC unroll 4
-    for (int w = 1; w < NT; w *= 2)
-#pragma GCC unroll 8
-      for (int j = 0; j + w < NT; j += 2 * w) {
-        lo[j] = _mm256_max_epu32(lo[j], lo[j + w]);
-        hi[j] = _mm256_min_epu32(hi[j], hi[j + w]);
-      }
-    x = _mm256_add_epi32(
-        _mm256_mullo_epi32(_mm256_sub_epi32(hi[0], lo[0]), _mm256_srl_epi32(x, k.p)),
-        _mm256_sub_epi32(slot, lo[0]));
+    __m256i lo, hi, sym;
+    search_interval<LanesYmm<32>, NT>(slot, th, kNarrowLanes, k.top, lo, hi, sym);
+    x = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(hi, lo), _mm256_srl_epi32(x, k.p)),
+                         _mm256_sub_epi32(slot, lo));
     x = renorm8(x, k.low, words, cursor);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_cvtepi32_epi8(sym));
     return x;
@@ -293,9 +340,7 @@ struct PackedPair8 {
   }
 };
 
-// One step of a packed pair: th holds the step's NT thresholds of 16 u16 each. The interval is
-// found by max/min trees and the symbol by a sum of the compare masks (log-depth, unlike
-// masked-move chains: a packed pair is one chain).
+// One step of a packed pair: th holds the step's NT thresholds of 16 u16 each.
 template <int NT>
 inline void packed_pair_step(__m256i& xa, __m256i& xb, const uint32_t* th, const PackedPair8& k,
                              const uint16_t* words_a, size_t& cursor_a, const uint16_t* words_b,
@@ -303,23 +348,10 @@ inline void packed_pair_step(__m256i& xa, __m256i& xb, const uint32_t* th, const
   const __m256i low16 = _mm256_set1_epi32(0xffff);
   const __m256i slot = _mm256_and_si256(
       _mm256_or_si256(_mm256_and_si256(xa, low16), _mm256_slli_epi32(xb, 16)), k.mask);
-  __m256i lo[NT], hi[NT], count[NT];
-#pragma GCC unroll 16
-  for (int j = 0; j < NT; ++j) {
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(th + j * kNarrowLanes));
-    const __mmask16 ge = _mm256_cmpge_epu16_mask(slot, c);
-    lo[j] = _mm256_maskz_mov_epi16(ge, c);
-    hi[j] = _mm256_mask_mov_epi16(c, ge, k.top);  // top where slot >= c: min ignores it
-    count[j] = _mm256_movm_epi16(ge);             // -1 where slot >= c
-  }
-  reduce_interval16<NT>(lo, hi);
-#pragma GCC unroll 4
-  for (int w = 1; w < NT; w *= 2)
-#pragma GCC unroll 8
-    for (int j = 0; j + w < NT; j += 2 * w) count[j] = _mm256_add_epi16(count[j], count[j + w]);
-  const __m256i sym = _mm256_sub_epi16(_mm256_setzero_si256(), count[0]);
-  const __m256i f = _mm256_sub_epi16(hi[0], lo[0]);
-  const __m256i d = _mm256_sub_epi16(slot, lo[0]);  // slot - start, < f
+  __m256i lo, hi, sym;
+  search_interval<LanesYmm<16>, NT>(slot, th, kNarrowLanes, k.top, lo, hi, sym);
+  const __m256i f = _mm256_sub_epi16(hi, lo);
+  const __m256i d = _mm256_sub_epi16(slot, lo);  // slot - start, < f
   const __m256i low = _mm256_set1_epi32(static_cast<int>(kRansLow));
   xa = _mm256_add_epi32(
       _mm256_mullo_epi32(_mm256_and_si256(f, low16), _mm256_srl_epi32(xa, k.p_first)),
