@@ -215,7 +215,8 @@ static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max
     while (top_small > 0 && h[top_small] == 0) --top_small;
   }
   largest = top_small > largest ? top_small : largest;
-  // (Zeros, bit length 0, count in neither: they cost k + 1 bits at every order.)
+  // (Zeros, of bit length 0, cost k + 1 bits at every order, which n accounts for: the small
+  // ones need neither count.)
   for (int b = 1; b <= 8 && (uint32_t{1} << (b - 1)) <= top_small; ++b) {
     // Down from 2^b - 1: acc counts the values whose top j bits are ones (r >= j), for j = b
     // down to 1, i.e. [2^b - 2^(b-j), 2^b); those with r == j carry from order b - j.

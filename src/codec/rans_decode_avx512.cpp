@@ -58,15 +58,8 @@ inline __m512i decode16_flat(__m512i x, const DecodeTables& t, __m128i p, __m512
   return x;
 }
 
-// The symbol interval of each lane's slot, for the search kernels: the symbol is the count of
-// the lane's thresholds c_0 <= ... <= c_{NT-1} (cumulative starts, equal where a symbol is
-// absent) that are <= slot, so its bits come from the top by binary search: at bit b the lane
-// compares with c at its prefix + 2^b - 1, chosen from the 2^(L-1-b) candidates by the bits
-// found so far (a blend tree), and the compare narrows [lo, hi) from [0, top). log2(NT + 1)
-// compares and NT - log2(NT + 1) blends instead of a compare, a masked load or move, an add and
-// a blend per threshold (or max/min trees): the kernels are bound by uops (3-bit alphabets'
-// file decode +4-8%, 4-bit +18-26%). th: threshold j's vector at th + j * stride elements.
-// Lanes: the vector, mask and threshold element types and their operations.
+// The search kernels' lanes (search_interval below): the vector, mask and threshold element
+// types and their operations.
 struct Lanes32x16 {  // 32 lanes of u16 in a zmm
   using Vec = __m512i;
   using Mask = __mmask32;
@@ -108,6 +101,14 @@ struct LanesYmm {
   }
   static Vec zero() { return _mm256_setzero_si256(); }
 };
+// The symbol interval of each lane's slot, for the search kernels: the symbol is the count of
+// the lane's thresholds c_0 <= ... <= c_{NT-1} (cumulative starts, equal where a symbol is
+// absent) that are <= slot, so its bits come from the top by bisection: at bit b the lane
+// compares with c at its prefix + 2^b - 1, chosen from the 2^(L-1-b) candidates by the bits
+// found so far (a blend tree), and the compare narrows [lo, hi) from [0, top). log2(NT + 1)
+// compares and NT - log2(NT + 1) blends instead of a compare, a masked load or move, an add and
+// a blend per threshold (or max/min trees): the kernels are bound by uops (3-bit alphabets'
+// file decode +4-8%, 4-bit +23-26%). th: threshold j's vector at th + j * stride elements.
 template <class Ln, int NT>
 inline void search_interval(typename Ln::Vec slot, const typename Ln::Elem* th, size_t stride,
                             typename Ln::Vec top, typename Ln::Vec& lo, typename Ln::Vec& hi,
@@ -125,9 +126,9 @@ inline void search_interval(typename Ln::Vec slot, const typename Ln::Elem* th, 
 #pragma GCC unroll 8
     for (int c = 0; c < n_cand; ++c)
       cand[c] = Ln::load(th + (c * (2 << b) + (1 << b) - 1) * stride);
-#pragma GCC unroll 4
+    // (No unroll pragmas here: at b = L - 1 these loops run no step, and GCC -O1 warns that it
+    // ignores their annotations. Once the b loop is unrolled their counts are constants.)
     for (int level = b + 1, w = n_cand; level < L; ++level, w /= 2)
-#pragma GCC unroll 8
       for (int c = 0; c < w / 2; ++c) cand[c] = Ln::blend(bit[level], cand[2 * c], cand[2 * c + 1]);
     bit[b] = Ln::ge(slot, cand[0]);
     lo = Ln::mov(lo, bit[b], cand[0]);

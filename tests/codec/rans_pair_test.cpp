@@ -37,7 +37,7 @@ std::vector<ChannelTable> random_tables(size_t dim, int bits, int t, uint32_t se
       ++ch.freq[s];
       --left;
     }
-    // Every other channel has absent symbols (frequency 0: equal cumulative starts, which the
+    // About half the channels have absent symbols (frequency 0: equal cumulative starts, which the
     // search kernels must pass over), their mass given to the favourite.
     if (n > 2 && rng() % 2 == 0) {
       for (size_t s = rng() % 3; s < n; s += 1 + rng() % 3) {
