@@ -72,21 +72,16 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                  std::span<const ChannelTable> channels, int precision, int n_lanes,
                  std::vector<uint8_t>& out);
 
-// The AVX-512 encoder's view of the models, entry [channel * n_syms + symbol]: packed holds
-// f | start << 16 at precision p, inv_freq the double nearest 1 / f. With x < 2^32 and
-// f <= 2^12, x / f lies at least 1 / (2f) from the next integer once 1/2 is added to x, far
-// more than the error of (x + 1/2) * inv_freq (below 2^-19), so truncating that product
-// gives floor(x / f) exactly.
-// The 8-lane encoder's entries (narrow) are 64-bit: m - 2^32 | f << 32 | start << 45 | L << 58
+// The SIMD encoders' view of the models, entry [channel * n_syms + symbol] at precision p.
+// The AVX-512 encoders' entries (narrow) are 64-bit: m - 2^32 | f << 32 | start << 45 | L << 58
 // with L = ceil(log2 f) and m = ceil(2^(32+L) / f), so 2^32 <= m < 2^33. After
 // renormalisation x < f * 2^(32-p), and with e = m * f - 2^(32+L) < f, x * e < f^2 * 2^(32-p)
 // <= 2^(32+L) (as L <= p): floor(x * m / 2^(32+L)) = floor(x / f), computed as
-// ((x * (m - 2^32)) >> 32) + x, shifted right by L (floors nest).
+// ((x * (m - 2^32)) >> 32) + x, shifted right by L (floors nest). The division is exact for
+// every x < 2^32, which lets the encoders take it before renormalising.
 // The AVX2 encoder's entries are two 32-bit tables: avx2_entry f | start << 13 | (L - 1) << 25
 // (0 for f = 1) and avx2_magic m - 2^32, the narrow entries' parts.
 struct RansEncodeTables {
-  const uint32_t* packed = nullptr;
-  const double* inv_freq = nullptr;
   const uint64_t* narrow = nullptr;
   int n_syms = 0;
   int precision = 0;
@@ -190,6 +185,9 @@ size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,
                                     uint8_t* const* symbols);
 // Four 8-lane payloads with equal search alphabets (of 2..16 symbols) in lockstep, the same
 // contract; 0 for anything else.
+// Four 32-lane payloads of one search alphabet (each its own tables) in lockstep; 0 if declined.
+size_t rans_decode_avx512_quad32(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                 size_t dim, size_t end, uint8_t* const* symbols);
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
                                 size_t dim, size_t end, uint8_t* const* symbols);
 

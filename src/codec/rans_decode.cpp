@@ -290,14 +290,26 @@ void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPa
 
 void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeTables* const, 4> t,
                       size_t dim) {
-  // Search alphabets (all one size) on AVX-512, or slot-table ones on AVX2 and AVX-512.
+  // Search alphabets (all one size) on AVX-512, 32- or 8-lane, or 8-lane slot-table ones on AVX2
+  // and AVX-512.
   const SimdPath path = simd_path();
   bool narrow = path == SimdPath::avx512 || path == SimdPath::avx2;
-  for (const RansPayload& q : p) narrow = narrow && q.n_lanes == static_cast<int>(kNarrowLanes);
+  bool wide = path == SimdPath::avx512;
+  for (const RansPayload& q : p) {
+    narrow = narrow && q.n_lanes == static_cast<int>(kNarrowLanes);
+    wide = wide && q.n_lanes == kMaxLanes;
+  }
   bool search = path == SimdPath::avx512, slots = true;
   for (const DecodeTables* q : t) {
     search = search && q->uses_search() && q->n_syms >= 2 && q->n_syms == t[0]->n_syms;
     slots = slots && !q->uses_search();
+  }
+  if (wide && search) {
+    decode_lockstep<4>(p.data(), t.data(), dim,
+                       [&](RansDecodeState* const* st, size_t end, uint8_t* const* out) {
+                         return rans_decode_avx512_quad32(st, t.data(), dim, end, out);
+                       });
+    return;
   }
   if (!narrow || !(search || slots)) {
     rans_decode_pair(p[0], *t[0], p[1], *t[1], dim);

@@ -41,20 +41,6 @@ const uint64_t* reciprocals() {
   return table.v;
 }
 
-// The double nearest 1 / f for f in 1..2^kMaxPrecision (the AVX-512 encoder's inv_freq),
-// computed once: a division per table entry was a quarter of building a batch's tables.
-const double* inverses() {
-  struct Table {
-    double v[(1u << kMaxPrecision) + 1];
-    Table() {
-      v[0] = 0.0;
-      for (uint32_t f = 1; f <= (1u << kMaxPrecision); ++f) v[f] = 1.0 / static_cast<double>(f);
-    }
-  };
-  static const Table table;
-  return table.v;
-}
-
 // m = ceil(2^(32+L) / f) with L = ceil(log2 f), from rcp = ceil(2^44 / f): ceilings of
 // divisions nest. 2^32 <= m < 2^33 (the narrow encoders' multiplier, see RansEncodeTables).
 struct Magic {
@@ -153,20 +139,9 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
       entry[i] = f | start << 13 | static_cast<uint32_t>(mg.L > 0 ? mg.L - 1 : 0) << 25;
       magic[i] = static_cast<uint32_t>(mg.m - (uint64_t{1} << 32));
     });
-    const RansEncodeTables t{nullptr,   nullptr,     nullptr,    static_cast<int>(n_syms),
-                             precision, entry.get(), magic.get()};
+    const RansEncodeTables t{nullptr, static_cast<int>(n_syms), precision, entry.get(),
+                             magic.get()};
     w_pos = rans_encode_avx2(t, symbols.data(), dim, scalar_end, n_lanes, x, words, w_pos);
-  } else if (simd && lanes == kMaxLanes) {
-    const auto packed = std::make_unique_for_overwrite<uint32_t[]>(n_entries);
-    const auto inv_freq = std::make_unique_for_overwrite<double[]>(n_entries);
-    const double* const inverse = inverses();
-    for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
-      packed[i] = f | start << 16;
-      inv_freq[i] = inverse[f];  // inverse[0] = 0
-    });
-    const RansEncodeTables t{packed.get(), inv_freq.get(), nullptr, static_cast<int>(n_syms),
-                             precision};
-    w_pos = rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words, w_pos);
   } else if (simd) {
     const auto narrow = std::make_unique_for_overwrite<uint64_t[]>(n_entries);
     for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
@@ -178,8 +153,10 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
       narrow[i] = (mg.m - (uint64_t{1} << 32)) | uint64_t{f} << 32 | uint64_t{start} << 45 |
                   uint64_t(mg.L) << 58;
     });
-    const RansEncodeTables t{nullptr, nullptr, narrow.get(), static_cast<int>(n_syms), precision};
-    w_pos = rans_encode_avx512_lanes8(t, symbols.data(), dim, scalar_end, x, words, w_pos);
+    const RansEncodeTables t{narrow.get(), static_cast<int>(n_syms), precision};
+    w_pos = lanes == kMaxLanes
+                ? rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words, w_pos)
+                : rans_encode_avx512_lanes8(t, symbols.data(), dim, scalar_end, x, words, w_pos);
   }
   const size_t n_words = words_end - w_pos;
   const size_t at = out.size();

@@ -47,34 +47,39 @@ void build_narrow_pattern(const DecodeTables& t, size_t dim, ThresholdPattern32&
     }
 }
 
-// Two patterns per thread (make_threshold_pattern).
+// Four patterns per thread (make_threshold_pattern), the least recently used replaced: the
+// four payloads of a lockstep quad each hold one.
 template <typename Pattern>
 struct PatternCache {
+  static constexpr int kEntries = 4;
   struct Entry {
     std::vector<uint16_t> cum;
     size_t dim = 0, width = 0;
     int precision = -1;
+    uint64_t used = 0;  // the use count when last returned
     Pattern pattern;
   };
-  Entry entries[2];
-  int last = 0;
+  Entry entries[kEntries];
+  uint64_t uses = 0;
   // The entry for these keys, rebuilt by build(pattern) on a miss.
   template <typename Build>
   const Pattern& get(const DecodeTables& t, size_t dim, size_t width, Build&& build) {
-    for (int e = 0; e < 2; ++e) {
-      const Entry& c = entries[e];
+    int oldest = 0;
+    for (int e = 0; e < kEntries; ++e) {
+      Entry& c = entries[e];
       if (c.dim == dim && c.width == width && c.precision == t.precision && c.cum == t.cum) {
-        last = e;
+        c.used = ++uses;
         return c.pattern;
       }
+      if (c.used < entries[oldest].used) oldest = e;
     }
-    last = 1 - last;
-    Entry& c = entries[last];
+    Entry& c = entries[oldest];
     build(c.pattern);
     c.cum = t.cum;
     c.dim = dim;
     c.width = width;
     c.precision = t.precision;
+    c.used = ++uses;
     return c.pattern;
   }
 };

@@ -62,12 +62,12 @@ struct ThresholdPattern32 {
   std::vector<uint32_t> thresholds;
 };
 
-// The search patterns for these tables, from element 0 of a payload, cached per thread: two
+// The search patterns for these tables, from element 0 of a payload, cached per thread: four
 // entries keyed by the tables' contents (not their address), so that a batch's slices (and each
 // payload's paired, single and padded-tail kernel calls) share one — building one per call
-// showed in profiles of short payloads — and a pair of payloads with different tables
-// (rans_decode_pair) keeps both. A miss replaces the entry used less recently: a reference stays
-// valid until the second miss after it.
+// showed in profiles of short payloads — and the payloads of a lockstep pair or quad with
+// different tables keep theirs. A miss replaces the entry used least recently: a reference stays
+// valid until the fourth miss after it.
 const ThresholdPattern& make_threshold_pattern(const DecodeTables& t, size_t dim, size_t width);
 const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim);
 
