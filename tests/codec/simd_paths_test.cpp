@@ -93,40 +93,50 @@ TEST(CodecSimd, SharedBatchEncodeByDecodePathMatrix) {
 
 TEST(CodecSimd, SlicePairsAndThreadCountsDecodeAlike) {
   // 7 heads of 4096 elements in slices of 4 heads + a shorter last slice (decoded as a pair
-  // with a slice of a different length), 1 and 2 threads, every path; then damage inside each
-  // slice's payload must fail the same way everywhere.
-  const size_t heads = 7, rows = 512, dim = 8;
-  const auto x = test::random_walk(heads * rows, dim, 0.15f, 77);
-  const auto streams = quantize_to_codes_batch(x, heads, rows, dim, 3, 32);
-  const auto bytes = encode_batch(streams);
-  for (size_t threads : {size_t{1}, size_t{2}}) {
-    set_thread_count(threads);
-    for (SimdPath dec : paths()) {
-      set_simd_path(dec);
-      SCOPED_TRACE(std::string(simd_path_name(dec)) + " threads " + std::to_string(threads));
-      const auto back = decode_batch(bytes);
-      for (size_t h = 0; h < heads; ++h) test::expect_same_stream(back[h], streams[h]);
-    }
-  }
-  for (size_t i = bytes.size() / 3; i < bytes.size(); i += 97) {
-    std::vector<uint8_t> bad = bytes;
-    bad[i] ^= 0x5a;
-    std::vector<std::string> outcomes;
-    for (size_t threads : {size_t{1}, size_t{2}}) {
+  // with a slice of a different length); 12 and 10 slices of one head, which two and three
+  // threads split into runs of equal length (quads, then a pair or a single slice); 1, 2 and 3
+  // threads, every path; then damage inside each slice's payload (and another slice's) must fail
+  // with the same error everywhere (the first failing slice's, as a sequential decode reports it).
+  struct Shape {
+    size_t heads, rows, dim;
+  };
+  for (const Shape& sh : {Shape{7, 512, 8}, Shape{12, 256, 64}, Shape{10, 512, 32}}) {
+    SCOPED_TRACE(std::to_string(sh.heads) + " heads of " + std::to_string(sh.rows) + " x " +
+                 std::to_string(sh.dim));
+    const auto x = test::random_walk(sh.heads * sh.rows, sh.dim, 0.15f, 77);
+    const auto streams = quantize_to_codes_batch(x, sh.heads, sh.rows, sh.dim, 3, 32);
+    const auto bytes = encode_batch(streams);
+    for (size_t threads : {size_t{1}, size_t{2}, size_t{3}}) {
       set_thread_count(threads);
-      for (SimdPath p : paths()) {
-        set_simd_path(p);
-        try {
-          const auto s = decode_batch(bad);
-          std::string codes;
-          for (const auto& h : s) codes.append(h.codes.begin(), h.codes.end());
-          outcomes.push_back("ok " + std::to_string(std::hash<std::string>{}(codes)));
-        } catch (const Error& e) {
-          outcomes.push_back(error_code_name(e.code()));
-        }
+      for (SimdPath dec : paths()) {
+        set_simd_path(dec);
+        SCOPED_TRACE(std::string(simd_path_name(dec)) + " threads " + std::to_string(threads));
+        const auto back = decode_batch(bytes);
+        for (size_t h = 0; h < sh.heads; ++h) test::expect_same_stream(back[h], streams[h]);
       }
     }
-    for (const auto& o : outcomes) EXPECT_EQ(o, outcomes[0]) << "byte " << i;
+    for (size_t i = bytes.size() / 3; i < bytes.size(); i += bytes.size() / 150) {
+      std::vector<uint8_t> bad = bytes;
+      bad[i] ^= 0x5a;
+      // Every other time a later slice too: two runs fail, and the first one's error counts.
+      if (i % 2 == 1) bad[i + (bytes.size() - i) / 2] ^= 0x5a;
+      std::vector<std::string> outcomes;
+      for (size_t threads : {size_t{1}, size_t{2}, size_t{3}}) {
+        set_thread_count(threads);
+        for (SimdPath p : paths()) {
+          set_simd_path(p);
+          try {
+            const auto s = decode_batch(bad);
+            std::string codes;
+            for (const auto& h : s) codes.append(h.codes.begin(), h.codes.end());
+            outcomes.push_back("ok " + std::to_string(std::hash<std::string>{}(codes)));
+          } catch (const Error& e) {
+            outcomes.push_back(e.what());
+          }
+        }
+      }
+      for (const auto& o : outcomes) EXPECT_EQ(o, outcomes[0]) << "byte " << i;
+    }
   }
   set_thread_count(0);
   set_simd_path(best_supported_simd_path());
