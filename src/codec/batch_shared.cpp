@@ -23,6 +23,20 @@ namespace {
 
 // Elements per slice the encoder aims for (32 lanes from here on, see choose_lanes).
 constexpr size_t kSliceElements = 16384;
+// Heads per slice of a shared batch of G heads of n elements: slices of about kSliceElements, or
+// up to twice that where equal slices then come in a multiple of eight (or else of four) —
+// decoders take them four at a time in lockstep, and two threads one quad each (40 heads of
+// 4,096 as 8 slices of 5 heads, not 10 of 4: the threads' runs were a quad and a single slice).
+size_t slice_heads(size_t G, size_t n) {
+  const size_t base = std::min(G, std::max<size_t>(1, (kSliceElements + n - 1) / n));
+  for (size_t multiple : {size_t{8}, size_t{4}}) {
+    if ((G / base) % multiple == 0 && G % base == 0) return base;
+    for (size_t h = base + 1; h <= 2 * base && h <= G; ++h)
+      if (G % h == 0 && (G / h) % multiple == 0) return h;
+  }
+  return base;
+}
+
 // Decoding below this many elements per thread costs more in waking a pool thread than it
 // saves (threads were started per call before the pool, which needed 2^18).
 constexpr size_t kMinElementsPerThread = size_t{1} << 14;
@@ -433,7 +447,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   std::vector<ChannelModel>& models = kept_models;
   choose_models(raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits,
                 models);
-  const size_t heads_per_slice = std::min(G, std::max<size_t>(1, (kSliceElements + n - 1) / n));
+  const size_t heads_per_slice = slice_heads(G, n);
   const size_t n_slices = (G + heads_per_slice - 1) / heads_per_slice;
   uint64_t shared = fp_bytes(model_cost_fp(models)) + 4;
   for (size_t i = 0; i < n_slices; ++i) {

@@ -94,13 +94,15 @@ TEST(CodecSimd, SharedBatchEncodeByDecodePathMatrix) {
 TEST(CodecSimd, SlicePairsAndThreadCountsDecodeAlike) {
   // 7 heads of 4096 elements in slices of 4 heads + a shorter last slice (decoded as a pair
   // with a slice of a different length); 12 and 10 slices of one head, which two and three
-  // threads split into runs of equal length (quads, then a pair or a single slice); 1, 2 and 3
-  // threads, every path; then damage inside each slice's payload (and another slice's) must fail
-  // with the same error everywhere (the first failing slice's, as a sequential decode reports it).
+  // threads split into runs of equal length (quads, then a pair or a single slice); 40 heads as
+  // 8 slices of 5 (two quads: slice_heads in batch_shared.cpp); 1, 2 and 3 threads, every path;
+  // then damage inside each slice's payload (and another slice's) must fail with the same error
+  // everywhere (the first failing slice's, as a sequential decode reports it).
   struct Shape {
     size_t heads, rows, dim;
   };
-  for (const Shape& sh : {Shape{7, 512, 8}, Shape{12, 256, 64}, Shape{10, 512, 32}}) {
+  for (const Shape& sh :
+       {Shape{7, 512, 8}, Shape{12, 256, 64}, Shape{10, 512, 32}, Shape{40, 512, 8}}) {
     SCOPED_TRACE(std::to_string(sh.heads) + " heads of " + std::to_string(sh.rows) + " x " +
                  std::to_string(sh.dim));
     const auto x = test::random_walk(sh.heads * sh.rows, sh.dim, 0.15f, 77);
