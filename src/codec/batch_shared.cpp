@@ -23,6 +23,13 @@ namespace {
 
 // Elements per slice the encoder aims for (32 lanes from here on, see choose_lanes).
 constexpr size_t kSliceElements = 16384;
+// Decoding below this many elements per thread costs more in waking a pool thread than it
+// saves (threads were started per call before the pool, which needed 2^18).
+constexpr size_t kMinElementsPerThread = size_t{1} << 14;
+// Compact parameters (scale, zero pairs) of a batch worth decoding on several threads: ~30
+// cycles each, a serial chain per channel.
+constexpr size_t kMinParallelParams = 2048;
+
 // Heads per slice of a shared batch of G heads of n elements: slices of about kSliceElements, or
 // up to twice that where equal slices then come in a multiple of eight (or else of four) —
 // decoders take them four at a time in lockstep, and two threads one quad each (40 heads of
@@ -36,13 +43,6 @@ size_t slice_heads(size_t G, size_t n) {
   }
   return base;
 }
-
-// Decoding below this many elements per thread costs more in waking a pool thread than it
-// saves (threads were started per call before the pool, which needed 2^18).
-constexpr size_t kMinElementsPerThread = size_t{1} << 14;
-// Compact parameters (scale, zero pairs) of a batch worth decoding on several threads: ~30
-// cycles each, a serial chain per channel.
-constexpr size_t kMinParallelParams = 2048;
 
 [[noreturn]] void corrupt(const std::string& what) {
   fail(ErrorCode::corrupt_input, "codec batch: " + what);

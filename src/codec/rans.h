@@ -185,10 +185,10 @@ size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,
                                     uint8_t* const* symbols);
 // Four 8-lane payloads with equal search alphabets (of 2..16 symbols) in lockstep, the same
 // contract; 0 for anything else.
-// Four 32-lane payloads of one search alphabet (each its own tables) in lockstep; 0 if declined.
-size_t rans_decode_avx512_quad32(RansDecodeState* const* states, const DecodeTables* const* tables,
-                                 size_t dim, size_t end, uint8_t* const* symbols);
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
                                 size_t dim, size_t end, uint8_t* const* symbols);
+// The same for four 32-lane payloads (each its own tables and precision).
+size_t rans_decode_avx512_quad32(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                 size_t dim, size_t end, uint8_t* const* symbols);
 
 }  // namespace cachegen::detail
