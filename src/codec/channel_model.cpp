@@ -47,6 +47,10 @@ struct Present {
 bool normalize(const Present& p, int t, uint16_t* f) {
   const uint32_t target = 1u << t;
   if (p.n > target) return false;
+  if (p.n == target) {  // every frequency 1: the only table (the takes below reach it slowly)
+    std::fill(f, f + p.n, uint16_t{1});
+    return true;
+  }
   uint32_t sum = 0;
   if (p.total <= (uint64_t{1} << 32)) {
     // floor(a / total), a = count * 2^t + floor(total / 2), without a 64-bit division (its
@@ -203,8 +207,20 @@ struct TableChoice {
   uint64_t cost_fp = UINT64_MAX;
   int t = 0, eg_k = 0;  // t = 0: no precision holds every present symbol
 };
+// data_bound is at most the data cost of any table over the counts (table_cost_bound's): the
+// search stops where no higher precision can cost less than the best so far. Past a precision
+// s whose most frequent symbol has f >= 2n + 1 (n present symbols), every higher precision's
+// frequencies are each at least s's, so its list costs at least s's at every order (Exp-Golomb
+// lengths grow with the value):
+// - rounding: q(t + 1) = floor((2 c 2^t + h) / N) >= 2 q(t) - 1 (h = floor(N / 2) < N), and
+//   q = max(1, q) keeps it;
+// - normalize takes at most n from the most frequent symbol, or gives it at most n / 2: a
+//   present symbol's rounded frequency is within (-1/2, 1] of c 2^t / N. With f_most(s) >= 2n + 1
+//   the most frequent one's rounded q(t) > 2 f_most(s) - n - 1 >= 3n + 1 holds every take, so
+//   the others keep q(t) >= 2 f(s) - 1 >= f(s), and f_most(t) > 2 f_most(s) - 2n - 1 >= f_most(s)
+//   (then the same from t on).
 TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
-                              int bits) {
+                              int bits, uint64_t data_bound) {
   TableChoice best;
   const Present present(counts);
   // The list holds every present symbol but the last one listed (at place `last`, present
@@ -234,12 +250,16 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
       list += eg_bits[f[i]];
     }
     if (present.n) list -= eg_bits[f[last_i]];
+    uint64_t least_desc = UINT64_MAX;
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
       const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits +
                             static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff);
       const uint64_t cost = (desc << 16) + data;
       if (cost < best.cost_fp) best = TableChoice{cost, t, k};
+      least_desc = std::min(least_desc, desc);
     }
+    if (f[present.most] >= 2 * present.n + 1 && (least_desc << 16) + data_bound >= best.cost_fp)
+      break;
   }
   return best;
 }
@@ -264,8 +284,9 @@ void table_model(ChannelKind kind, const TableChoice& choice, std::span<const ui
   fill_cum(m.table);
 }
 
-// A lower bound on best_table_choice(kind, counts, n_rows, bits).cost_fp, at a fraction of its
-// cost.
+// A lower bound on best_table_choice(kind, counts, n_rows, bits, ...).cost_fp, at a fraction of
+// its cost, as description bits and data cost (the data part bounds every table's: the search
+// stops on it).
 // Data: every table's frequencies f / 2^t form a distribution q, and log2_fixed(f) never
 // exceeds 2^16 * log2(f) (checked for every f <= 2^16), so a table's data cost is at least
 // 2^16 times the cross-entropy sum c * -log2 q(s) >= the empirical entropy N * H(counts)
@@ -273,7 +294,11 @@ void table_model(ChannelKind kind, const TableChoice& choice, std::span<const ui
 // rounding error. Description: the fixed fields and `bits`, and per listed frequency before
 // the last at least 2 bits for a present symbol (its frequency is >= 1, and an Exp-Golomb
 // code of v >= 1 takes >= 2 bits) and 1 for an absent one.
-uint64_t table_cost_lower_bound(ChannelKind kind, std::span<const uint32_t> counts, int bits) {
+struct CostBound {
+  uint64_t desc_bits = 0, data_fp = 0;
+  uint64_t cost_fp() const { return (desc_bits << 16) + data_fp; }
+};
+CostBound table_cost_bound(ChannelKind kind, std::span<const uint32_t> counts, int bits) {
   // Four partial sums and no branch on zero counts (c log c of 0 is 0): a single sum was a
   // chain of dependent additions, and wide alphabets' absent symbols mispredicted. (The order
   // of the additions moves the result by rounding only, far inside the margin below.)
@@ -298,8 +323,7 @@ uint64_t table_cost_lower_bound(ChannelKind kind, std::span<const uint32_t> coun
   const double n_log_n = count_log2_count(clog, total);
   const double entropy_fp = (n_log_n - sum_clog) * 65536.0;
   const double margin = entropy_fp * 1e-9 + 1024.0;
-  const uint64_t data = entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0;
-  return (desc << 16) + data;
+  return {desc, entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0};
 }
 
 }  // namespace
@@ -354,16 +378,20 @@ ModelChoice search_channel_model(std::span<const uint32_t> raw_counts,
   best.cost_fp = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
   // A table kind whose lower bound is not below the best so far cannot win: its search is
   // skipped, with the same choice.
-  if (table_cost_lower_bound(ChannelKind::raw_table, raw_counts, bits) < best.cost_fp) {
-    const TableChoice raw = best_table_choice(ChannelKind::raw_table, raw_counts, n_rows, bits);
+  const CostBound raw_bound = table_cost_bound(ChannelKind::raw_table, raw_counts, bits);
+  if (raw_bound.cost_fp() < best.cost_fp) {
+    const TableChoice raw =
+        best_table_choice(ChannelKind::raw_table, raw_counts, n_rows, bits, raw_bound.data_fp);
     if (raw.cost_fp < best.cost_fp) best = ModelChoice{ChannelKind::raw_table, raw.cost_fp, raw};
   }
-  if (!delta_counts.empty() &&
-      table_cost_lower_bound(ChannelKind::delta_table, delta_counts, bits) < best.cost_fp) {
-    const TableChoice delta =
-        best_table_choice(ChannelKind::delta_table, delta_counts, n_rows, bits);
-    if (delta.cost_fp < best.cost_fp)
-      best = ModelChoice{ChannelKind::delta_table, delta.cost_fp, delta};
+  if (!delta_counts.empty()) {
+    const CostBound delta_bound = table_cost_bound(ChannelKind::delta_table, delta_counts, bits);
+    if (delta_bound.cost_fp() < best.cost_fp) {
+      const TableChoice delta = best_table_choice(ChannelKind::delta_table, delta_counts, n_rows,
+                                                  bits, delta_bound.data_fp);
+      if (delta.cost_fp < best.cost_fp)
+        best = ModelChoice{ChannelKind::delta_table, delta.cost_fp, delta};
+    }
   }
   return best;
 }
@@ -419,9 +447,11 @@ uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,
   for (size_t s = 0; s < n_syms; ++s) n_present += raw_counts[s] != 0;
   if (n_present <= 1) return static_cast<uint64_t>(kKindBits + bits) << 16;  // exact
   uint64_t bound = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
-  bound = std::min(bound, table_cost_lower_bound(ChannelKind::raw_table, raw_counts, bits));
-  if (!delta_counts.empty())
-    bound = std::min(bound, table_cost_lower_bound(ChannelKind::delta_table, delta_counts, bits));
+  bound = std::min(bound, table_cost_bound(ChannelKind::raw_table, raw_counts, bits).cost_fp());
+  if (!delta_counts.empty()) {
+    bound =
+        std::min(bound, table_cost_bound(ChannelKind::delta_table, delta_counts, bits).cost_fp());
+  }
   return bound;
 }
 

@@ -1,9 +1,9 @@
 // The encoder's model search (choose_channel_model) against a direct statement of what it
 // must choose: every precision and Exp-Golomb order tried, frequencies normalised by taking
 // from the current largest one step at a time. The search's shortcuts (sorted take order,
-// packed Exp-Golomb bit counts, lower bounds that skip kinds) must not change the choice:
-// the files encoders write depend on it. And the model reader (several frequencies per load)
-// against reading them one at a time.
+// packed Exp-Golomb bit counts, lower bounds that skip kinds or stop the precision loop) must
+// not change the choice: the files encoders write depend on it. And the model reader (several
+// frequencies per load) against reading them one at a time.
 #include <gtest/gtest.h>
 
 #include <cmath>
