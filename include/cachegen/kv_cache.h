@@ -191,7 +191,6 @@ class LayerKVCache {
     std::vector<CodeStream> pending;      // per head: completed groups not yet in a block
     std::vector<Half> residual;           // per head [heads][group_size][dim], first r rows used
   };
-  void append_plane(int kind, const KVBlockView& x, size_t t0, size_t count);
   void set_shape(size_t n_kv_heads, size_t head_dim);
   void quantize_group(int kind);
   void seal_block(int kind);

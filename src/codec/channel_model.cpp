@@ -47,10 +47,6 @@ struct Present {
 bool normalize(const Present& p, int t, uint16_t* f) {
   const uint32_t target = 1u << t;
   if (p.n > target) return false;
-  if (p.n == target) {  // every frequency 1: the only table (the takes below reach it slowly)
-    std::fill(f, f + p.n, uint16_t{1});
-    return true;
-  }
   uint32_t sum = 0;
   if (p.total <= (uint64_t{1} << 32)) {
     // floor(a / total), a = count * 2^t + floor(total / 2), without a 64-bit division (its
@@ -205,23 +201,28 @@ const uint64_t* eg_bits_packed_table() {
 // present symbol in list order, the same at every precision).
 struct TableChoice {
   uint64_t cost_fp = UINT64_MAX;
-  int t = 0, eg_k = 0;  // t = 0: no precision holds every present symbol
+  int t = 0, eg_k = 0;  // t = 0: no table (none beats the caller's best)
 };
 // data_bound is at most the data cost of any table over the counts (table_cost_bound's): the
-// search stops where no higher precision can cost less than the best so far. Past a precision
-// s whose most frequent symbol has f >= 2n + 1 (n present symbols), every higher precision's
-// frequencies are each at least s's, so its list costs at least s's at every order (Exp-Golomb
-// lengths grow with the value):
-// - rounding: q(t + 1) = floor((2 c 2^t + h) / N) >= 2 q(t) - 1 (h = floor(N / 2) < N), and
-//   q = max(1, q) keeps it;
-// - normalize takes at most n from the most frequent symbol, or gives it at most n / 2: a
-//   present symbol's rounded frequency is within (-1/2, 1] of c 2^t / N. With f_most(s) >= 2n + 1
-//   the most frequent one's rounded q(t) > 2 f_most(s) - n - 1 >= 3n + 1 holds every take, so
-//   the others keep q(t) >= 2 f(s) - 1 >= f(s), and f_most(t) > 2 f_most(s) - 2n - 1 >= f_most(s)
-//   (then the same from t on).
+// search stops where no higher precision can cost less than the best so far. After precision s
+// (frequencies f, n present symbols, `ones` of them at 1), every higher precision t has
+// f_t >= 2 f - 1 for each symbol but the most frequent one, and f_t >= 2 f - 2d - 1 - e for
+// that one, when 2 f_most >= 2d + 2 + e, d = floor(n / 2), e = floor((n + ones) / 2): its list
+// costs at least that at every order (Exp-Golomb lengths grow with the value). Why, with
+// x = c 2^t / N and q = max(1, floor(x + h / N)), h = floor(N / 2):
+// - q_{t+1} >= 2 q_t - 1 (2x + h/N falls at most 1 below twice x + h/N), so q never falls;
+// - a rounded q is at most 1/2 above x, a raised one (from 0) at most 1, and no more are raised
+//   at t than at s (they have f = 1 there; the most frequent never is): normalize takes at
+//   most e; rounding down loses less than 1/2 + 1/(2N) each, so it gives at most d;
+// - so q_most(t) >= 2 q_most(s) - 1 >= 2 (f_most - d) - 1 >= e + 1 holds every take: the others
+//   keep q_t >= 2 q_s - 1 >= 2 f - 1, the most frequent one q_t - e.
+//
+// Only a table that costs less than `beat` is returned (t = 0 when none does): the caller's
+// best so far prunes too.
 TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
-                              int bits, uint64_t data_bound) {
+                              int bits, uint64_t data_bound, uint64_t beat) {
   TableChoice best;
+  best.cost_fp = beat;
   const Present present(counts);
   // The list holds every present symbol but the last one listed (at place `last`, present
   // index last_i), and last + 1 - n absent ones (frequency 0): its cost is a sum over present
@@ -237,29 +238,55 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
   const uint32_t* const log2_of = log2_fixed_table();
   const uint64_t* const eg_bits = eg_bits_packed_table();
   const uint64_t absent_list = present.n ? (last + 1 - present.n) * eg_bits[0] : 0;
+  // The cheapest description of a packed list (its least order).
+  const auto least_desc = [bits](uint64_t list) {
+    uint64_t least = UINT64_MAX;
+    for (int k = 0; k < (1 << kEgOrderBits); ++k) {
+      least = std::min(least, kKindBits + kPrecisionBits + kEgOrderBits +
+                                  static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff));
+    }
+    return least;
+  };
   uint16_t f[256];  // by present index
   // Taken once: as the loop's bound it was an out-of-line call per step.
   const int max_t = max_table_precision(n_rows);
-  for (int t = 1; t <= max_t; ++t) {
-    if (!normalize(present, t, f)) continue;
-    // sum of c * (t - log2 f) = t * total - sum of c * log2 f (each term is >= 0: f <= 2^t)
-    uint64_t data = (static_cast<uint64_t>(t) * present.total) << 16;
-    uint64_t list = absent_list;  // the list's bits at each order, packed as eg_bits_packed's
-    for (size_t i = 0; i < present.n; ++i) {
-      data -= static_cast<uint64_t>(present.count[i]) * log2_of[f[i]];
-      list += eg_bits[f[i]];
-    }
-    if (present.n) list -= eg_bits[f[last_i]];
-    uint64_t least_desc = UINT64_MAX;
+  const auto consider = [&](uint64_t list, uint64_t data, int t) {
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
       const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits +
                             static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff);
       const uint64_t cost = (desc << 16) + data;
       if (cost < best.cost_fp) best = TableChoice{cost, t, k};
-      least_desc = std::min(least_desc, desc);
     }
-    if (f[present.most] >= 2 * present.n + 1 && (least_desc << 16) + data_bound >= best.cost_fp)
-      break;
+  };
+  for (int t = 1; t <= max_t; ++t) {
+    if (present.n > (size_t{1} << t)) continue;  // normalize's refusal
+    // sum of c * (t - log2 f) = t * total - sum of c * log2 f (each term is >= 0: f <= 2^t)
+    uint64_t data = (static_cast<uint64_t>(t) * present.total) << 16;
+    if (present.n == (size_t{1} << t)) {  // every frequency 1, the only table: no pass needed
+      consider(absent_list + (present.n - 1) * eg_bits[1], data, t);
+      continue;
+    }
+    normalize(present, t, f);
+    uint64_t list = absent_list;  // the list's bits at each order, packed as eg_bits_packed's
+    uint32_t ones = 0;
+    for (size_t i = 0; i < present.n; ++i) {
+      data -= static_cast<uint64_t>(present.count[i]) * log2_of[f[i]];
+      list += eg_bits[f[i]];
+      ones += f[i] == 1;
+    }
+    if (present.n) list -= eg_bits[f[last_i]];
+    consider(list, data, t);
+    // The bound on every higher precision (their frequencies < 2^12: within the table).
+    const uint32_t n = static_cast<uint32_t>(present.n), d = n / 2, e = (n + ones) / 2;
+    const uint32_t most = f[present.most];
+    if (t == max_t || 2 * most < 2 * d + 2 + e) continue;
+    const auto next = [&](size_t i) {
+      return eg_bits[i == present.most ? 2 * most - 2 * d - 1 - e : 2u * f[i] - 1];
+    };
+    uint64_t bound = absent_list;
+    for (size_t i = 0; i < present.n; ++i) bound += next(i);
+    bound -= next(last_i);
+    if ((least_desc(bound) << 16) + data_bound >= best.cost_fp) break;
   }
   return best;
 }
@@ -380,17 +407,16 @@ ModelChoice search_channel_model(std::span<const uint32_t> raw_counts,
   // skipped, with the same choice.
   const CostBound raw_bound = table_cost_bound(ChannelKind::raw_table, raw_counts, bits);
   if (raw_bound.cost_fp() < best.cost_fp) {
-    const TableChoice raw =
-        best_table_choice(ChannelKind::raw_table, raw_counts, n_rows, bits, raw_bound.data_fp);
-    if (raw.cost_fp < best.cost_fp) best = ModelChoice{ChannelKind::raw_table, raw.cost_fp, raw};
+    const TableChoice raw = best_table_choice(ChannelKind::raw_table, raw_counts, n_rows, bits,
+                                              raw_bound.data_fp, best.cost_fp);
+    if (raw.t != 0) best = ModelChoice{ChannelKind::raw_table, raw.cost_fp, raw};
   }
   if (!delta_counts.empty()) {
     const CostBound delta_bound = table_cost_bound(ChannelKind::delta_table, delta_counts, bits);
     if (delta_bound.cost_fp() < best.cost_fp) {
       const TableChoice delta = best_table_choice(ChannelKind::delta_table, delta_counts, n_rows,
-                                                  bits, delta_bound.data_fp);
-      if (delta.cost_fp < best.cost_fp)
-        best = ModelChoice{ChannelKind::delta_table, delta.cost_fp, delta};
+                                                  bits, delta_bound.data_fp, best.cost_fp);
+      if (delta.t != 0) best = ModelChoice{ChannelKind::delta_table, delta.cost_fp, delta};
     }
   }
   return best;
