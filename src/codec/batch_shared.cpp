@@ -377,7 +377,7 @@ void decode_slices(const SharedBatch& b, Fn&& fn) {
 bool encode_batch_shared(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
                          std::vector<uint8_t>& out,
-                         std::span<const std::vector<uint8_t>> compact_sections) {
+                         std::span<const CompactSection> compact_sections) {
   const size_t G = streams.size();
   if (G < 2) return false;
   const CodeStream& first = streams[0];
@@ -515,8 +515,9 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     for (size_t h = h0; h < h1; ++h) {
       stream_symbols(streams[h], models, delta[h], symbols + (h - h0) * n);
       write_param_block(streams[h], precisions[h], grid, param_blocks[h],
-                        compact_sections.empty() ? std::span<const uint8_t>()
-                                                 : std::span<const uint8_t>(compact_sections[h]));
+                        compact_sections.empty()
+                            ? std::span<const uint8_t>()
+                            : std::span<const uint8_t>(compact_sections[h].bytes));
     }
     rans_encode(std::span<const uint8_t>(symbols, (h1 - h0) * n), dim, tables, precision,
                 choose_lanes((h1 - h0) * n), payloads[i]);

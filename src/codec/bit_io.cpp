@@ -54,6 +54,18 @@ void BitWriter::exp_golomb_list(const uint16_t* v, size_t n, int k) {
   pos_ = s.pos, acc_ = s.acc, fill_ = s.fill;
 }
 
+void BitWriter::put_bytes(std::span<const uint8_t> bytes, size_t n_bits) {
+  const size_t whole = n_bits / 8;
+  if (fill_ == 0) {  // byte-aligned: the whole bytes at once
+    while (pos_ + whole + 8 > bytes_.size()) grow();
+    if (whole) std::memcpy(bytes_.data() + pos_, bytes.data(), whole);
+    pos_ += whole;
+  } else {
+    for (size_t i = 0; i < whole; ++i) put(bytes[i], 8);
+  }
+  if (n_bits % 8) put(bytes[whole] >> (8 - n_bits % 8), static_cast<int>(n_bits % 8));
+}
+
 std::vector<uint8_t> BitWriter::finish() {
   if (fill_ > 0) put(0, 8 - fill_);
   bytes_.resize(pos_);

@@ -50,6 +50,8 @@ class BitWriter {
   // exp_golomb(v[i], k) for i < n, the writer's state in registers (as above): a table's
   // frequency list.
   void exp_golomb_list(const uint16_t* v, size_t n, int k);
+  // The first n_bits of bytes (MSB-first), e.g. another writer's finished bits.
+  void put_bytes(std::span<const uint8_t> bytes, size_t n_bits);
   std::vector<uint8_t> finish();
   size_t bit_count() const noexcept { return pos_ * 8 + static_cast<size_t>(fill_); }
 

@@ -74,13 +74,17 @@ ParamPrecision quantize_for_codec(std::span<const float> x, size_t n_rows, size_
 }
 
 // Quantizes for the codec and picks the exact parameter precision that codes smallest.
-// compact_section (optional) receives the compact parameter bits when compact is chosen.
+// compact_section (optional) receives the compact section when compact is chosen (emptied
+// otherwise).
 ParamPrecision quantize_and_pick(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                                  size_t group_size, const EncodeOptions& options, CodeStream& s,
-                                 std::vector<uint8_t>* compact_section = nullptr) {
+                                 detail::CompactSection* compact_section = nullptr) {
   const ParamPrecision precision = quantize_for_codec(x, n_rows, dim, bits, group_size, options, s);
   // fp16 parameters may still code smaller (e.g. tiny streams); both are exact here.
-  if (precision != ParamPrecision::compact) return precision;
+  if (precision != ParamPrecision::compact) {
+    if (compact_section) compact_section->clear();
+    return precision;
+  }
   return detail::exact_param_precision(s, options, compact_section);
 }
 
@@ -142,7 +146,7 @@ std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> by
 std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
                                      std::span<const ParamPrecision> precisions,
                                      const EncodeOptions& options,
-                                     std::span<const std::vector<uint8_t>> compact_sections) {
+                                     std::span<const detail::CompactSection> compact_sections) {
   std::vector<uint8_t> out = with_magic(detail::kBatchMagic);
   wire::Writer w(out);
   w.varint(streams.size());
@@ -151,7 +155,8 @@ std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
   out.back() = detail::kBatchIndependent;
   std::vector<std::vector<uint8_t>> heads(streams.size());
   detail::parallel_for(streams.size(), [&](size_t i) {
-    detail::encode_head(streams[i], precisions[i], options, heads[i]);
+    detail::encode_head(streams[i], precisions[i], options, heads[i], {},
+                        compact_sections.empty() ? nullptr : &compact_sections[i]);
   });
   for (const auto& h : heads) w.varint(h.size());
   for (const auto& h : heads) w.bytes(h);
@@ -302,7 +307,7 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
   check_options(options);
   for (const auto& s : streams) validate(s);
   std::vector<ParamPrecision> precisions(streams.size());
-  std::vector<std::vector<uint8_t>> sections(streams.size());
+  std::vector<detail::CompactSection> sections(streams.size());
   detail::parallel_for(streams.size(), [&](size_t i) {
     precisions[i] = detail::exact_param_precision(streams[i], options, &sections[i]);
   });
@@ -330,19 +335,18 @@ std::vector<uint8_t> encode_values_batch_of(std::span<const T> x, size_t n_heads
   // (Named through references: a lambda names a thread_local directly, i.e. each pool
   // thread's own instance.)
   thread_local std::vector<CodeStream> kept_streams;
-  thread_local std::vector<std::vector<uint8_t>> kept_sections;
+  thread_local std::vector<detail::CompactSection> kept_sections;
   std::vector<CodeStream>& streams = kept_streams;
-  std::vector<std::vector<uint8_t>>& sections = kept_sections;
+  std::vector<detail::CompactSection>& sections = kept_sections;
   if (streams.size() < n_heads) streams.resize(n_heads);
   if (sections.size() < n_heads) sections.resize(n_heads);
   std::vector<ParamPrecision> precisions(n_heads);
   detail::parallel_for(n_heads, [&](size_t h) {
-    sections[h].clear();
     precisions[h] = quantize_and_pick(head_values(h, per_head), n_rows, dim, bits, group_size,
                                       options, streams[h], &sections[h]);
   });
   return encode_batch_of(std::span<const CodeStream>(streams.data(), n_heads), precisions, options,
-                         std::span<const std::vector<uint8_t>>(sections.data(), n_heads));
+                         std::span<const detail::CompactSection>(sections.data(), n_heads));
 }
 
 }  // namespace

@@ -88,7 +88,8 @@ void write_param_block(const CodeStream& s, ParamPrecision precision, const Comp
 }
 
 void encode_head(const CodeStream& s, ParamPrecision precision, const EncodeOptions& options,
-                 std::vector<uint8_t>& out, std::span<const uint32_t> counts) {
+                 std::vector<uint8_t>& out, std::span<const uint32_t> counts,
+                 const CompactSection* compact) {
   const int scale_mantissa_bits = options.scale_mantissa_bits;
   const int zero_step_log2 = options.zero_step_log2;
   const bool allow_delta = options.allow_delta;
@@ -157,7 +158,11 @@ void encode_head(const CodeStream& s, ParamPrecision precision, const EncodeOpti
   // Side information: compact params and channel models, one bit stream.
   BitWriter bits;
   if (precision == ParamPrecision::compact) {
-    write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+    if (compact && compact->bits != 0) {
+      bits.put_bytes(compact->bytes, compact->bits);
+    } else {
+      write_params_compact(bits, s.scale, s.zero, s.n_groups(), s.dim, grid);
+    }
   }
   for (const auto& m : models) write_channel_model(bits, m, s.bits);
   const std::vector<uint8_t> side = bits.finish();
@@ -167,13 +172,14 @@ void encode_head(const CodeStream& s, ParamPrecision precision, const EncodeOpti
 }
 
 ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& options,
-                                     std::vector<uint8_t>* compact_section) {
+                                     CompactSection* compact_section) {
   // Only the parameter section depends on the precision, so pick it by that section's size.
   const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
   const size_t n_params = s.scale.size();
   ParamPrecision best = ParamPrecision::fp32;
   size_t best_bits = n_params * 64;
   if (params_fit_fp16(s.scale, s.zero)) best = ParamPrecision::fp16, best_bits = n_params * 32;
+  if (compact_section) compact_section->clear();
   thread_local CompactCode code;  // kept: its vectors' storage
   if (!plan_params_compact(s.scale, s.zero, s.n_groups(), s.dim, grid, code)) return best;
   if (!compact_section) {  // counted, not written
@@ -184,7 +190,8 @@ ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& o
   write_params_compact(bits, code);
   if (bits.bit_count() + 16 <= best_bits) {
     best = ParamPrecision::compact;
-    *compact_section = bits.finish();
+    compact_section->bits = bits.bit_count();
+    compact_section->bytes = bits.finish();
   }
   return best;
 }

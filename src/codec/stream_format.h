@@ -30,19 +30,32 @@ inline constexpr uint8_t kBatchShared = 1;       // one shape, shared models, sl
 // wide_from elements (EncodeOptions::wide_lanes_from, whose default the batch layouts use).
 int choose_lanes(size_t n_elements, size_t wide_from = EncodeOptions{}.wide_lanes_from);
 
+// A stream's compact parameter bits, finished (the last byte padded with zero bits), and how
+// many bits they are: written once for a batch's parameter block or a head record's side bits.
+struct CompactSection {
+  std::vector<uint8_t> bytes;
+  size_t bits = 0;
+  void clear() {  // none (the storage kept)
+    bytes.clear();
+    bits = 0;
+  }
+};
+
 // Appends one head record. Params are stored in `precision` (the caller has checked that it
 // represents stream.scale/zero exactly); grid is used for compact. counts (optional): the codes'
 // per-channel histograms when the caller has them, counts[c * 2^bits + v] = occurrences of v
 // among channel c's n_rows codes (not checked: the bytes depend on them).
-// The options' grid, delta models and lanes apply.
+// The options' grid, delta models and lanes apply. compact (optional): the stream's compact
+// section, where exact_param_precision left one.
 void encode_head(const CodeStream& stream, ParamPrecision precision, const EncodeOptions& options,
-                 std::vector<uint8_t>& out, std::span<const uint32_t> counts = {});
+                 std::vector<uint8_t>& out, std::span<const uint32_t> counts = {},
+                 const CompactSection* compact = nullptr);
 
 // The smallest exact parameter precision for this stream (compact, fp16, fp32 in that order
 // of preference when they code equally). With compact_section, a compact choice also leaves
-// there the finished compact bits (write_param_block's section), written once for both.
+// there its section (emptied otherwise).
 ParamPrecision exact_param_precision(const CodeStream& stream, const EncodeOptions& options,
-                                     std::vector<uint8_t>* compact_section = nullptr);
+                                     CompactSection* compact_section = nullptr);
 void encode_head_exact(const CodeStream& stream, const EncodeOptions& options,
                        std::vector<uint8_t>& out, std::span<const uint32_t> counts = {});
 // encode(stream, options) (codec.h) with the codes' histograms given, as encode_head takes them
@@ -110,7 +123,8 @@ void dequant_real_rows_strided(const CodeStream& params, const uint8_t* codes, H
 void check_head_shape(const CodeStream& head, size_t index, const BatchShape& shape);
 
 // Per-head parameter block of a shared batch.
-// compact_section: the compact bits exact_param_precision left, or empty (written here).
+// compact_section: the compact section's bytes exact_param_precision left, or empty (written
+// here).
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
                        std::vector<uint8_t>& out, std::span<const uint8_t> compact_section = {});
 void read_param_block(wire::Reader& r, CodeStream& s);
@@ -132,11 +146,11 @@ void decode_compact_params_pair(const CompactParams& ca, CodeStream& sa, const C
 // Shared-model batch (layout 1): heads must share n_rows, dim, bits and group_size.
 // Returns false (writing nothing) when the heads cannot or should not share: mismatched
 // shapes, or when independent records are estimated to code smaller. compact_sections: per
-// head, exact_param_precision's compact bits, or empty (none kept).
+// head, exact_param_precision's compact section, or empty (none kept).
 bool encode_batch_shared(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
                          std::vector<uint8_t>& out,
-                         std::span<const std::vector<uint8_t>> compact_sections = {});
+                         std::span<const CompactSection> compact_sections = {});
 // `body` starts after the layout byte; offsets are relative to the batch start.
 std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
                                             size_t n_heads, const DecodeOptions& options);

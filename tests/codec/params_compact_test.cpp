@@ -134,6 +134,34 @@ TEST(ParamsCompact, ListWriterMatchesCodeByCode) {
   set_simd_path(best_supported_simd_path());
 }
 
+// Another writer's finished bits appended (a stream's compact section into its side bits):
+// the same bits as written in place, from a byte boundary or off one, whole bytes or not.
+TEST(ParamsCompact, FinishedBitsAppendAsWritten) {
+  std::mt19937_64 rng(13);
+  for (const size_t n_bits : {0u, 5u, 8u, 13u, 64u, 1001u}) {
+    std::vector<int> widths;  // the section's fields, then their values
+    for (size_t b = 0; b < n_bits; b += static_cast<size_t>(widths.back()))
+      widths.push_back(static_cast<int>(std::min<size_t>(1 + rng() % 17, n_bits - b)));
+    std::vector<uint64_t> values(widths.size());
+    for (uint64_t& v : values) v = rng();
+    BitWriter section;
+    for (size_t i = 0; i < widths.size(); ++i) section.put(values[i], widths[i]);
+    ASSERT_EQ(section.bit_count(), n_bits);
+    const std::vector<uint8_t> finished = section.finish();
+    for (const int before : {0, 3, 8, 11}) {
+      BitWriter want, got;
+      want.put(0x5a5, before);
+      got.put(0x5a5, before);
+      for (size_t i = 0; i < widths.size(); ++i) want.put(values[i], widths[i]);
+      got.put_bytes(finished, n_bits);
+      want.put(6, 3);  // the state it leaves carries on
+      got.put(6, 3);
+      ASSERT_EQ(got.bit_count(), want.bit_count()) << n_bits << " " << before;
+      ASSERT_EQ(got.finish(), want.finish()) << n_bits << " " << before;
+    }
+  }
+}
+
 TEST(ParamsCompact, RoundTripOnEveryPath) {
   const CompactGrid grids[] = {{6, 4}, {23, 0}, {1, 8}};
   for (const CompactGrid& g : grids) {
