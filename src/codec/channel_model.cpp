@@ -218,9 +218,10 @@ struct TableChoice {
 //   keep q_t >= 2 q_s - 1 >= 2 f - 1, the most frequent one q_t - e.
 //
 // Only a table that costs less than `beat` is returned (t = 0 when none does): the caller's
-// best so far prunes too.
+// best so far prunes too. winner (optional, 256 entries): the returned table's frequencies, by
+// present symbol (ascending), written when there is one.
 TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
-                              int bits, uint64_t data_bound, uint64_t beat) {
+                              int bits, uint64_t data_bound, uint64_t beat, uint16_t* winner) {
   TableChoice best;
   best.cost_fp = beat;
   const Present present(counts);
@@ -264,6 +265,7 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
     uint64_t data = (static_cast<uint64_t>(t) * present.total) << 16;
     if (present.n == (size_t{1} << t)) {  // every frequency 1, the only table: no pass needed
       consider(absent_list + (present.n - 1) * eg_bits[1], data, t);
+      if (winner && best.t == t) std::fill(winner, winner + present.n, uint16_t{1});
       continue;
     }
     normalize(present, t, f);
@@ -276,6 +278,7 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
     }
     if (present.n) list -= eg_bits[f[last_i]];
     consider(list, data, t);
+    if (winner && best.t == t) std::copy(f, f + present.n, winner);
     // The bound on every higher precision (their frequencies < 2^12: within the table).
     const uint32_t n = static_cast<uint32_t>(present.n), d = n / 2, e = (n + ones) / 2;
     const uint32_t most = f[present.most];
@@ -291,10 +294,9 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
   return best;
 }
 
-// The chosen table itself into m (the winner's frequencies are computed once, not at every
-// improvement of the search).
+// The chosen table itself into m: f holds its frequencies by present symbol (ascending).
 void table_model(ChannelKind kind, const TableChoice& choice, std::span<const uint32_t> counts,
-                 ChannelModel& m) {
+                 const uint16_t* f, ChannelModel& m) {
   m.kind = kind;
   m.constant_symbol = 0;
   m.cost_fp = choice.cost_fp;
@@ -303,10 +305,9 @@ void table_model(ChannelKind kind, const TableChoice& choice, std::span<const ui
   m.table.freq.clear();
   if (choice.t != 0) {
     m.table.freq.assign(counts.size(), 0);
-    const Present present(counts);
-    uint16_t f[256];
-    normalize(present, choice.t, f);
-    for (size_t i = 0; i < present.n; ++i) m.table.freq[present.sym[i]] = f[i];
+    for (size_t s = 0, i = 0; s < counts.size(); ++s) {
+      if (counts[s] != 0) m.table.freq[s] = f[i++];
+    }
   }
   fill_cum(m.table);
 }
@@ -388,8 +389,10 @@ struct ModelChoice {
   TableChoice table;
   uint8_t constant_symbol = 0;
 };
+// winner (optional): the chosen table's frequencies, as best_table_choice leaves them.
 ModelChoice search_channel_model(std::span<const uint32_t> raw_counts,
-                                 std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
+                                 std::span<const uint32_t> delta_counts, size_t n_rows, int bits,
+                                 uint16_t* winner = nullptr) {
   const size_t n_syms = size_t{1} << bits;
   size_t n_present = 0, only = 0;
   for (size_t s = 0; s < n_syms; ++s)
@@ -408,14 +411,14 @@ ModelChoice search_channel_model(std::span<const uint32_t> raw_counts,
   const CostBound raw_bound = table_cost_bound(ChannelKind::raw_table, raw_counts, bits);
   if (raw_bound.cost_fp() < best.cost_fp) {
     const TableChoice raw = best_table_choice(ChannelKind::raw_table, raw_counts, n_rows, bits,
-                                              raw_bound.data_fp, best.cost_fp);
+                                              raw_bound.data_fp, best.cost_fp, winner);
     if (raw.t != 0) best = ModelChoice{ChannelKind::raw_table, raw.cost_fp, raw};
   }
   if (!delta_counts.empty()) {
     const CostBound delta_bound = table_cost_bound(ChannelKind::delta_table, delta_counts, bits);
     if (delta_bound.cost_fp() < best.cost_fp) {
       const TableChoice delta = best_table_choice(ChannelKind::delta_table, delta_counts, n_rows,
-                                                  bits, delta_bound.data_fp, best.cost_fp);
+                                                  bits, delta_bound.data_fp, best.cost_fp, winner);
       if (delta.t != 0) best = ModelChoice{ChannelKind::delta_table, delta.cost_fp, delta};
     }
   }
@@ -428,12 +431,13 @@ void choose_channel_model(std::span<const uint32_t> raw_counts,
                           std::span<const uint32_t> delta_counts, size_t n_rows, int bits,
                           ChannelModel& model) {
   const size_t n_syms = size_t{1} << bits;
-  const ModelChoice choice = search_channel_model(raw_counts, delta_counts, n_rows, bits);
+  uint16_t winner[256];
+  const ModelChoice choice = search_channel_model(raw_counts, delta_counts, n_rows, bits, winner);
   switch (choice.kind) {
     case ChannelKind::raw_table:
-      return table_model(choice.kind, choice.table, raw_counts, model);
+      return table_model(choice.kind, choice.table, raw_counts, winner, model);
     case ChannelKind::delta_table:
-      return table_model(choice.kind, choice.table, delta_counts, model);
+      return table_model(choice.kind, choice.table, delta_counts, winner, model);
     default:
       break;
   }
