@@ -242,7 +242,7 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
   size_t r0 = 0;
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
   if (dim == 8 && rows >= 2) {
-    // Rows of 8 (narrow heads written into a row of all heads) two to a vector.
+    // Rows of 8 (head_dim 8, contiguous or in a row of all heads) two to a vector.
     const __m512i twice = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
     const __m512 sc = _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(scale)));
     const __m512 zc = _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(zero)));
@@ -257,6 +257,18 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
                        _mm256_castsi256_si128(h));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (r0 + 1) * out_stride),
                        _mm256_extracti128_si256(h, 1));
+    }
+  }
+#elif defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
+  if (dim == 8) {  // a row a vector, the parameters loaded once
+    const __m256 sc = _mm256_loadu_ps(scale), zc = _mm256_loadu_ps(zero);
+    for (; r0 < rows; ++r0) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + r0 * 8));
+      __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), sc), zc);
+      y = _mm256_min_ps(y, _mm256_set1_ps(kHalfMax));
+      y = _mm256_max_ps(y, _mm256_set1_ps(-kHalfMax));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r0 * out_stride),
+                       _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
   }
 #endif
