@@ -304,19 +304,10 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
     const size_t n = b.heads[0].n_rows * b.heads[0].dim;
     const size_t h0 = it.slice * b.heads_per_slice;
     const size_t h1 = std::min(b.heads.size(), h0 + b.heads_per_slice);
-    // Heads in pairs: their token-delta chains overlap.
-    size_t h = h0;
-    for (; h + 1 < h1; h += 2) {
-      uint8_t* codes = symbols + (h - h0) * n;
-      symbols_to_codes_in_place(codes, b.heads[h], codes + n, b.heads[h + 1], b.is_delta.data());
-      fn(it.index, h, codes);
-      fn(it.index, h + 1, codes + n);
-    }
-    if (h < h1) {
-      uint8_t* codes = symbols + (h - h0) * n;
-      symbols_to_codes_in_place(codes, b.heads[h], b.is_delta.data());
-      fn(it.index, h, codes);
-    }
+    // The slice's heads together: their token-delta chains overlap.
+    symbols_to_codes_in_place(symbols, n, std::span<const CodeStream>(b.heads).subspan(h0, h1 - h0),
+                              b.is_delta.data());
+    for (size_t h = h0; h < h1; ++h) fn(it.index, h, symbols + (h - h0) * n);
   };
   // Errors as a sequential decode reports them: each run stops at its first failing slice, and
   // the first failing run's error is thrown (parallel_for would rethrow whichever came first: a

@@ -247,11 +247,21 @@ void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& s, const uint
                    symbols);
 }
 
-void symbols_to_codes_in_place(uint8_t* a, const CodeStream& sa, uint8_t* b, const CodeStream& sb,
+void symbols_to_codes_in_place(uint8_t* symbols, size_t stride, std::span<const CodeStream> heads,
                                const uint8_t* is_delta) {
-  if (std::none_of(is_delta, is_delta + sa.dim, [](uint8_t d) { return d != 0; })) return;
-  symbols_to_codes_pair(DeltaHead{a, sa.scale, sa.zero, a}, DeltaHead{b, sb.scale, sb.zero, b},
-                        sa.n_rows, sa.dim, sa.bits, sa.group_size, is_delta);
+  if (heads.empty()) return;
+  const CodeStream& s = heads[0];
+  if (std::none_of(is_delta, is_delta + s.dim, [](uint8_t d) { return d != 0; })) return;
+  DeltaHead delta[4];
+  for (size_t h0 = 0; h0 < heads.size(); h0 += 4) {
+    const size_t n = std::min<size_t>(4, heads.size() - h0);
+    for (size_t k = 0; k < n; ++k) {
+      uint8_t* const at = symbols + (h0 + k) * stride;
+      delta[k] = DeltaHead{at, heads[h0 + k].scale, heads[h0 + k].zero, at};
+    }
+    symbols_to_codes_heads(std::span<const DeltaHead>(delta, n), s.n_rows, s.dim, s.bits,
+                           s.group_size, is_delta);
+  }
 }
 
 void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes) {

@@ -107,8 +107,9 @@ DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,
 
 // Turns decoded symbols of real rows (in place) into codes.
 void symbols_to_codes_in_place(uint8_t* symbols, const CodeStream& params, const uint8_t* is_delta);
-// The same for two heads of one batch (one shape, one is_delta), side by side.
-void symbols_to_codes_in_place(uint8_t* a, const CodeStream& sa, uint8_t* b, const CodeStream& sb,
+// The same for heads of one batch (one shape, one is_delta), head k's symbols at
+// symbols + k * stride: four at a time side by side.
+void symbols_to_codes_in_place(uint8_t* symbols, size_t stride, std::span<const CodeStream> heads,
                                const uint8_t* is_delta);
 // Codes of real rows -> the CodeStream's codes with padding rows (copies of the last row).
 void set_codes_with_padding(CodeStream& s, const uint8_t* real_codes);

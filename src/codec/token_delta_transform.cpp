@@ -133,9 +133,8 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
   heads_to_codes(std::span<const DeltaHead>(&head, 1), n_rows, dim, bits, group_size, is_delta);
 }
 
-void symbols_to_codes_pair(const DeltaHead& a, const DeltaHead& b, size_t n_rows, size_t dim,
-                           int bits, size_t group_size, const uint8_t* is_delta) {
-  const DeltaHead heads[2] = {a, b};
+void symbols_to_codes_heads(std::span<const DeltaHead> heads, size_t n_rows, size_t dim, int bits,
+                            size_t group_size, const uint8_t* is_delta) {
   heads_to_codes(heads, n_rows, dim, bits, group_size, is_delta);
 }
 

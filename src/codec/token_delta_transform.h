@@ -31,20 +31,19 @@ void symbols_to_codes(const uint8_t* symbols, size_t n_rows, size_t dim, int bit
                       size_t group_size, std::span<const float> scale, std::span<const float> zero,
                       const uint8_t* is_delta, uint8_t* codes);
 
-// One head of symbols_to_codes_pair: its symbols, parameters and codes (codes may be symbols).
+// One head of symbols_to_codes_heads: its symbols, parameters and codes (codes may be symbols).
 struct DeltaHead {
   const uint8_t* symbols;
   std::span<const float> scale, zero;
   uint8_t* codes;
 };
-// symbols_to_codes of two heads of one shape (one batch's: the same n_rows, dim, bits,
-// group_size and is_delta), their chains side by side on AVX-512 (the same bytes).
-void symbols_to_codes_pair(const DeltaHead& a, const DeltaHead& b, size_t n_rows, size_t dim,
-                           int bits, size_t group_size, const uint8_t* is_delta);
+// symbols_to_codes of heads of one shape (one batch's: the same n_rows, dim, bits, group_size
+// and is_delta), up to four of their chains side by side on AVX-512 (the same bytes).
+void symbols_to_codes_heads(std::span<const DeltaHead> heads, size_t n_rows, size_t dim, int bits,
+                            size_t group_size, const uint8_t* is_delta);
 
-// The AVX-512 path of symbols_to_codes for one or two heads of one shape
-// (token_delta_transform_avx512.cpp): the same bytes; keep[c] is 0xff for delta channels and 0
-// for raw ones.
+// The AVX-512 path of symbols_to_codes for heads of one shape (token_delta_transform_avx512.cpp):
+// the same bytes; keep[c] is 0xff for delta channels and 0 for raw ones.
 void symbols_to_codes_avx512(std::span<const DeltaHead> heads, size_t n_rows, size_t dim, int bits,
                              size_t group_size, const uint8_t* keep);
 

@@ -102,9 +102,9 @@ TEST(TokenDelta, SymbolsToCodesInvertsOnEveryPath) {
   set_simd_path(best_supported_simd_path());
 }
 
-// Two heads of one shape inverted side by side (the AVX-512 kernel's pair) give each head's
-// own codes, in place or not, on every path.
-TEST(TokenDelta, PairsInvertEachHead) {
+// Heads of one shape inverted side by side (the AVX-512 kernel's fours, twos and ones: 1 to 7
+// heads) give each head's own codes, in place or not, on every path.
+TEST(TokenDelta, HeadsSideBySideInvertEachHead) {
   std::mt19937 rng(8);
   std::uniform_real_distribution<float> u(0.01f, 1.0f);
   for (const size_t dim : {8u, 16u, 24u, 32u, 64u}) {
@@ -113,9 +113,10 @@ TEST(TokenDelta, PairsInvertEachHead) {
       const size_t group_size = 32, n_groups = (n_rows + group_size - 1) / group_size;
       std::vector<uint8_t> is_delta(dim);
       for (uint8_t& d : is_delta) d = static_cast<uint8_t>(rng() % 4 != 0);
-      std::vector<uint8_t> codes[2], symbols[2];
-      std::vector<float> scale[2], zero[2];
-      for (int h = 0; h < 2; ++h) {
+      constexpr size_t kHeads = 7;
+      std::vector<uint8_t> codes[kHeads], symbols[kHeads];
+      std::vector<float> scale[kHeads], zero[kHeads];
+      for (size_t h = 0; h < kHeads; ++h) {
         codes[h].resize(n_rows * dim);
         for (uint8_t& c : codes[h]) c = static_cast<uint8_t>(rng() & 7);
         scale[h].resize(n_groups * dim);
@@ -129,14 +130,22 @@ TEST(TokenDelta, PairsInvertEachHead) {
       }
       for (const SimdPath path : test::supported_simd_paths()) {
         set_simd_path(path);
-        const std::string where = std::string(simd_path_name(path)) + " dim " +
-                                  std::to_string(dim) + " rows " + std::to_string(n_rows);
-        std::vector<uint8_t> out_a(n_rows * dim, 0xaa), in_place_b = symbols[1];
-        symbols_to_codes_pair(DeltaHead{symbols[0].data(), scale[0], zero[0], out_a.data()},
-                              DeltaHead{in_place_b.data(), scale[1], zero[1], in_place_b.data()},
-                              n_rows, dim, bits, group_size, is_delta.data());
-        ASSERT_EQ(out_a, codes[0]) << where;
-        ASSERT_EQ(in_place_b, codes[1]) << where;
+        for (size_t n_heads = 1; n_heads <= kHeads; ++n_heads) {
+          const std::string where = std::string(simd_path_name(path)) + " dim " +
+                                    std::to_string(dim) + " rows " + std::to_string(n_rows) +
+                                    " heads " + std::to_string(n_heads);
+          // Even heads into a separate buffer, odd ones in place.
+          std::vector<std::vector<uint8_t>> out(n_heads);
+          std::vector<DeltaHead> heads;
+          for (size_t h = 0; h < n_heads; ++h) {
+            out[h] = h % 2 ? symbols[h] : std::vector<uint8_t>(n_rows * dim, 0xaa);
+            heads.push_back(DeltaHead{h % 2 ? out[h].data() : symbols[h].data(), scale[h], zero[h],
+                                      out[h].data()});
+          }
+          symbols_to_codes_heads(heads, n_rows, dim, bits, group_size, is_delta.data());
+          for (size_t h = 0; h < n_heads; ++h)
+            ASSERT_EQ(out[h], codes[h]) << where << " head " << h;
+        }
       }
     }
   }
