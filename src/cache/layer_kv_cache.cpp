@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "cache/layer_kv_cache_internal.h"
 #include "cachegen/error.h"
@@ -45,21 +46,16 @@ void copy_rows_of(const Half* from, size_t from_stride, Half* to, size_t to_stri
 
 void copy_rows(const Half* from, size_t from_stride, Half* to, size_t to_stride, size_t rows,
                size_t dim) {
-  // A head's row is short (16..256 bytes): the usual widths as fixed-size copies (a loop of
-  // the runtime width per row, and before it a memcpy call per row, were 5% of a file encode).
-  switch (dim) {
-    case 8:
-      return copy_rows_of<8>(from, from_stride, to, to_stride, rows);
-    case 16:
-      return copy_rows_of<16>(from, from_stride, to, to_stride, rows);
-    case 32:
-      return copy_rows_of<32>(from, from_stride, to, to_stride, rows);
-    case 64:
-      return copy_rows_of<64>(from, from_stride, to, to_stride, rows);
-    case 128:
-      return copy_rows_of<128>(from, from_stride, to, to_stride, rows);
-    default:
-      break;
+  // A head's row is short (16..256 bytes): the usual widths as fixed-size copies (a memcpy
+  // call per row was 5% of a file encode, a loop of the runtime width 6% of stories260K's).
+  using Fixed = void (*)(const Half*, size_t, Half*, size_t, size_t);
+  static constexpr std::pair<size_t, Fixed> kFixed[] = {{8, copy_rows_of<8>},
+                                                        {16, copy_rows_of<16>},
+                                                        {32, copy_rows_of<32>},
+                                                        {64, copy_rows_of<64>},
+                                                        {128, copy_rows_of<128>}};
+  for (const auto& [width, fixed] : kFixed) {
+    if (width == dim) return fixed(from, from_stride, to, to_stride, rows);
   }
   for (size_t j = 0; j < rows; ++j) {
     const uint16_t* __restrict a = reinterpret_cast<const uint16_t*>(from + j * from_stride);
