@@ -253,6 +253,10 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
       y = _mm512_min_ps(y, _mm512_set1_ps(kHalfMax));
       y = _mm512_max_ps(y, _mm512_set1_ps(-kHalfMax));
       const __m256i h = _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if (out_stride == 8) {  // contiguous rows: one store
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r0 * 8), h);
+        continue;
+      }
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r0 * out_stride),
                        _mm256_castsi256_si128(h));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (r0 + 1) * out_stride),
