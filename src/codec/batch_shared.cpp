@@ -73,9 +73,8 @@ void choose_models(const uint32_t* raw, const uint32_t* delta, size_t dim, size_
 
 // A parsed layout-1 batch.
 struct SharedBatch {
-  std::vector<CodeStream> heads;       // params only
-  std::vector<CompactParams> compact;  // per head: its compact parameter bits, if is_compact
-  std::vector<uint8_t> is_compact;
+  std::vector<CodeStream> heads;     // params only
+  std::vector<FramedParams> params;  // per head: its parameter block's bytes
   std::vector<uint8_t> is_delta;
   std::vector<ChannelTable> channel_tables;
   ChannelModel model;  // the channel being read
@@ -132,11 +131,11 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
   const size_t total_rows = n_heads * n_rows;
   const size_t params_begin = r.offset();
   b.heads.resize(n_heads);
-  b.compact.resize(n_heads);
-  b.is_compact.resize(n_heads);
-  // The blocks framed in order, their compact bits decoded after: in parallel where there are
-  // enough (they were most of decoding a batch of short heads, and all on the calling thread).
-  // Errors are reported as a sequential parse would: the first failing head's.
+  b.params.resize(n_heads);
+  // The blocks framed in order, read after: in parallel where there are enough (compact bits
+  // were most of decoding a batch of short heads, and fixed-width ones a serial part that held
+  // 2-thread decodes to ~1.6x). Errors are reported as a sequential parse would: the first
+  // failing head's.
   std::exception_ptr framing_error;
   size_t framed = 0;
   for (; framed < n_heads; ++framed) {
@@ -146,7 +145,7 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
     s.group_size = group_size;
     s.bits = bits;
     try {
-      b.is_compact[framed] = frame_param_block(r, s, b.compact[framed]);
+      frame_param_block(r, s, b.params[framed]);
     } catch (const Error& e) {
       framing_error = std::make_exception_ptr(head_error(framed, e));
       break;
@@ -160,10 +159,13 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
     const size_t h = 2 * pair;
     size_t at = h;  // the head whose error this is
     try {
-      if (h + 1 < framed && b.is_compact[h] && b.is_compact[h + 1]) {
+      const auto compact = [&](size_t k) {
+        return b.params[k].precision == ParamPrecision::compact;
+      };
+      if (h + 1 < framed && compact(h) && compact(h + 1)) {
         int failing = 0;
         try {
-          decode_compact_params_pair(b.compact[h], b.heads[h], b.compact[h + 1], b.heads[h + 1],
+          decode_compact_params_pair(b.params[h], b.heads[h], b.params[h + 1], b.heads[h + 1],
                                      failing);
         } catch (const Error&) {
           at = h + static_cast<size_t>(failing);
@@ -171,8 +173,7 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
         }
         return;
       }
-      for (at = h; at < h + 2 && at < framed; ++at)
-        if (b.is_compact[at]) decode_compact_params(b.compact[at], b.heads[at]);
+      for (at = h; at < h + 2 && at < framed; ++at) decode_framed_params(b.params[at], b.heads[at]);
     } catch (const Error& e) {
       throw head_error(at, e);
     }

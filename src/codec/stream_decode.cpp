@@ -147,13 +147,14 @@ void parse_head_into(std::span<const uint8_t> record, size_t record_offset,
     corrupt(std::to_string(h.payload.size()) + " trailing bytes after an empty stream");
 }
 
-bool frame_param_block(wire::Reader& r, CodeStream& s, CompactParams& compact) {
+void frame_param_block(wire::Reader& r, const CodeStream& s, FramedParams& framed) {
   const uint8_t precision_byte = r.u8("param_precision");
   if (precision_byte > 2) corrupt("param_precision " + std::to_string(precision_byte) + " unknown");
   const auto precision = static_cast<ParamPrecision>(precision_byte);
   const size_t n_params = s.n_groups() * s.dim;
+  framed.precision = precision;
   if (precision == ParamPrecision::compact) {
-    CompactGrid& grid = compact.grid;
+    CompactGrid& grid = framed.grid;
     grid.scale_mantissa_bits = r.u8("scale_mantissa_bits");
     grid.zero_step_log2 = r.u8("zero_step_log2");
     if (grid.scale_mantissa_bits < 1 || grid.scale_mantissa_bits > 23 || grid.zero_step_log2 > 8)
@@ -162,21 +163,27 @@ bool frame_param_block(wire::Reader& r, CodeStream& s, CompactParams& compact) {
     const uint64_t len = r.varint("compact parameter bytes");
     if (len > r.remaining()) r.need(r.remaining() + 1, "compact parameters");
     if (n_params > len * 4) corrupt("too many compact parameters for their section");
-    compact.offset = r.offset();
-    compact.bits = r.take(len, "compact parameters");
-    return true;
+    framed.offset = r.offset();
+    framed.bits = r.take(len, "compact parameters");
+    return;
   }
-  read_fixed_params(r, precision, s);
-  return false;
+  const size_t bytes = n_params * (precision == ParamPrecision::fp16 ? 2 : 4) * 2;
+  r.need(bytes, "fixed-width group parameters");
+  framed.offset = r.offset();
+  framed.bits = r.take(bytes, "fixed-width group parameters");
 }
 
-void decode_compact_params(const CompactParams& compact, CodeStream& s) {
-  BitReader bits_in(compact.bits, compact.offset);
-  read_params_compact(bits_in, s.n_groups(), s.dim, compact.grid, s.scale, s.zero);
+void decode_framed_params(const FramedParams& framed, CodeStream& s) {
+  if (framed.precision != ParamPrecision::compact) {
+    wire::Reader r(framed.bits, "codec stream", framed.offset);
+    return read_fixed_params(r, framed.precision, s);
+  }
+  BitReader bits_in(framed.bits, framed.offset);
+  read_params_compact(bits_in, s.n_groups(), s.dim, framed.grid, s.scale, s.zero);
   bits_in.finish("compact parameters");
 }
 
-void decode_compact_params_pair(const CompactParams& ca, CodeStream& sa, const CompactParams& cb,
+void decode_compact_params_pair(const FramedParams& ca, CodeStream& sa, const FramedParams& cb,
                                 CodeStream& sb, int& failing) {
   BitReader ra(ca.bits, ca.offset), rb(cb.bits, cb.offset);
   read_params_compact_pair(ra, sa.n_groups(), sa.dim, ca.grid, sa.scale, sa.zero, rb, sb.n_groups(),
@@ -184,8 +191,9 @@ void decode_compact_params_pair(const CompactParams& ca, CodeStream& sa, const C
 }
 
 void read_param_block(wire::Reader& r, CodeStream& s) {
-  CompactParams compact;
-  if (frame_param_block(r, s, compact)) decode_compact_params(compact, s);
+  FramedParams framed;
+  frame_param_block(r, s, framed);
+  decode_framed_params(framed, s);
 }
 
 namespace {

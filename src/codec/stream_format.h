@@ -129,19 +129,20 @@ void check_head_shape(const CodeStream& head, size_t index, const BatchShape& sh
 void write_param_block(const CodeStream& s, ParamPrecision precision, const CompactGrid& grid,
                        std::vector<uint8_t>& out, std::span<const uint8_t> compact_section = {});
 void read_param_block(wire::Reader& r, CodeStream& s);
-// read_param_block in two steps, so that a batch's heads decode their compact bits in
-// parallel: fixed-width parameters are read (false returned); compact ones only framed into
-// `compact` (true), for decode_compact_params.
-struct CompactParams {
-  std::span<const uint8_t> bits;
-  size_t offset = 0;
-  CompactGrid grid;
+// read_param_block in two steps, so that a batch's heads read their parameters in parallel:
+// frame_param_block checks a block's framing and keeps its bytes, decode_framed_params reads
+// and checks them into s (compact bits decoded, fixed-width values loaded).
+struct FramedParams {
+  ParamPrecision precision = ParamPrecision::compact;
+  std::span<const uint8_t> bits;  // compact: the section; fp16/fp32: the scales, then the zeros
+  size_t offset = 0;              // of bits in the batch
+  CompactGrid grid;               // compact only
 };
-bool frame_param_block(wire::Reader& r, CodeStream& s, CompactParams& compact);
-void decode_compact_params(const CompactParams& compact, CodeStream& s);
-// decode_compact_params(ca, sa) then (cb, sb), a's errors first (`failing` says whose: 0 or
-// 1), the two sections' codes read side by side.
-void decode_compact_params_pair(const CompactParams& ca, CodeStream& sa, const CompactParams& cb,
+void frame_param_block(wire::Reader& r, const CodeStream& s, FramedParams& framed);
+void decode_framed_params(const FramedParams& framed, CodeStream& s);
+// decode_framed_params(ca, sa) then (cb, sb) for two compact blocks, a's errors first
+// (`failing` says whose: 0 or 1), the two sections' codes read side by side.
+void decode_compact_params_pair(const FramedParams& ca, CodeStream& sa, const FramedParams& cb,
                                 CodeStream& sb, int& failing);
 
 // Shared-model batch (layout 1): heads must share n_rows, dim, bits and group_size.

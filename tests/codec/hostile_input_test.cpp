@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
@@ -255,6 +256,46 @@ TEST(CodecHostile, NonFiniteOrNonPositiveParametersAreCorruptInput) {
     }
   }
   EXPECT_NO_THROW((void)decode(good));
+}
+
+// A shared batch's fixed-width (fp32) parameters are read on the pool's threads: damaged ones
+// in two heads report the first of them, as a sequential read would, on any thread count, and
+// the undamaged batch decodes alike on all of them.
+TEST(CodecHostile, SharedBatchFixedParametersFailAtTheFirstBadHead) {
+  constexpr size_t kHeads = 12, kRows = 256, kDim = 32;  // enough parameters for threads
+  const auto x = test::random_walk(kHeads * kRows, kDim, 0.1f, 12);
+  const std::vector<CodeStream> streams = quantize_to_codes_batch(x, kHeads, kRows, kDim, 3, 32);
+  const std::vector<uint8_t> good =
+      encode_batch(streams);  // fp32 parameters: they fit nothing less
+  ASSERT_EQ(good.at(6), 1);   // the shared-model layout
+  const auto at_param = [&](size_t h, size_t i) {
+    float v = streams[h].scale[i];
+    uint8_t b[4];
+    std::memcpy(b, &v, 4);  // the test host is little-endian, as the format
+    const auto it = std::search(good.begin(), good.end(), b, b + 4);
+    EXPECT_NE(it, good.end());
+    return static_cast<size_t>(it - good.begin());
+  };
+  std::vector<uint8_t> bad = good;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), negative = -1.0f;
+  std::memcpy(bad.data() + at_param(9, 7), &nan, 4);
+  std::memcpy(bad.data() + at_param(5, 3), &negative, 4);
+  std::vector<Half> want;
+  for (const size_t threads : {1, 2, 3}) {
+    set_thread_count(threads);
+    try {
+      (void)decode_batch_to_half(bad);
+      ADD_FAILURE() << threads << " threads: accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::corrupt_input);
+      EXPECT_EQ(e.message().rfind("codec batch, head 5: codec stream: parameter 3 ", 0), 0u)
+          << e.what();
+    }
+    const std::vector<Half> got = decode_batch_to_half(good);
+    if (want.empty()) want = got;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(Half)), 0) << threads;
+  }
+  set_thread_count(0);
 }
 
 }  // namespace
