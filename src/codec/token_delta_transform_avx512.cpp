@@ -143,8 +143,6 @@ void column_rows(const uint8_t* in, size_t n_rows, size_t group_size, const Para
   }
 }
 
-}  // namespace
-
 // packed_rows of N heads for the row width dim (8, 16 or 32 channels).
 template <int N>
 void packed_heads(const DeltaHead* heads, size_t dim, size_t n_rows, size_t group_size,
@@ -158,6 +156,8 @@ void packed_heads(const DeltaHead* heads, size_t dim, size_t n_rows, size_t grou
       return packed_rows<4, N>(heads, n_rows, group_size, keep, bits);
   }
 }
+
+}  // namespace
 
 void symbols_to_codes_avx512(std::span<const DeltaHead> heads, size_t n_rows, size_t dim, int bits,
                              size_t group_size, const uint8_t* keep) {
