@@ -37,8 +37,7 @@ constexpr size_t kMinParallelParams = 2048;
 size_t slice_heads(size_t G, size_t n) {
   const size_t base = std::min(G, std::max<size_t>(1, (kSliceElements + n - 1) / n));
   for (size_t multiple : {size_t{8}, size_t{4}}) {
-    if ((G / base) % multiple == 0 && G % base == 0) return base;
-    for (size_t h = base + 1; h <= 2 * base && h <= G; ++h)
+    for (size_t h = base; h <= 2 * base && h <= G; ++h)
       if (G % h == 0 && (G / h) % multiple == 0) return h;
   }
   return base;
