@@ -334,12 +334,21 @@ CostBound table_cost_bound(ChannelKind kind, std::span<const uint32_t> counts, i
   uint64_t total = 0;
   double part[4] = {0, 0, 0, 0};
   uint32_t n_present = 0;
-  for (size_t s = 0; s < counts.size(); ++s) {
-    const uint32_t c = counts[s];
+  const auto add = [&](double& sum, uint32_t c) {
     total += c;
-    part[s & 3] += count_log2_count(clog, c);
+    sum += count_log2_count(clog, c);
     n_present += c != 0;
+  };
+  // Unrolled by hand: indexed by s & 3, the partial sums stayed in memory, each addition
+  // waiting on the store before it.
+  size_t s = 0;
+  for (; s + 4 <= counts.size(); s += 4) {
+    add(part[0], counts[s]);
+    add(part[1], counts[s + 1]);
+    add(part[2], counts[s + 2]);
+    add(part[3], counts[s + 3]);
   }
+  for (; s < counts.size(); ++s) add(part[s & 3], counts[s]);
   const double sum_clog = (part[0] + part[1]) + (part[2] + part[3]);
   // The list's entries before the last present one (in list order, found from the end) are
   // the other present ones (2 bits each) and absent ones (1 bit each).
