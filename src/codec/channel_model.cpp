@@ -18,10 +18,11 @@ constexpr int kKindBits = 2, kPrecisionBits = 4, kEgOrderBits = 2;
 struct Present {
   uint16_t sym[256];
   uint32_t count[256];
-  double count_d[256];  // the same counts (exact)
+  double share[256];  // the doubles nearest count * inv_total
   size_t n = 0, most = 0;
   uint64_t total = 0;
-  double inv_total = 0;  // the double nearest 1 / total
+  double inv_total = 0;   // the double nearest 1 / total
+  double half_share = 0;  // the double nearest floor(total / 2) * inv_total, plus 2^-36
   explicit Present(std::span<const uint32_t> counts) {
     // Without a branch per symbol (absent ones, scattered over wide alphabets, mispredicted):
     // every symbol is written at n, which advances past present ones only.
@@ -30,7 +31,6 @@ struct Present {
       const uint32_t c = counts[s];
       sym[n] = static_cast<uint16_t>(s);
       count[n] = c;
-      count_d[n] = c;
       const bool more = c > most_count;
       most = more ? n : most;
       most_count = more ? c : most_count;
@@ -38,6 +38,8 @@ struct Present {
       total += c;
     }
     inv_total = total ? 1.0 / static_cast<double>(total) : 0.0;
+    for (size_t i = 0; i < n; ++i) share[i] = static_cast<double>(count[i]) * inv_total;
+    half_share = static_cast<double>(total / 2) * inv_total + 0x1p-36;
   }
 };
 
@@ -51,16 +53,16 @@ bool normalize(const Present& p, int t, uint16_t* f) {
   if (p.total <= (uint64_t{1} << 32)) {
     // floor(a / total), a = count * 2^t + floor(total / 2), without a 64-bit division (its
     // latency was half of this function): a / total <= 2^12 + 1/2 is an integer or at least
-    // 1 / total >= 2^-32 below the next one, a * inv_total is within 2^-39 of it (IEEE
-    // double, the same on every machine), so adding 2^-36 and truncating gives the same
-    // integer. a < 2^45 is exact in double, so it is formed there (a loop the compiler
-    // vectorises).
+    // 1 / total >= 2^-32 below the next one. share * 2^t + half_share (IEEE double, the same
+    // on every machine) is within 2^-39 of it plus 2^-36 (share * 2^t and the sum are within
+    // 2^-40 and 2^-41, half_share within 2^-52), so truncating gives the same integer. The
+    // shares are formed once per histogram: a precision's pass is one multiply-add per
+    // symbol (a loop the compiler vectorises).
     // q <= 2^t (count <= total), so only the floor at 1 is needed: q + (q == 0), as q >= 0
     // (a compare and a subtract where SSE2 has no integer max).
-    const double scale = static_cast<double>(target), half = static_cast<double>(p.total / 2);
+    const double scale = static_cast<double>(target);
     for (size_t i = 0; i < p.n; ++i) {
-      const double a = p.count_d[i] * scale + half;
-      int32_t q = static_cast<int32_t>(a * p.inv_total + 0x1p-36);
+      int32_t q = static_cast<int32_t>(p.share[i] * scale + p.half_share);
       q += q == 0;
       f[i] = static_cast<uint16_t>(q);
       sum += static_cast<uint32_t>(q);
