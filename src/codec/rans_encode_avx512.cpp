@@ -6,6 +6,8 @@
 // compare the paths).
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "codec/rans.h"
 
 namespace cachegen::detail {
@@ -45,39 +47,119 @@ struct Step8 {
   }
 };
 
-}  // namespace
-
-// 32 lanes: four vectors of 8, the entries of 16 lanes read by two 64-bit gathers indexed by
-// one vector of channel * n_syms + symbol, and their words stored by one compress. (Until the
-// seventeenth session this kernel kept 16 states in 32-bit lanes and read 32-bit entries and a
-// double 1 / f per lane, three gathers per 16 lanes: on an AMD Zen 4 VM, where a 16-lane 32-bit
-// gather costs as much as two 8-lane 64-bit ones, rANS encode of codes +5% on the synthetic set,
-// the same bytes.)
-size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
-                          uint32_t* x, uint16_t* words, size_t w_pos) {
-  const uint64_t* const entries = t.narrow;
-  const Step8 step(t.precision);
-  const __m512i dim_v = _mm512_set1_epi32(static_cast<int>(dim));
-  const __m512i step_v = _mm512_set1_epi32(static_cast<int>(16 % dim));
-  const __m512i n_syms_v = _mm512_set1_epi32(t.n_syms);
-  // Channels of the last step's upper half: element end - 16 + j is lane 16 + j.
-  __m512i chan;
-  {
+// The entries of 16 lanes (two vectors of 8) from the symbols at `sym`, lane j's element at
+// sym[j]: by two 64-bit gathers indexed by one vector of channel * n_syms + symbol, whose
+// channels it steps on by 16 elements each call, from the last 16 elements backwards.
+class GatheredEntries {
+ public:
+  GatheredEntries(const RansEncodeTables& t, size_t dim, size_t end)
+      : entries_(t.narrow),
+        dim_v_(_mm512_set1_epi32(static_cast<int>(dim))),
+        step_v_(_mm512_set1_epi32(static_cast<int>(16 % dim))),
+        n_syms_v_(_mm512_set1_epi32(t.n_syms)) {
+    // Channels of the last 16 elements: element end - 16 + j is lane j.
     alignas(64) int32_t c0[16];
     for (int j = 0; j < 16; ++j) c0[j] = static_cast<int32_t>((end - 16 + j) % dim);
-    chan = _mm512_load_si512(c0);
+    chan_ = _mm512_load_si512(c0);
   }
+  void next16(const uint8_t* sym, __m512i& lo, __m512i& hi) {
+    const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym)));
+    const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(chan_, n_syms_v_), s);
+    hi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), entries_, 8);
+    lo = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), entries_, 8);
+    // The next 16 elements' channels: 16 fewer, modulo dim.
+    chan_ = _mm512_sub_epi32(chan_, step_v_);
+    chan_ = _mm512_mask_add_epi32(chan_, _mm512_cmplt_epi32_mask(chan_, _mm512_setzero_si512()),
+                                  chan_, dim_v_);
+  }
+
+ private:
+  const uint64_t* entries_;
+  __m512i dim_v_, step_v_, n_syms_v_, chan_;
+};
+
+// The same from tables held in registers, for models of at most 8 * kTables <= 64 entries
+// whose channel count divides 8 (head_dim 8, say): lane j of every vector of 8 is channel
+// j % dim, so entry (j % dim) * n_syms + symbol is picked by permutes of two registers each
+// (16 entries) and blends on the index's bits 4 and 5. On an AMD Zen 4 VM a gather of 8 entries
+// was most of a step: two 8-lane payloads of stories260K's shape (8 channels, 8 symbols)
+// encoded in 12.6 us instead of 20.3.
+template <int kTables>
+class HeldEntries {
+ public:
+  static_assert(kTables == 2 || kTables == 4 || kTables == 8);
+  HeldEntries(const RansEncodeTables& t, size_t dim) {
+    const size_t n = dim * static_cast<size_t>(t.n_syms);  // <= 8 * kTables
+    for (size_t i = 0; i < kTables; ++i) {
+      const size_t have = n > 8 * i ? std::min<size_t>(8, n - 8 * i) : 0;
+      table_[i] =
+          _mm512_maskz_loadu_epi64(static_cast<__mmask8>((1u << have) - 1), t.narrow + 8 * i);
+    }
+    alignas(64) int64_t r[8];
+    for (size_t j = 0; j < 8; ++j)
+      r[j] = static_cast<int64_t>((j % dim) * static_cast<size_t>(t.n_syms));
+    row_ = _mm512_load_si512(r);
+  }
+  __m512i next8(const uint8_t* sym) const {
+    const __m512i g = _mm512_add_epi64(
+        row_, _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym))));
+    const __m512i lo = pair(0, g);
+    if constexpr (kTables == 2) return lo;
+    const __mmask8 bit4 = _mm512_test_epi64_mask(g, _mm512_set1_epi64(16));
+    const __m512i low32 = _mm512_mask_blend_epi64(bit4, lo, pair(1, g));
+    if constexpr (kTables == 4) return low32;
+    const __m512i high32 = _mm512_mask_blend_epi64(bit4, pair(2, g), pair(3, g));
+    return _mm512_mask_blend_epi64(_mm512_test_epi64_mask(g, _mm512_set1_epi64(32)), low32, high32);
+  }
+  void next16(const uint8_t* sym, __m512i& lo, __m512i& hi) const {
+    lo = next8(sym);
+    hi = next8(sym + 8);
+  }
+
+ private:
+  // Entries 16k .. 16k + 15 by the index's low 4 bits.
+  __m512i pair(int k, __m512i g) const {
+    return _mm512_permutex2var_epi64(table_[2 * k], g, table_[2 * k + 1]);
+  }
+  __m512i table_[kTables];
+  __m512i row_;
+};
+
+// Calls f with the held entries of t's models when they fit in registers (see HeldEntries),
+// else with nullptr.
+template <class F>
+size_t with_held_entries(const RansEncodeTables& t, size_t dim, F&& f) {
+  const size_t n = dim * static_cast<size_t>(t.n_syms);
+  if (8 % dim != 0 || n > 64) return f(static_cast<HeldEntries<2>*>(nullptr));
+  if (n <= 16) {
+    HeldEntries<2> e(t, dim);
+    return f(&e);
+  }
+  if (n <= 32) {
+    HeldEntries<4> e(t, dim);
+    return f(&e);
+  }
+  HeldEntries<8> e(t, dim);
+  return f(&e);
+}
+
+// 32 lanes: four vectors of 8, the entries of 16 lanes at a time from `entries`, their words
+// stored by one compress. (Until the seventeenth session this kernel kept 16 states in 32-bit
+// lanes and read 32-bit entries and a double 1 / f per lane, three gathers per 16 lanes: on an
+// AMD Zen 4 VM, where a 16-lane 32-bit gather costs as much as two 8-lane 64-bit ones, rANS
+// encode of codes +5% on the synthetic set, the same bytes; a 16-lane step on the 64-bit
+// entries' halves, split by two permutes, measured 2-3% slower in the nineteenth session.)
+template <class Entries>
+size_t encode_lanes32(const Step8& step, Entries& entries, const uint8_t* symbols, size_t end,
+                      uint32_t* x, uint16_t* words, size_t w_pos) {
   __m512i xs[4];  // lanes 8k..8k+7
   for (int k = 0; k < 4; ++k)
     xs[k] = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * k)));
   for (size_t i0 = end; i0 >= 32; i0 -= 32) {
     for (int half_index = 1; half_index >= 0; --half_index) {
       const size_t base = i0 - 32 + static_cast<size_t>(half_index) * 16;
-      const __m512i sym =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(symbols + base)));
-      const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(chan, n_syms_v), sym);
-      const __m512i e_hi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), entries, 8);
-      const __m512i e_lo = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), entries, 8);
+      __m512i e_lo, e_hi;
+      entries.next16(symbols + base, e_lo, e_hi);
       __m512i& x_hi = xs[2 * half_index + 1];
       __m512i& x_lo = xs[2 * half_index];
       const __m512i before = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(x_lo)),
@@ -89,10 +171,6 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
           _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(static_cast<__mmask16>(emit), before));
       w_pos -= static_cast<size_t>(n_emit);
       _mm256_mask_storeu_epi16(words + w_pos, static_cast<__mmask16>((1u << n_emit) - 1), packed);
-      // The next 16 elements' channels: 16 fewer, modulo dim.
-      chan = _mm512_sub_epi32(chan, step_v);
-      chan = _mm512_mask_add_epi32(chan, _mm512_cmplt_epi32_mask(chan, _mm512_setzero_si512()),
-                                   chan, dim_v);
     }
   }
   for (int k = 0; k < 4; ++k)
@@ -100,38 +178,67 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
   return w_pos;
 }
 
-// 8-lane payloads: one step of 8 elements per vector, one 64-bit gather per step.
-size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
-                                 size_t end, uint32_t* x, uint16_t* words, size_t w_pos) {
-  const uint64_t* const entries = t.narrow;
-  const Step8 step(t.precision);
-  const auto n_syms = static_cast<int64_t>(t.n_syms);
-  const __m512i wrap_v = _mm512_set1_epi64(static_cast<int64_t>(dim) * n_syms);
-  const __m512i step_v = _mm512_set1_epi64(static_cast<int64_t>(8 % dim) * n_syms);
-  // Table rows (channel * n_syms) of the last step: element end - 8 + j is lane j.
-  __m512i row;
-  {
-    alignas(64) int64_t r0[8];
-    for (int j = 0; j < 8; ++j) r0[j] = static_cast<int64_t>((end - 8 + j) % dim) * n_syms;
-    row = _mm512_load_si512(r0);
-  }
+// 8 lanes: one vector, the entries of a step by one 64-bit gather (or from HeldEntries).
+template <class NextEntries>
+size_t encode_lanes8(const Step8& step, NextEntries&& next, const uint8_t* symbols, size_t end,
+                     uint32_t* x, uint16_t* words, size_t w_pos) {
   __m512i xs = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
   for (size_t i0 = end; i0 >= 8; i0 -= 8) {
-    const __m512i sym =
-        _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(symbols + i0 - 8)));
-    const __m512i e = _mm512_i64gather_epi64(_mm512_add_epi64(row, sym), entries, 8);
+    const __m512i e = next(symbols + i0 - 8);
     const __m512i before = xs;
     const __mmask8 emit = step(xs, e);
     const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
     const __m128i packed = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, before));
     w_pos -= static_cast<size_t>(n_emit);
     _mm_mask_storeu_epi16(words + w_pos, static_cast<__mmask8>((1u << n_emit) - 1), packed);
-    row = _mm512_sub_epi64(row, step_v);
-    row = _mm512_mask_add_epi64(row, _mm512_cmplt_epi64_mask(row, _mm512_setzero_si512()), row,
-                                wrap_v);
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(x), _mm512_cvtepi64_epi32(xs));
   return w_pos;
+}
+
+}  // namespace
+
+size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
+                          uint32_t* x, uint16_t* words, size_t w_pos) {
+  const Step8 step(t.precision);
+  return with_held_entries(t, dim, [&](auto* held) {
+    if (held) return encode_lanes32(step, *held, symbols, end, x, words, w_pos);
+    GatheredEntries gathered(t, dim, end);
+    return encode_lanes32(step, gathered, symbols, end, x, words, w_pos);
+  });
+}
+
+size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
+                                 size_t end, uint32_t* x, uint16_t* words, size_t w_pos) {
+  const Step8 step(t.precision);
+  return with_held_entries(t, dim, [&](auto* held) {
+    if (held) {
+      return encode_lanes8(
+          step, [&](const uint8_t* sym) { return held->next8(sym); }, symbols, end, x, words,
+          w_pos);
+    }
+    // Table rows (channel * n_syms) of the last step: element end - 8 + j is lane j.
+    const auto n_syms = static_cast<int64_t>(t.n_syms);
+    const __m512i wrap_v = _mm512_set1_epi64(static_cast<int64_t>(dim) * n_syms);
+    const __m512i step_v = _mm512_set1_epi64(static_cast<int64_t>(8 % dim) * n_syms);
+    alignas(64) int64_t r0[8];
+    for (int j = 0; j < 8; ++j) r0[j] = static_cast<int64_t>((end - 8 + j) % dim) * n_syms;
+    __m512i row = _mm512_load_si512(r0);
+    const uint64_t* const entries = t.narrow;
+    return encode_lanes8(
+        step,
+        [&](const uint8_t* sym) {
+          const __m512i e = _mm512_i64gather_epi64(
+              _mm512_add_epi64(row, _mm512_cvtepu8_epi64(
+                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym)))),
+              entries, 8);
+          row = _mm512_sub_epi64(row, step_v);
+          row = _mm512_mask_add_epi64(row, _mm512_cmplt_epi64_mask(row, _mm512_setzero_si512()),
+                                      row, wrap_v);
+          return e;
+        },
+        symbols, end, x, words, w_pos);
+  });
 }
 
 }  // namespace cachegen::detail
