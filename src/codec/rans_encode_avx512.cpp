@@ -78,6 +78,27 @@ class GatheredEntries {
   __m512i dim_v_, step_v_, n_syms_v_, chan_;
 };
 
+// Entry g (< 8 * kTables) of the entries in `table`, 8 a register: permutes of register pairs
+// (16 entries) by g's low 4 bits, blended on its bits 4 and 5.
+template <int kTables>
+__m512i pick(const __m512i* table, __m512i g) {
+  static_assert(kTables == 2 || kTables == 4 || kTables == 8);
+  const auto pair = [&](int k) {
+    return _mm512_permutex2var_epi64(table[2 * k], g, table[2 * k + 1]);
+  };
+  if constexpr (kTables == 2) {
+    return pair(0);
+  } else {
+    const __mmask8 bit4 = _mm512_test_epi64_mask(g, _mm512_set1_epi64(16));
+    const auto quarter = [&](int k) {
+      return _mm512_mask_blend_epi64(bit4, pair(2 * k), pair(2 * k + 1));
+    };
+    if constexpr (kTables == 4) return quarter(0);
+    return _mm512_mask_blend_epi64(_mm512_test_epi64_mask(g, _mm512_set1_epi64(32)), quarter(0),
+                                   quarter(1));
+  }
+}
+
 // The same from tables held in registers, for models of at most 8 * kTables <= 64 entries
 // whose channel count divides 8 (head_dim 8, say): lane j of every vector of 8 is channel
 // j % dim, so entry (j % dim) * n_syms + symbol is picked by permutes of two registers each
@@ -87,7 +108,6 @@ class GatheredEntries {
 template <int kTables>
 class HeldEntries {
  public:
-  static_assert(kTables == 2 || kTables == 4 || kTables == 8);
   HeldEntries(const RansEncodeTables& t, size_t dim) {
     const size_t n = dim * static_cast<size_t>(t.n_syms);  // <= 8 * kTables
     for (size_t i = 0; i < kTables; ++i) {
@@ -101,15 +121,10 @@ class HeldEntries {
     row_ = _mm512_load_si512(r);
   }
   __m512i next8(const uint8_t* sym) const {
-    const __m512i g = _mm512_add_epi64(
-        row_, _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym))));
-    const __m512i lo = pair(0, g);
-    if constexpr (kTables == 2) return lo;
-    const __mmask8 bit4 = _mm512_test_epi64_mask(g, _mm512_set1_epi64(16));
-    const __m512i low32 = _mm512_mask_blend_epi64(bit4, lo, pair(1, g));
-    if constexpr (kTables == 4) return low32;
-    const __m512i high32 = _mm512_mask_blend_epi64(bit4, pair(2, g), pair(3, g));
-    return _mm512_mask_blend_epi64(_mm512_test_epi64_mask(g, _mm512_set1_epi64(32)), low32, high32);
+    return pick<kTables>(
+        table_,
+        _mm512_add_epi64(
+            row_, _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym)))));
   }
   void next16(const uint8_t* sym, __m512i& lo, __m512i& hi) const {
     lo = next8(sym);
@@ -117,30 +132,84 @@ class HeldEntries {
   }
 
  private:
-  // Entries 16k .. 16k + 15 by the index's low 4 bits.
-  __m512i pair(int k, __m512i g) const {
-    return _mm512_permutex2var_epi64(table_[2 * k], g, table_[2 * k + 1]);
-  }
   __m512i table_[kTables];
   __m512i row_;
 };
 
-// Calls f with the held entries of t's models when they fit in registers (see HeldEntries),
-// else with nullptr.
+// The same from memory for models over a multiple of 8 channels with at most 8 symbols: the 8
+// lanes of a vector are 8 consecutive channels, whose 8 * n_syms entries (kTables = n_syms
+// registers) are consecutive too; loaded for every vector, they are still cheaper than its
+// gather on an AMD Zen 4 VM: tinystories-hd64's fused fp16 encode -15% (3 bits), the synthetic
+// set's -11%. (Sixteen symbols, 16 registers a vector, were 38% slower than the gathers.)
+// Channels step back by 8 elements each call, from the last 8 elements.
+template <int kTables>
+class LoadedEntries {
+ public:
+  LoadedEntries(const RansEncodeTables& t, size_t dim, size_t end)
+      : entries_(t.narrow),
+        n_syms_(static_cast<size_t>(t.n_syms)),
+        dim_(dim),
+        chan_((end - 8) % dim) {
+    alignas(64) int64_t r[8];
+    for (size_t j = 0; j < 8; ++j) r[j] = static_cast<int64_t>(j * n_syms_);
+    row_ = _mm512_load_si512(r);
+  }
+  __m512i next8(const uint8_t* sym) {
+    const uint64_t* const block = entries_ + chan_ * n_syms_;
+    __m512i table[kTables];
+    for (int i = 0; i < kTables; ++i) table[i] = _mm512_loadu_si512(block + 8 * i);
+    chan_ = chan_ >= 8 ? chan_ - 8 : chan_ + dim_ - 8;
+    return pick<kTables>(
+        table, _mm512_add_epi64(row_, _mm512_cvtepu8_epi64(
+                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym)))));
+  }
+  void next16(const uint8_t* sym, __m512i& lo, __m512i& hi) {
+    hi = next8(sym + 8);
+    lo = next8(sym);
+  }
+
+ private:
+  const uint64_t* entries_;
+  size_t n_syms_, dim_, chan_;
+  __m512i row_;
+};
+
+// Calls f with a pointer to t's entries held in registers or loaded by rows (see there) where
+// its models allow, else with nullptr (the caller gathers them).
 template <class F>
-size_t with_held_entries(const RansEncodeTables& t, size_t dim, F&& f) {
+size_t with_entries(const RansEncodeTables& t, size_t dim, size_t end, F&& f) {
   const size_t n = dim * static_cast<size_t>(t.n_syms);
-  if (8 % dim != 0 || n > 64) return f(static_cast<HeldEntries<2>*>(nullptr));
-  if (n <= 16) {
-    HeldEntries<2> e(t, dim);
+  if (8 % dim == 0 && n <= 64) {
+    if (n <= 16) {
+      HeldEntries<2> e(t, dim);
+      return f(&e);
+    }
+    if (n <= 32) {
+      HeldEntries<4> e(t, dim);
+      return f(&e);
+    }
+    HeldEntries<8> e(t, dim);
     return f(&e);
   }
-  if (n <= 32) {
-    HeldEntries<4> e(t, dim);
-    return f(&e);
+  if (dim % 8 == 0) {
+    switch (t.n_syms) {
+      case 2: {
+        LoadedEntries<2> e(t, dim, end);
+        return f(&e);
+      }
+      case 4: {
+        LoadedEntries<4> e(t, dim, end);
+        return f(&e);
+      }
+      case 8: {
+        LoadedEntries<8> e(t, dim, end);
+        return f(&e);
+      }
+      default:
+        break;
+    }
   }
-  HeldEntries<8> e(t, dim);
-  return f(&e);
+  return f(static_cast<HeldEntries<2>*>(nullptr));
 }
 
 // 32 lanes: four vectors of 8, the entries of 16 lanes at a time from `entries`, their words
@@ -201,8 +270,8 @@ size_t encode_lanes8(const Step8& step, NextEntries&& next, const uint8_t* symbo
 size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
                           uint32_t* x, uint16_t* words, size_t w_pos) {
   const Step8 step(t.precision);
-  return with_held_entries(t, dim, [&](auto* held) {
-    if (held) return encode_lanes32(step, *held, symbols, end, x, words, w_pos);
+  return with_entries(t, dim, end, [&](auto* entries) {
+    if (entries) return encode_lanes32(step, *entries, symbols, end, x, words, w_pos);
     GatheredEntries gathered(t, dim, end);
     return encode_lanes32(step, gathered, symbols, end, x, words, w_pos);
   });
@@ -211,27 +280,28 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
 size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
                                  size_t end, uint32_t* x, uint16_t* words, size_t w_pos) {
   const Step8 step(t.precision);
-  return with_held_entries(t, dim, [&](auto* held) {
-    if (held) {
+  return with_entries(t, dim, end, [&](auto* entries) {
+    if (entries) {
       return encode_lanes8(
-          step, [&](const uint8_t* sym) { return held->next8(sym); }, symbols, end, x, words,
+          step, [&](const uint8_t* sym) { return entries->next8(sym); }, symbols, end, x, words,
           w_pos);
     }
-    // Table rows (channel * n_syms) of the last step: element end - 8 + j is lane j.
+    // One 64-bit gather a step. Table rows (channel * n_syms) of the last step: element
+    // end - 8 + j is lane j.
     const auto n_syms = static_cast<int64_t>(t.n_syms);
     const __m512i wrap_v = _mm512_set1_epi64(static_cast<int64_t>(dim) * n_syms);
     const __m512i step_v = _mm512_set1_epi64(static_cast<int64_t>(8 % dim) * n_syms);
     alignas(64) int64_t r0[8];
     for (int j = 0; j < 8; ++j) r0[j] = static_cast<int64_t>((end - 8 + j) % dim) * n_syms;
     __m512i row = _mm512_load_si512(r0);
-    const uint64_t* const entries = t.narrow;
+    const uint64_t* const narrow = t.narrow;
     return encode_lanes8(
         step,
         [&](const uint8_t* sym) {
           const __m512i e = _mm512_i64gather_epi64(
               _mm512_add_epi64(row, _mm512_cvtepu8_epi64(
                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym)))),
-              entries, 8);
+              narrow, 8);
           row = _mm512_sub_epi64(row, step_v);
           row = _mm512_mask_add_epi64(row, _mm512_cmplt_epi64_mask(row, _mm512_setzero_si512()),
                                       row, wrap_v);

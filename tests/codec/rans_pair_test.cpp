@@ -82,15 +82,18 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
     int bits, lanes;
   };
   // Full steps only, a partial step at the end (coded first by the scalar loop), one step,
-  // periods 1, 3 and 33 against 8 and 32 lanes. Models of at most 64 entries over 1, 2, 4 or 8
-  // channels are held in registers by the AVX-512 encoders: 2 and 4 entries (a register partly
-  // filled), 16, 32 and 64 (by the index's bits 4 and 5; one channel: the symbol's); 8 channels
-  // of 16 symbols are gathered.
-  const Case cases[] = {{8, 8192, 3, 8},  {24, 7205, 4, 8}, {33, 4099, 2, 8},    {8, 8, 1, 8},
-                        {1, 9000, 5, 8},  {8, 7, 3, 8},     {128, 32768, 3, 32}, {33, 16411, 4, 32},
-                        {8, 2000, 3, 4},  {100, 300, 6, 1}, {8, 4096, 3, 32},    {4, 4099, 2, 32},
-                        {2, 4096, 4, 8},  {1, 2048, 6, 32}, {2, 4104, 3, 32},    {4, 4096, 3, 8},
-                        {8, 4096, 4, 32}, {1, 8192, 4, 8},  {1, 4096, 1, 32},    {2, 4096, 1, 8}};
+  // periods 1, 3 and 33 against 8 and 32 lanes. The AVX-512 encoders hold models of at most 64
+  // entries over 1, 2, 4 or 8 channels in registers: 2 and 4 entries (a register partly filled),
+  // 16, 32 and 64 (picked by the index's bits 4 and 5; one channel: by the symbol's); they load
+  // rows of 8 channels of 2, 4 or 8 symbols over a multiple of 8 channels (16, 24, 40, 128); 16
+  // symbols over 8 or 24 channels are gathered.
+  const Case cases[] = {
+      {8, 8192, 3, 8},   {24, 7205, 4, 8},  {33, 4099, 2, 8},    {8, 8, 1, 8},
+      {1, 9000, 5, 8},   {8, 7, 3, 8},      {128, 32768, 3, 32}, {33, 16411, 4, 32},
+      {8, 2000, 3, 4},   {100, 300, 6, 1},  {8, 4096, 3, 32},    {4, 4099, 2, 32},
+      {2, 4096, 4, 8},   {1, 2048, 6, 32},  {2, 4104, 3, 32},    {4, 4096, 3, 8},
+      {8, 4096, 4, 32},  {1, 8192, 4, 8},   {1, 4096, 1, 32},    {2, 4096, 1, 8},
+      {16, 4096, 2, 32}, {24, 4104, 1, 32}, {40, 8000, 3, 8},    {16, 4096, 1, 8}};
   uint32_t seed = 500;
   for (const Case& c : cases) {
     // Channels at their own precisions, one with a single symbol at t = 0 (frequency 2^p
