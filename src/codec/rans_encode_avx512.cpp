@@ -221,29 +221,37 @@ size_t with_entries(const RansEncodeTables& t, size_t dim, size_t end, F&& f) {
 template <class Entries>
 size_t encode_lanes32(const Step8& step, Entries& entries, const uint8_t* symbols, size_t end,
                       uint32_t* x, uint16_t* words, size_t w_pos) {
-  __m512i xs[4];  // lanes 8k..8k+7
-  for (int k = 0; k < 4; ++k)
-    xs[k] = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * k)));
+  // Lanes 8k..8k+7 in x<k>: named, not an array indexed by the half, which kept them in memory
+  // (a store and a reload on every step's chain).
+  const auto load = [&](int k) {
+    return _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * k)));
+  };
+  __m512i x0 = load(0), x1 = load(1), x2 = load(2), x3 = load(3);
+  // The 16 elements from `base`: lanes 0..15 of the half in x_lo (0..7) and x_hi (8..15).
+  const auto half = [&](size_t base, __m512i& x_lo, __m512i& x_hi) {
+    __m512i e_lo, e_hi;
+    entries.next16(symbols + base, e_lo, e_hi);
+    const __m512i before = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(x_lo)),
+                                              _mm512_cvtepi64_epi32(x_hi), 1);
+    const unsigned emit_hi = step(x_hi, e_hi);
+    const unsigned emit = step(x_lo, e_lo) | emit_hi << 8;
+    const int n_emit = __builtin_popcount(emit);
+    const __m256i packed =
+        _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(static_cast<__mmask16>(emit), before));
+    w_pos -= static_cast<size_t>(n_emit);
+    _mm256_mask_storeu_epi16(words + w_pos, static_cast<__mmask16>((1u << n_emit) - 1), packed);
+  };
   for (size_t i0 = end; i0 >= 32; i0 -= 32) {
-    for (int half_index = 1; half_index >= 0; --half_index) {
-      const size_t base = i0 - 32 + static_cast<size_t>(half_index) * 16;
-      __m512i e_lo, e_hi;
-      entries.next16(symbols + base, e_lo, e_hi);
-      __m512i& x_hi = xs[2 * half_index + 1];
-      __m512i& x_lo = xs[2 * half_index];
-      const __m512i before = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(x_lo)),
-                                                _mm512_cvtepi64_epi32(x_hi), 1);
-      const unsigned emit_hi = step(x_hi, e_hi);
-      const unsigned emit = step(x_lo, e_lo) | emit_hi << 8;
-      const int n_emit = __builtin_popcount(emit);
-      const __m256i packed =
-          _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(static_cast<__mmask16>(emit), before));
-      w_pos -= static_cast<size_t>(n_emit);
-      _mm256_mask_storeu_epi16(words + w_pos, static_cast<__mmask16>((1u << n_emit) - 1), packed);
-    }
+    half(i0 - 16, x2, x3);
+    half(i0 - 32, x0, x1);
   }
-  for (int k = 0; k < 4; ++k)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + 8 * k), _mm512_cvtepi64_epi32(xs[k]));
+  const auto store = [&](int k, __m512i v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + 8 * k), _mm512_cvtepi64_epi32(v));
+  };
+  store(0, x0);
+  store(1, x1);
+  store(2, x2);
+  store(3, x3);
   return w_pos;
 }
 
