@@ -2,8 +2,9 @@
 // 64-bit slot. Within a step of n_lanes elements every lane codes one element, so the lanes of
 // a vector are independent; the scalar walk emits their words in decreasing element order at
 // decreasing addresses, i.e. in increasing lane order from the lowest address, which is what a
-// compress-and-store of the emitting lanes writes. The bytes are the scalar encoder's (tests
-// compare the paths).
+// compress-and-store of the emitting lanes writes. Each lane's entry is picked from registers
+// by permutes where the models are small enough (HeldEntries, LoadedEntries), else gathered.
+// The bytes are the scalar encoder's (tests compare the paths).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -255,7 +256,7 @@ size_t encode_lanes32(const Step8& step, Entries& entries, const uint8_t* symbol
   return w_pos;
 }
 
-// 8 lanes: one vector, the entries of a step by one 64-bit gather (or from HeldEntries).
+// 8 lanes: one vector, the entries of a step from `next` (held, loaded or gathered).
 template <class NextEntries>
 size_t encode_lanes8(const Step8& step, NextEntries&& next, const uint8_t* symbols, size_t end,
                      uint32_t* x, uint16_t* words, size_t w_pos) {
