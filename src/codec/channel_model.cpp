@@ -241,13 +241,14 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
   const uint32_t* const log2_of = log2_fixed_table();
   const uint64_t* const eg_bits = eg_bits_packed_table();
   const uint64_t absent_list = present.n ? (last + 1 - present.n) * eg_bits[0] : 0;
-  // The cheapest description of a packed list (its least order).
-  const auto least_desc = [bits](uint64_t list) {
+  // A table's description bits with a packed list coded at order k, and the least over k.
+  const auto desc_at = [bits](uint64_t list, int k) {
+    return kKindBits + kPrecisionBits + kEgOrderBits + static_cast<uint64_t>(bits) +
+           ((list >> (16 * k)) & 0xffff);
+  };
+  const auto least_desc = [&](uint64_t list) {
     uint64_t least = UINT64_MAX;
-    for (int k = 0; k < (1 << kEgOrderBits); ++k) {
-      least = std::min(least, kKindBits + kPrecisionBits + kEgOrderBits +
-                                  static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff));
-    }
+    for (int k = 0; k < (1 << kEgOrderBits); ++k) least = std::min(least, desc_at(list, k));
     return least;
   };
   uint16_t f[256];  // by present index
@@ -255,9 +256,7 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
   const int max_t = max_table_precision(n_rows);
   const auto consider = [&](uint64_t list, uint64_t data, int t) {
     for (int k = 0; k < (1 << kEgOrderBits); ++k) {
-      const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits +
-                            static_cast<uint64_t>(bits) + ((list >> (16 * k)) & 0xffff);
-      const uint64_t cost = (desc << 16) + data;
+      const uint64_t cost = (desc_at(list, k) << 16) + data;
       if (cost < best.cost_fp) best = TableChoice{cost, t, k};
     }
   };
