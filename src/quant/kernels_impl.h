@@ -7,6 +7,7 @@
 // This is branch-free and identical on every target (no roundps/SSE4.1 needed).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -237,8 +238,27 @@ static void quantize_rows(const float* x, size_t rows, size_t dim, const float* 
   for (; r < rows; ++r) quantize_span(x + r * dim, dim, scale, zero, max_code, codes + r * dim);
 }
 
-static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
-                         const float* zero, uint16_t* out, size_t out_stride) {
+#if defined(CACHEGEN_HAVE_F16C)
+// Whether the clamp to +-65504 changes none of the values dequant_rows makes with these
+// parameters: y(q) = fl(fl(q * scale) + zero) is monotone in q (each rounding is), so the
+// values of codes 0 and 255 bound every code's, and a NaN fails the test. The vector loops
+// then skip the clamp's two operations (a quarter of a 64-wide head's dequantization).
+static bool clamp_is_identity(const float* scale, const float* zero, size_t dim) {
+  // Bitwise, not &&: a loop the compiler vectorises.
+  uint32_t outside = 0;
+  for (size_t c = 0; c < dim; ++c) {
+    const float lo = 0.0f * scale[c] + zero[c], hi = 255.0f * scale[c] + zero[c];
+    outside |= static_cast<uint32_t>(!(std::fabs(lo) <= kHalfMax)) |
+               static_cast<uint32_t>(!(std::fabs(hi) <= kHalfMax));
+  }
+  return outside == 0;
+}
+#endif
+
+// dequant_rows with the clamp (kClamp) or without it, where clamp_is_identity holds.
+template <bool kClamp>
+static void dequant_rows_clamped(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
+                                 const float* zero, uint16_t* out, size_t out_stride) {
   size_t r0 = 0;
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
   if (dim == 8 && rows >= 2) {
@@ -250,8 +270,10 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
       const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + r0 * 8));
       const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
       __m512 y = _mm512_add_ps(_mm512_mul_ps(f, sc), zc);
-      y = _mm512_min_ps(y, _mm512_set1_ps(kHalfMax));
-      y = _mm512_max_ps(y, _mm512_set1_ps(-kHalfMax));
+      if constexpr (kClamp) {
+        y = _mm512_min_ps(y, _mm512_set1_ps(kHalfMax));
+        y = _mm512_max_ps(y, _mm512_set1_ps(-kHalfMax));
+      }
       const __m256i h = _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       if (out_stride == 8) {  // contiguous rows: one store
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r0 * 8), h);
@@ -269,8 +291,10 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
     for (; r0 < rows; ++r0) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + r0 * 8));
       __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), sc), zc);
-      y = _mm256_min_ps(y, _mm256_set1_ps(kHalfMax));
-      y = _mm256_max_ps(y, _mm256_set1_ps(-kHalfMax));
+      if constexpr (kClamp) {
+        y = _mm256_min_ps(y, _mm256_set1_ps(kHalfMax));
+        y = _mm256_max_ps(y, _mm256_set1_ps(-kHalfMax));
+      }
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r0 * out_stride),
                        _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
@@ -287,8 +311,10 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
       const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
       __m512 y =
           _mm512_add_ps(_mm512_mul_ps(f, _mm512_loadu_ps(scale + c)), _mm512_loadu_ps(zero + c));
-      y = _mm512_min_ps(y, _mm512_set1_ps(kHalfMax));
-      y = _mm512_max_ps(y, _mm512_set1_ps(-kHalfMax));
+      if constexpr (kClamp) {
+        y = _mm512_min_ps(y, _mm512_set1_ps(kHalfMax));
+        y = _mm512_max_ps(y, _mm512_set1_ps(-kHalfMax));
+      }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + c),
                           _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
@@ -300,8 +326,10 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
       __m256 y =
           _mm256_add_ps(_mm256_mul_ps(f, _mm256_loadu_ps(scale + c)), _mm256_loadu_ps(zero + c));
       // Same operand order as min_f/max_f below (a NaN y becomes the bound on both paths).
-      y = _mm256_min_ps(y, _mm256_set1_ps(kHalfMax));
-      y = _mm256_max_ps(y, _mm256_set1_ps(-kHalfMax));
+      if constexpr (kClamp) {
+        y = _mm256_min_ps(y, _mm256_set1_ps(kHalfMax));
+        y = _mm256_max_ps(y, _mm256_set1_ps(-kHalfMax));
+      }
       _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c),
                        _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
@@ -311,6 +339,17 @@ static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const fl
       o[c] = half_sat(y);
     }
   }
+}
+
+static void dequant_rows(const uint8_t* codes, size_t rows, size_t dim, const float* scale,
+                         const float* zero, uint16_t* out, size_t out_stride) {
+#if defined(CACHEGEN_HAVE_F16C)
+  if (clamp_is_identity(scale, zero, dim)) {
+    dequant_rows_clamped<false>(codes, rows, dim, scale, zero, out, out_stride);
+    return;
+  }
+#endif
+  dequant_rows_clamped<true>(codes, rows, dim, scale, zero, out, out_stride);
 }
 
 // Rows in tiles of four and columns in tiles of 16: the four rows' 16 sums stay in registers

@@ -192,6 +192,54 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
   }
 }
 
+// dequant_rows on every path against the scalar one, bit for bit, into contiguous and strided
+// rows, for row widths that take each vector loop (rows of 8 two a vector, 16- and 8-wide
+// columns, tails): with parameters whose every value lies inside +-65504 (the vector loops then
+// skip the clamp), and with one channel's where the clamp matters — a code's value past 65504
+// from a large scale, code 0's past it from the zero point alone (a negative scale: code 255's
+// is inside), NaN and infinite parameters — or lies on its bound.
+TEST(SimdPaths, DequantRowsGivesTheScalarHalves) {
+  const std::vector<const detail::QuantKernels*> tables = supported_tables();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  struct Params {
+    float scale, zero;
+  };
+  const Params special[] = {{300.0f, 0.0f},    {-300.0f, 70000.0f}, {1.0f, 65504.0f},
+                            {NAN, 1.0f},       {1.0f, NAN},         {INFINITY, 0.0f},
+                            {0.0f, -INFINITY}, {-0.0f, -0.0f},      {1e-3f, -65504.0f}};
+  // special[which - 1] in one channel (which > 0), or ordinary parameters only (which == 0).
+  for (size_t which = 0; which <= std::size(special); ++which) {
+    for (const size_t dim : {1u, 3u, 8u, 16u, 24u, 64u, 100u, 128u}) {
+      for (const size_t rows : {1u, 2u, 3u, 5u, 32u}) {
+        for (const size_t stride : {dim, dim + 8}) {
+          std::vector<uint8_t> codes(rows * dim);
+          for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % (rng() % 2 ? 8 : 256));
+          std::vector<float> scale(dim), zero(dim);
+          for (size_t c = 0; c < dim; ++c) {
+            scale[c] = std::abs(u(rng)) / 7.0f;
+            zero[c] = u(rng);
+          }
+          if (which > 0) {
+            const size_t c = rng() % dim;
+            scale[c] = special[which - 1].scale;
+            zero[c] = special[which - 1].zero;
+          }
+          std::vector<uint16_t> want(rows * stride, 0x5555);
+          tables[0]->dequant_rows(codes.data(), rows, dim, scale.data(), zero.data(), want.data(),
+                                  stride);
+          for (const detail::QuantKernels* k : tables) {
+            std::vector<uint16_t> got(rows * stride, 0x5555);
+            k->dequant_rows(codes.data(), rows, dim, scale.data(), zero.data(), got.data(), stride);
+            ASSERT_EQ(got, want) << "special " << which << " dim " << dim << " rows " << rows
+                                 << " stride " << stride;
+          }
+        }
+      }
+    }
+  }
+}
+
 // channel_histograms against a count of every value, on every path, for shapes that take each
 // of its branches (small alphabets in byte blocks of whole rows or of 64-column pieces of wider
 // rows, one channel in eight tables, two or three channels in four, wide tables in L1-sized
