@@ -316,6 +316,21 @@ size_t slots_pair32(RansDecodeState* const* s, const DecodeTables* const* t,
   return i;
 }
 
+// Whether every one of the channel's frequencies is 1 (its table is 2^t = n_syms entries, one
+// a symbol).
+bool all_ones(const ChannelTable& ch) {
+  const size_t n = ch.freq.size();  // a multiple of 16
+  if (size_t{1} << ch.t != n) return false;
+  const __m256i one = _mm256_set1_epi16(1);
+  __m256i differ = _mm256_setzero_si256();
+  for (size_t s0 = 0; s0 < n; s0 += 16) {
+    differ = _mm256_or_si256(
+        differ, _mm256_xor_si256(one, _mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i*>(ch.freq.data() + s0))));
+  }
+  return _mm256_testz_si256(differ, differ);
+}
+
 }  // namespace
 
 size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
@@ -398,6 +413,17 @@ void fill_slot_entries_avx2(std::span<const ChannelTable> channels, uint32_t* en
   const __m256i one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
   for (const ChannelTable& ch : channels) {
     const size_t n = ch.freq.size();  // a power of two above kMaxSearchSymbols
+    if (all_ones(ch)) {
+      // A uniform channel: entry s is symbol s, 8 a store instead of a block of 16 per symbol
+      // (level high's wide alphabets are uniform in about half of their channels).
+      for (size_t s0 = 0; s0 < n; s0 += 8) {
+        const __m256i sym = _mm256_add_epi32(iota, _mm256_set1_epi32(static_cast<int>(s0)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(entries + s0),
+                            _mm256_or_si256(sym, _mm256_slli_epi32(sym, 20)));
+      }
+      entries += n;
+      continue;
+    }
     for (size_t s0 = 0; s0 < n; s0 += 8) {
       const __m256i f = _mm256_cvtepu16_epi32(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(ch.freq.data() + s0)));

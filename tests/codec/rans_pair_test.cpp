@@ -130,7 +130,9 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
 
 // Slot tables (alphabets above 16 symbols) as every path builds them: the SIMD fill writes the
 // scalar loop's entries, with absent symbols (also the last ones), runs from 1 to 2^12 entries
-// and one-symbol channels (t = 0) among the channels.
+// and one-symbol channels (t = 0) among the channels; channel 1 uniform (2^bits entries, one a
+// symbol: the SIMD fill's own case) and channel 2 of as many entries with half the symbols
+// absent, the others 2 each.
 TEST(RansDecodeTables, EveryPathBuildsTheScalarSlotTables) {
   std::mt19937 rng(77);
   for (const int bits : {5, 6, 8}) {
@@ -142,13 +144,18 @@ TEST(RansDecodeTables, EveryPathBuildsTheScalarSlotTables) {
       ch.t = c == 0 ? 12 : static_cast<int>(rng() % 13);  // t = 12: runs past 2^11
       top = std::max(top, ch.t);
       ch.freq.assign(n, 0);
-      const size_t present = std::min<size_t>(size_t{1} << ch.t, 1 + rng() % n);
+      if (c == 1 || c == 2) ch.t = bits;
+      const size_t present = c == 1   ? n
+                             : c == 2 ? n / 2
+                                      : std::min<size_t>(size_t{1} << ch.t, 1 + rng() % n);
       std::vector<size_t> symbols(n);
       for (size_t s = 0; s < n; ++s) symbols[s] = s;
       std::shuffle(symbols.begin(), symbols.end(), rng);
       for (size_t k = 0; k < present; ++k) ch.freq[symbols[k]] = 1;
-      for (uint32_t left = (1u << ch.t) - static_cast<uint32_t>(present); left > 0; --left)
-        ++ch.freq[symbols[rng() % 3 == 0 ? rng() % present : 0]];  // one long run
+      for (uint32_t left = (1u << ch.t) - static_cast<uint32_t>(present); left > 0; --left) {
+        // channel 2: each present symbol once more; the others one long run
+        ++ch.freq[symbols[c == 2 ? left - 1 : rng() % 3 == 0 ? rng() % present : 0]];
+      }
       ch.cum.assign(n, 0);
       for (size_t s = 1; s < n; ++s)
         ch.cum[s] = static_cast<uint16_t>(ch.cum[s - 1] + ch.freq[s - 1]);
