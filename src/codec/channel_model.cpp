@@ -264,9 +264,16 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
     if (present.n > (size_t{1} << t)) continue;  // normalize's refusal
     // sum of c * (t - log2 f) = t * total - sum of c * log2 f (each term is >= 0: f <= 2^t)
     uint64_t data = (static_cast<uint64_t>(t) * present.total) << 16;
+    // Counts totalling 2^t are their own frequencies at t (normalize rounds nothing), and at
+    // every higher precision u exactly c * 2^(u - t): the same data cost (log2_fixed(2v) is
+    // log2_fixed(v) + 2^16) and a list no shorter at any order (Exp-Golomb lengths grow with
+    // the value), so none of them can cost less: the search ends after t. (Chunks of 256 rows
+    // at 5-6 bits searched 2^9 too.)
+    const bool last_needed = present.total == (uint64_t{1} << t);
     if (present.n == (size_t{1} << t)) {  // every frequency 1, the only table: no pass needed
       consider(absent_list + (present.n - 1) * eg_bits[1], data, t);
       if (winner && best.t == t) std::fill(winner, winner + present.n, uint16_t{1});
+      if (last_needed) break;
       continue;
     }
     normalize(present, t, f);
@@ -280,6 +287,7 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
     if (present.n) list -= eg_bits[f[last_i]];
     consider(list, data, t);
     if (winner && best.t == t) std::copy(f, f + present.n, winner);
+    if (last_needed) break;
     // The bound on every higher precision (their frequencies < 2^12: within the table).
     const uint32_t n = static_cast<uint32_t>(present.n), d = n / 2, e = (n + ones) / 2;
     const uint32_t most = f[present.most];
