@@ -276,7 +276,8 @@ bool later_groups_simd(size_t n_groups, size_t dim, const int64_t* res, const Co
                        float* scale, float* zero) {
   const SimdPath path = simd_path();
   if (path == SimdPath::scalar || n_groups < 2) return false;
-  // The residuals group-major, as 32-bit integers.
+  // The residuals group-major, as 32-bit integers: written in order, read across the channels'
+  // runs (in L1; stored a channel at a time, tinystories-hd64's 3-bit file decode took 2% more).
   thread_local std::vector<int32_t> kept;
   std::vector<int32_t>& rows = kept;
   const size_t n = n_groups * dim;
@@ -284,8 +285,9 @@ bool later_groups_simd(size_t n_groups, size_t dim, const int64_t* res, const Co
   int32_t* ds = rows.data();
   int32_t* dz = ds + n;
   uint64_t far = 0;
-  for (size_t c = 0, p = 0; c < dim; ++c) {
-    for (size_t gi = 0; gi < n_groups; ++gi, ++p) {
+  for (size_t gi = 0; gi < n_groups; ++gi) {
+    for (size_t c = 0; c < dim; ++c) {
+      const size_t p = c * n_groups + gi;
       const int64_t a = res[2 * p], b = res[2 * p + 1];
       // Within +-2^30 exactly when adding 2^30 (mod 2^64) leaves a value below 2^31.
       far |= (static_cast<uint64_t>(a) + (uint64_t{1} << 30)) |
