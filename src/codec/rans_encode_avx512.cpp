@@ -79,6 +79,34 @@ class GatheredEntries {
   __m512i dim_v_, step_v_, n_syms_v_, chan_;
 };
 
+// The same for 8-lane payloads: one 64-bit gather a step of 8, indexed by the lanes' table rows
+// (channel * n_syms), which step back by 8 elements each call, from the last 8 elements.
+class GatheredEntries8 {
+ public:
+  GatheredEntries8(const RansEncodeTables& t, size_t dim, size_t end)
+      : entries_(t.narrow),
+        wrap_v_(_mm512_set1_epi64(static_cast<int64_t>(dim) * t.n_syms)),
+        step_v_(_mm512_set1_epi64(static_cast<int64_t>(8 % dim) * t.n_syms)) {
+    alignas(64) int64_t r0[8];  // element end - 8 + j is lane j
+    for (int j = 0; j < 8; ++j) r0[j] = static_cast<int64_t>((end - 8 + j) % dim) * t.n_syms;
+    row_ = _mm512_load_si512(r0);
+  }
+  __m512i next8(const uint8_t* sym) {
+    const __m512i e = _mm512_i64gather_epi64(
+        _mm512_add_epi64(
+            row_, _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym)))),
+        entries_, 8);
+    row_ = _mm512_sub_epi64(row_, step_v_);
+    row_ = _mm512_mask_add_epi64(row_, _mm512_cmplt_epi64_mask(row_, _mm512_setzero_si512()), row_,
+                                 wrap_v_);
+    return e;
+  }
+
+ private:
+  const uint64_t* entries_;
+  __m512i wrap_v_, step_v_, row_;
+};
+
 // Entry g (< 8 * kTables) of the entries in `table`, 8 a register: permutes of register pairs
 // (16 entries) by g's low 4 bits, blended on its bits 4 and 5.
 template <int kTables>
@@ -289,34 +317,15 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
 size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
                                  size_t end, uint32_t* x, uint16_t* words, size_t w_pos) {
   const Step8 step(t.precision);
-  return with_entries(t, dim, end, [&](auto* entries) {
-    if (entries) {
-      return encode_lanes8(
-          step, [&](const uint8_t* sym) { return entries->next8(sym); }, symbols, end, x, words,
-          w_pos);
-    }
-    // One 64-bit gather a step. Table rows (channel * n_syms) of the last step: element
-    // end - 8 + j is lane j.
-    const auto n_syms = static_cast<int64_t>(t.n_syms);
-    const __m512i wrap_v = _mm512_set1_epi64(static_cast<int64_t>(dim) * n_syms);
-    const __m512i step_v = _mm512_set1_epi64(static_cast<int64_t>(8 % dim) * n_syms);
-    alignas(64) int64_t r0[8];
-    for (int j = 0; j < 8; ++j) r0[j] = static_cast<int64_t>((end - 8 + j) % dim) * n_syms;
-    __m512i row = _mm512_load_si512(r0);
-    const uint64_t* const narrow = t.narrow;
+  const auto run = [&](auto& entries) {
     return encode_lanes8(
-        step,
-        [&](const uint8_t* sym) {
-          const __m512i e = _mm512_i64gather_epi64(
-              _mm512_add_epi64(row, _mm512_cvtepu8_epi64(
-                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym)))),
-              narrow, 8);
-          row = _mm512_sub_epi64(row, step_v);
-          row = _mm512_mask_add_epi64(row, _mm512_cmplt_epi64_mask(row, _mm512_setzero_si512()),
-                                      row, wrap_v);
-          return e;
-        },
-        symbols, end, x, words, w_pos);
+        step, [&](const uint8_t* sym) { return entries.next8(sym); }, symbols, end, x, words,
+        w_pos);
+  };
+  return with_entries(t, dim, end, [&](auto* entries) {
+    if (entries) return run(*entries);
+    GatheredEntries8 gathered(t, dim, end);
+    return run(gathered);
   });
 }
 
