@@ -73,8 +73,8 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                  std::vector<uint8_t>& out);
 
 // The SIMD encoders' view of the models, entry [channel * n_syms + symbol] at precision p.
-// The AVX-512 encoders' entries (narrow) are 64-bit: m - 2^32 | f << 32 | start << 45 | L << 58
-// with L = ceil(log2 f) and m = ceil(2^(32+L) / f), so 2^32 <= m < 2^33. After
+// The AVX-512 encoders' entries (narrow) are 64-bit: m - 2^32 | (2^p - f) << 32 | start << 45 |
+// L << 58 with L = ceil(log2 f) and m = ceil(2^(32+L) / f), so 2^32 <= m < 2^33. After
 // renormalisation x < f * 2^(32-p), and with e = m * f - 2^(32+L) < f, x * e < f^2 * 2^(32-p)
 // <= 2^(32+L) (as L <= p): floor(x * m / 2^(32+L)) = floor(x / f), computed as
 // ((x * (m - 2^32)) >> 32) + x, shifted right by L (floors nest). The division is exact for

@@ -41,11 +41,11 @@ const uint64_t* reciprocals() {
   return table.v;
 }
 
-// The SIMD encoders' entries without their start, by frequency f in 1..2^kMaxPrecision:
-// m - 2^32 | f << 32 | L << 58 (RansEncodeTables::narrow; the AVX2 tables take the same m and
-// L), with L = ceil(log2 f) and m = ceil(2^(32+L) / f) from ceil(2^44 / f) (ceilings of
-// divisions nest), 2^32 <= m < 2^33. Computed once: per entry they were most of the tables'
-// construction (every chunk builds its tables; 5-6% of a level-high file encode).
+// The SIMD encoders' multipliers and shifts by frequency f in 1..2^kMaxPrecision:
+// m - 2^32 | L << 58 (RansEncodeTables::narrow without its 2^p - f and start; the AVX2 tables
+// take the same m and L), with L = ceil(log2 f) and m = ceil(2^(32+L) / f) from ceil(2^44 / f)
+// (ceilings of divisions nest), 2^32 <= m < 2^33. Computed once: per entry they were most of
+// the tables' construction (every chunk builds its tables; 5-6% of a level-high file encode).
 const uint64_t* narrow_bases() {
   struct Table {
     uint64_t v[(1u << kMaxPrecision) + 1];
@@ -56,7 +56,7 @@ const uint64_t* narrow_bases() {
         const int L = std::bit_width(f - 1);
         const int down = kMaxPrecision - L;
         const uint64_t m = (rcp[f] + (uint64_t{1} << down) - 1) >> down;
-        v[f] = (m - (uint64_t{1} << 32)) | uint64_t{f} << 32 | uint64_t(L) << 58;
+        v[f] = (m - (uint64_t{1} << 32)) | uint64_t(L) << 58;
       }
     }
   };
@@ -158,7 +158,8 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   } else if (simd) {
     const auto narrow = std::make_unique_for_overwrite<uint64_t[]>(n_entries);
     for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
-      narrow[i] = f == 0 ? 0 : bases[f] | uint64_t{start} << 45;
+      narrow[i] =
+          f == 0 ? 0 : bases[f] | uint64_t{(1u << precision) - f} << 32 | uint64_t{start} << 45;
     });
     const RansEncodeTables t{narrow.get(), static_cast<int>(n_syms), precision};
     w_pos = lanes == kMaxLanes

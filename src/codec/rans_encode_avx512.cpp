@@ -2,8 +2,8 @@
 // 64-bit slot. Within a step of n_lanes elements every lane codes one element, so the lanes of
 // a vector are independent; the scalar walk emits their words in decreasing element order at
 // decreasing addresses, i.e. in increasing lane order from the lowest address, which is what a
-// compress-and-store of the emitting lanes writes. Each lane's entry is picked from registers
-// by permutes where the models are small enough (HeldEntries, LoadedEntries), else gathered.
+// compress-and-store of the emitting lanes writes. Each lane's entry is picked by blends or
+// permutes where the models are small enough (BlendedEntries, HeldEntries), else gathered.
 // The bytes are the scalar encoder's (tests compare the paths).
 #include <immintrin.h>
 
@@ -16,34 +16,43 @@ namespace cachegen::detail {
 namespace {
 
 // One step of 8 lanes on their entries e (RansEncodeTables::narrow): the state's chain is
-// q = floor(x / f) by a 32 x 32 -> 64 multiply, a shift, an add and a variable shift while x
-// is compared with f << (32 - p), both shifted right 16 where a word is emitted, then
-// x + start + q * (2^p - f). Every value stays below 2^32 (q < 2^(32-p) after
-// renormalisation), so the 64-bit sums equal the scalar encoder's 32-bit ones. q comes from
-// the state before renormalising: an emitting lane's floor((x >> 16) / f) is
-// floor(x / f) >> 16 (floors of divisions nest), and the magic divides every x < 2^32 exactly
-// (x * e < 2^32 * f <= 2^(32+L)), so the compare does not delay the multiply (-5% a symbol,
-// best of 2,000 encodes of an 8-lane payload, 2.45-2.62 -> 2.30-2.49 TSC). Returns the lanes
-// that emit the low 16 bits of their state before the step.
+// q = floor(x / f) by a 32 x 32 -> 64 multiply, a shift, an add and a variable shift, both
+// shifted right 16 where a word is emitted, then x + start + q * (2^p - f). Every value stays
+// below 2^32 (q < 2^(32-p) after renormalisation), so the 64-bit sums equal the scalar
+// encoder's 32-bit ones. q comes from the state before renormalising: an emitting lane's
+// floor((x >> 16) / f) is floor(x / f) >> 16 (floors of divisions nest), and the magic
+// divides every x < 2^32 exactly (x * e < 2^32 * f <= 2^(32+L)). A lane emits where
+// x >= f * 2^(32-p) (the scalar encoder's x_max), which is q >= 2^(32-p): one compare with a
+// constant once q is known (kFromQuotient: the 32-lane kernel, bound by its uops), or
+// x + (2^p - f) * 2^(32-p) >= 2^32 beside the multiply, off the state's chain (the 8-lane
+// kernel, one vector: bound by that chain; taking the compare off it was -5% a symbol, best of
+// 2,000 encodes of an 8-lane payload, 2.45-2.62 -> 2.30-2.49 TSC). Returns the lanes that emit
+// the low 16 bits of their state before the step.
+template <bool kFromQuotient>
 struct Step8 {
-  __m512i full_v, mask13, mask12;
+  __m512i mask13, mask12, quotient_bound, state_bound;
   __m128i renorm_shift;
   explicit Step8(int precision)
-      : full_v(_mm512_set1_epi64(int64_t{1} << precision)),
-        mask13(_mm512_set1_epi64(0x1fff)),
+      : mask13(_mm512_set1_epi64(0x1fff)),
         mask12(_mm512_set1_epi64(0xfff)),
+        quotient_bound(_mm512_set1_epi64(int64_t{1} << (32 - precision))),
+        state_bound(_mm512_set1_epi64(int64_t{1} << 32)),
         renorm_shift(_mm_cvtsi32_si128(32 - precision)) {}
   __mmask8 operator()(__m512i& x, __m512i e) const {
-    const __m512i f = _mm512_and_si512(_mm512_srli_epi64(e, 32), mask13);
+    const __m512i cmpl = _mm512_and_si512(_mm512_srli_epi64(e, 32), mask13);
     const __m512i bias = _mm512_and_si512(_mm512_srli_epi64(e, 45), mask12);
-    const __mmask8 emit = _mm512_cmpge_epu64_mask(x, _mm512_sll_epi64(f, renorm_shift));
+    __mmask8 emit = 0;
+    if constexpr (!kFromQuotient) {
+      emit = _mm512_cmpge_epu64_mask(_mm512_add_epi64(x, _mm512_sll_epi64(cmpl, renorm_shift)),
+                                     state_bound);
+    }
     __m512i q =
         _mm512_srlv_epi64(_mm512_add_epi64(_mm512_srli_epi64(_mm512_mul_epu32(x, e), 32), x),
                           _mm512_srli_epi64(e, 58));
+    if constexpr (kFromQuotient) emit = _mm512_cmpge_epu64_mask(q, quotient_bound);
     q = _mm512_mask_srli_epi64(q, emit, q, 16);
     x = _mm512_mask_srli_epi64(x, emit, x, 16);
-    x = _mm512_add_epi64(_mm512_add_epi64(x, bias),
-                         _mm512_mul_epu32(q, _mm512_sub_epi64(full_v, f)));
+    x = _mm512_add_epi64(_mm512_add_epi64(x, bias), _mm512_mul_epu32(q, cmpl));
     return emit;
   }
 };
@@ -165,78 +174,104 @@ class HeldEntries {
   __m512i row_;
 };
 
-// The same from memory for models over a multiple of 8 channels with at most 8 symbols: the 8
-// lanes of a vector are 8 consecutive channels, whose 8 * n_syms entries (kTables = n_syms
-// registers) are consecutive too; loaded for every vector, they are still cheaper than its
-// gather on an AMD Zen 4 VM: tinystories-hd64's fused fp16 encode -15% (3 bits), the synthetic
-// set's -11%. (Sixteen symbols, 16 registers a vector, were 38% slower than the gathers.)
-// Channels step back by 8 elements each call, from the last 8 elements.
-template <int kTables>
-class LoadedEntries {
+// Models of at most kSyms (2, 4 or 8) symbols whose vectors of 8 lanes see the same 8
+// channels (dim divides 8: kHeld, one block kept in registers) or run through blocks of 8
+// consecutive channels (dim a multiple of 8: the vector's block loaded each call, channels
+// stepping back by 8 elements a call from the last 8 elements). Row s of a block (in `rows`,
+// dim * kSyms entries, or 8 * kSyms held) holds symbol s's entries of its 8 lanes' channels, and
+// a lane's entry is picked by kSyms - 1 blends on its symbol's bits, each bit's mask taken from
+// 16 symbol bytes by one test. On an AMD Zen 4 VM cheaper than the permutes of channel-major
+// rows they replaced, by index and block (TSC a value of 32-lane payloads of 64K symbols, the
+// best of 2,000 encodes in 5 processes): 8 channels of 2, 4 and 8 symbols 1.34 -> 1.18, 1.51 ->
+// 1.33, 1.75 -> 1.52; 64 channels of 4 symbols 1.51 -> 1.33; encode of tinystories-hd64's
+// 3-bit codes (64 channels of 8 symbols) 900-917 -> 833-838 us. Held models of more than 4
+// symbols in at most 32 entries keep the permutes (4 channels of 8 symbols: 1.35 against 1.44).
+// The widest loaded model BlendedEntries takes: rows of up to 16 KiB on the stack.
+constexpr size_t kMaxBlendDim = 256;
+
+template <int kSyms, bool kHeld>
+class BlendedEntries {
  public:
-  LoadedEntries(const RansEncodeTables& t, size_t dim, size_t end)
-      : entries_(t.narrow),
-        n_syms_(static_cast<size_t>(t.n_syms)),
-        dim_(dim),
-        chan_((end - 8) % dim) {
-    alignas(64) int64_t r[8];
-    for (size_t j = 0; j < 8; ++j) r[j] = static_cast<int64_t>(j * n_syms_);
-    row_ = _mm512_load_si512(r);
+  static_assert(kSyms == 2 || kSyms == 4 || kSyms == 8);
+  BlendedEntries(const RansEncodeTables& t, size_t dim, size_t end, uint64_t* rows)
+      : rows_(rows), dim_(dim), chan_(kHeld ? 0 : (end - 8) % dim) {
+    const size_t n_syms = static_cast<size_t>(t.n_syms);  // <= kSyms
+    const size_t n_blocks = kHeld ? 1 : dim / 8;
+    for (size_t b = 0; b < n_blocks; ++b) {
+      for (size_t s = 0; s < kSyms; ++s) {
+        for (size_t j = 0; j < 8; ++j) {
+          const size_t c = kHeld ? j % dim : 8 * b + j;
+          rows[(b * kSyms + s) * 8 + j] = s < n_syms ? t.narrow[c * n_syms + s] : 0;
+        }
+      }
+    }
+    if constexpr (kHeld) {
+      for (int s = 0; s < kSyms; ++s) held_[s] = _mm512_load_si512(rows + 8 * s);
+    }
   }
   __m512i next8(const uint8_t* sym) {
-    const uint64_t* const block = entries_ + chan_ * n_syms_;
-    __m512i table[kTables];
-    for (int i = 0; i < kTables; ++i) table[i] = _mm512_loadu_si512(block + 8 * i);
-    chan_ = chan_ >= 8 ? chan_ - 8 : chan_ + dim_ - 8;
-    return pick<kTables>(
-        table, _mm512_add_epi64(row_, _mm512_cvtepu8_epi64(
-                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym)))));
+    return pick(symbol_bits(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym))), 0);
   }
   void next16(const uint8_t* sym, __m512i& lo, __m512i& hi) {
-    hi = next8(sym + 8);
-    lo = next8(sym);
+    const Bits b = symbol_bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym)));
+    hi = pick(b, 8);
+    lo = pick(b, 0);
   }
 
  private:
-  const uint64_t* entries_;
-  size_t n_syms_, dim_, chan_;
-  __m512i row_;
+  struct Bits {
+    unsigned b0, b1, b2;
+  };
+  static Bits symbol_bits(__m128i sv) {
+    return {_mm_test_epi8_mask(sv, _mm_set1_epi8(1)), _mm_test_epi8_mask(sv, _mm_set1_epi8(2)),
+            _mm_test_epi8_mask(sv, _mm_set1_epi8(4))};
+  }
+  // The entries of the 8 lanes whose symbols' bits are at `shift` in b (the next block).
+  __m512i pick(const Bits& b, int shift) {
+    const uint64_t* block = rows_;
+    if constexpr (!kHeld) {
+      block = rows_ + chan_ / 8 * kSyms * 8;
+      chan_ = chan_ >= 8 ? chan_ - 8 : chan_ + dim_ - 8;
+    }
+    const auto row = [&](int s) {
+      if constexpr (kHeld) return held_[s];
+      return _mm512_load_si512(block + 8 * s);
+    };
+    const auto mask = [&](unsigned bits) { return static_cast<__mmask8>(bits >> shift); };
+    const auto pair = [&](int s) {
+      return _mm512_mask_blend_epi64(mask(b.b0), row(s), row(s + 1));
+    };
+    if constexpr (kSyms == 2) return pair(0);
+    const auto quad = [&](int s) {
+      return _mm512_mask_blend_epi64(mask(b.b1), pair(s), pair(s + 2));
+    };
+    if constexpr (kSyms == 4) return quad(0);
+    return _mm512_mask_blend_epi64(mask(b.b2), quad(0), quad(4));
+  }
+
+  const uint64_t* rows_;
+  size_t dim_, chan_;
+  __m512i held_[kHeld ? kSyms : 1];
 };
 
-// Calls f with a pointer to t's entries held in registers or loaded by rows (see there) where
-// its models allow, else with nullptr (the caller gathers them).
+// Calls f with a pointer to t's entries picked by blends or permutes (see there) where its
+// models allow, else with nullptr (the caller gathers them).
 template <class F>
 size_t with_entries(const RansEncodeTables& t, size_t dim, size_t end, F&& f) {
-  const size_t n = dim * static_cast<size_t>(t.n_syms);
-  if (8 % dim == 0 && n <= 64) {
-    if (n <= 16) {
-      HeldEntries<2> e(t, dim);
-      return f(&e);
-    }
-    if (n <= 32) {
-      HeldEntries<4> e(t, dim);
-      return f(&e);
-    }
-    HeldEntries<8> e(t, dim);
-    return f(&e);
-  }
-  if (dim % 8 == 0) {
-    switch (t.n_syms) {
-      case 2: {
-        LoadedEntries<2> e(t, dim, end);
-        return f(&e);
-      }
-      case 4: {
-        LoadedEntries<4> e(t, dim, end);
-        return f(&e);
-      }
-      case 8: {
-        LoadedEntries<8> e(t, dim, end);
-        return f(&e);
-      }
-      default:
-        break;
-    }
+  const size_t n_syms = static_cast<size_t>(t.n_syms), n = dim * n_syms;
+  alignas(64) uint64_t rows[kMaxBlendDim * 8];
+  const auto use = [&](auto entries) { return f(&entries); };
+  if (8 % dim == 0) {  // every vector of 8 lanes sees the same channels
+    if (n_syms <= 2) return use(BlendedEntries<2, true>(t, dim, end, rows));
+    if (n_syms <= 4) return use(BlendedEntries<4, true>(t, dim, end, rows));
+    if (n_syms <= 8 && n > 32) return use(BlendedEntries<8, true>(t, dim, end, rows));
+    if (n <= 16) return use(HeldEntries<2>(t, dim));
+    if (n <= 32) return use(HeldEntries<4>(t, dim));
+    if (n <= 64) return use(HeldEntries<8>(t, dim));
+  } else if (dim % 8 == 0 && dim <= kMaxBlendDim) {  // blocks of 8 channels in turn
+    if (n_syms <= 2) return use(BlendedEntries<2, false>(t, dim, end, rows));
+    if (n_syms <= 4) return use(BlendedEntries<4, false>(t, dim, end, rows));
+    if (n_syms <= 8) return use(BlendedEntries<8, false>(t, dim, end, rows));
   }
   return f(static_cast<HeldEntries<2>*>(nullptr));
 }
@@ -248,8 +283,9 @@ size_t with_entries(const RansEncodeTables& t, size_t dim, size_t end, F&& f) {
 // encode of codes +5% on the synthetic set, the same bytes; a 16-lane step on the 64-bit
 // entries' halves, split by two permutes, measured 2-3% slower in the nineteenth session.)
 template <class Entries>
-size_t encode_lanes32(const Step8& step, Entries& entries, const uint8_t* symbols, size_t end,
-                      uint32_t* x, uint16_t* words, size_t w_pos) {
+__attribute__((noinline)) size_t encode_lanes32(const Step8<true> step, Entries entries,
+                                                const uint8_t* symbols, size_t end, uint32_t* x,
+                                                uint16_t* words, size_t w_pos) {
   // Lanes 8k..8k+7 in x<k>: named, not an array indexed by the half, which kept them in memory
   // (a store and a reload on every step's chain).
   const auto load = [&](int k) {
@@ -257,7 +293,8 @@ size_t encode_lanes32(const Step8& step, Entries& entries, const uint8_t* symbol
   };
   __m512i x0 = load(0), x1 = load(1), x2 = load(2), x3 = load(3);
   // The 16 elements from `base`: lanes 0..15 of the half in x_lo (0..7) and x_hi (8..15).
-  const auto half = [&](size_t base, __m512i& x_lo, __m512i& x_hi) {
+  const auto half = [&](size_t base, __m512i & x_lo, __m512i & x_hi)
+      __attribute__((always_inline)) {
     __m512i e_lo, e_hi;
     entries.next16(symbols + base, e_lo, e_hi);
     const __m512i before = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(x_lo)),
@@ -284,13 +321,14 @@ size_t encode_lanes32(const Step8& step, Entries& entries, const uint8_t* symbol
   return w_pos;
 }
 
-// 8 lanes: one vector, the entries of a step from `next` (held, loaded or gathered).
-template <class NextEntries>
-size_t encode_lanes8(const Step8& step, NextEntries&& next, const uint8_t* symbols, size_t end,
-                     uint32_t* x, uint16_t* words, size_t w_pos) {
+// 8 lanes: one vector, the entries of a step from `entries` (picked or gathered).
+template <class Entries>
+__attribute__((noinline)) size_t encode_lanes8(const Step8<false> step, Entries entries,
+                                               const uint8_t* symbols, size_t end, uint32_t* x,
+                                               uint16_t* words, size_t w_pos) {
   __m512i xs = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
   for (size_t i0 = end; i0 >= 8; i0 -= 8) {
-    const __m512i e = next(symbols + i0 - 8);
+    const __m512i e = entries.next8(symbols + i0 - 8);
     const __m512i before = xs;
     const __mmask8 emit = step(xs, e);
     const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
@@ -306,26 +344,19 @@ size_t encode_lanes8(const Step8& step, NextEntries&& next, const uint8_t* symbo
 
 size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
                           uint32_t* x, uint16_t* words, size_t w_pos) {
-  const Step8 step(t.precision);
+  const Step8<true> step(t.precision);
   return with_entries(t, dim, end, [&](auto* entries) {
     if (entries) return encode_lanes32(step, *entries, symbols, end, x, words, w_pos);
-    GatheredEntries gathered(t, dim, end);
-    return encode_lanes32(step, gathered, symbols, end, x, words, w_pos);
+    return encode_lanes32(step, GatheredEntries(t, dim, end), symbols, end, x, words, w_pos);
   });
 }
 
 size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
                                  size_t end, uint32_t* x, uint16_t* words, size_t w_pos) {
-  const Step8 step(t.precision);
-  const auto run = [&](auto& entries) {
-    return encode_lanes8(
-        step, [&](const uint8_t* sym) { return entries.next8(sym); }, symbols, end, x, words,
-        w_pos);
-  };
+  const Step8<false> step(t.precision);
   return with_entries(t, dim, end, [&](auto* entries) {
-    if (entries) return run(*entries);
-    GatheredEntries8 gathered(t, dim, end);
-    return run(gathered);
+    if (entries) return encode_lanes8(step, *entries, symbols, end, x, words, w_pos);
+    return encode_lanes8(step, GatheredEntries8(t, dim, end), symbols, end, x, words, w_pos);
   });
 }
 

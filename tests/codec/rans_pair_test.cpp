@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -82,18 +83,21 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
     int bits, lanes;
   };
   // Full steps only, a partial step at the end (coded first by the scalar loop), one step,
-  // periods 1, 3 and 33 against 8 and 32 lanes. The AVX-512 encoders hold models of at most 64
-  // entries over 1, 2, 4 or 8 channels in registers: 2 and 4 entries (a register partly filled),
-  // 16, 32 and 64 (picked by the index's bits 4 and 5; one channel: by the symbol's); they load
-  // rows of 8 channels of 2, 4 or 8 symbols over a multiple of 8 channels (16, 24, 40, 128); 16
-  // symbols over 8 or 24 channels are gathered.
+  // periods 1, 3 and 33 against 8 and 32 lanes. The AVX-512 encoders pick the entries of at most
+  // 8 symbols by blends from rows held in registers (1, 2, 4 or 8 channels; of 5..8 symbols only
+  // over more than 32 entries: 8 channels) or loaded by blocks of 8 channels (16, 24, 40, 128 and
+  // 256 channels, the widest so taken); the other models of at most 64 entries over 1, 2 or 4
+  // channels by permutes of register pairs (16, 32 and 64 entries: picked by the index's bits 4
+  // and 5; one channel: by the symbol's); the rest (16 symbols over 8 or 24 channels, 8 symbols
+  // over 264) are gathered.
   const Case cases[] = {
-      {8, 8192, 3, 8},   {24, 7205, 4, 8},  {33, 4099, 2, 8},    {8, 8, 1, 8},
-      {1, 9000, 5, 8},   {8, 7, 3, 8},      {128, 32768, 3, 32}, {33, 16411, 4, 32},
-      {8, 2000, 3, 4},   {100, 300, 6, 1},  {8, 4096, 3, 32},    {4, 4099, 2, 32},
-      {2, 4096, 4, 8},   {1, 2048, 6, 32},  {2, 4104, 3, 32},    {4, 4096, 3, 8},
-      {8, 4096, 4, 32},  {1, 8192, 4, 8},   {1, 4096, 1, 32},    {2, 4096, 1, 8},
-      {16, 4096, 2, 32}, {24, 4104, 1, 32}, {40, 8000, 3, 8},    {16, 4096, 1, 8}};
+      {8, 8192, 3, 8},   {24, 7205, 4, 8},    {33, 4099, 2, 8},    {8, 8, 1, 8},
+      {1, 9000, 5, 8},   {8, 7, 3, 8},        {128, 32768, 3, 32}, {33, 16411, 4, 32},
+      {8, 2000, 3, 4},   {100, 300, 6, 1},    {8, 4096, 3, 32},    {4, 4099, 2, 32},
+      {2, 4096, 4, 8},   {1, 2048, 6, 32},    {2, 4104, 3, 32},    {4, 4096, 3, 8},
+      {8, 4096, 4, 32},  {1, 8192, 4, 8},     {1, 4096, 1, 32},    {2, 4096, 1, 8},
+      {16, 4096, 2, 32}, {24, 4104, 1, 32},   {40, 8000, 3, 8},    {16, 4096, 1, 8},
+      {8, 4096, 2, 8},   {256, 16384, 3, 32}, {264, 16896, 3, 32}, {256, 8200, 2, 8}};
   uint32_t seed = 500;
   for (const Case& c : cases) {
     // Channels at their own precisions, one with a single symbol at t = 0 (frequency 2^p
@@ -126,6 +130,88 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
     EXPECT_EQ(back, symbols);
   }
   set_simd_path(best_supported_simd_path());
+}
+
+// The SIMD kernels' renormalisation at its bound. A lane emits a word where its state x >=
+// f * 2^(32-p) (the AVX-512 32-lane kernel decides by the quotient floor(x / f) >= 2^(32-p),
+// the 8-lane one by x + (2^p - f) * 2^(32-p) >= 2^32): states just below, at and just past
+// the bound and at the ends of [2^16, 2^32), one step of every kernel from the tables rans.h
+// describes, against the scalar step written out here. Random symbols almost never reach these
+// states (a step's state is within f of its bound about once in 2^(32-p)).
+TEST(RansEncode, SimdKernelsRenormaliseAtTheScalarBound) {
+  constexpr int p = kMaxPrecision;
+  const auto paths = test::supported_simd_paths();
+  const bool avx2 = std::find(paths.begin(), paths.end(), SimdPath::avx2) != paths.end();
+  const bool avx512 = std::find(paths.begin(), paths.end(), SimdPath::avx512) != paths.end();
+  if (!avx2) GTEST_SKIP() << "no SIMD kernel on this machine";
+  // Two tables (8 and 4 symbols, one absent), the same for every channel.
+  const std::vector<std::vector<uint32_t>> models = {{1, 3, 100, 3983, 9, 0, 0, 0},
+                                                     {1, 3, 100, 3992}};
+  for (const auto& freq : models) {
+    const size_t n_syms = freq.size();
+    std::vector<uint32_t> start(n_syms, 0);
+    for (size_t s = 1; s < n_syms; ++s) start[s] = start[s - 1] + freq[s - 1];
+    for (const size_t dim : {size_t{1}, size_t{8}, size_t{64}, size_t{264}}) {
+      std::vector<uint64_t> narrow(dim * n_syms, 0);
+      std::vector<uint32_t> entry(dim * n_syms, 0), magic(dim * n_syms, 0);
+      for (size_t i = 0; i < narrow.size(); ++i) {
+        const uint64_t f = freq[i % n_syms];
+        if (f == 0) continue;
+        const int L = std::bit_width(f - 1);
+        const uint64_t m = ((uint64_t{1} << (32 + L)) + f - 1) / f - (uint64_t{1} << 32);
+        narrow[i] = m | ((uint64_t{1} << p) - f) << 32 | uint64_t{start[i % n_syms]} << 45 |
+                    uint64_t(L) << 58;
+        entry[i] = static_cast<uint32_t>(f | start[i % n_syms] << 13 | (L > 0 ? L - 1 : 0) << 25);
+        magic[i] = static_cast<uint32_t>(m);
+      }
+      const RansEncodeTables t{narrow.data(), static_cast<int>(n_syms), p, entry.data(),
+                               magic.data()};
+      for (const int lanes : {kMaxLanes, 8}) {
+        // Element i (lane i) codes a present symbol; its state is one of the cases for the
+        // symbol's frequency f, bound b = f * 2^(32-p).
+        std::vector<uint8_t> symbols(static_cast<size_t>(lanes));
+        uint32_t x0[kMaxLanes];
+        std::vector<uint16_t> want_words;
+        uint32_t want_x[kMaxLanes];
+        for (int l = 0; l < lanes; ++l) {
+          const auto s = static_cast<uint8_t>(l % 5 % n_syms);
+          symbols[static_cast<size_t>(l)] = s;
+          const uint64_t f = freq[s], b = f << (32 - p);
+          const uint64_t cases[] = {b - 1, b, b + f - 1, b + f, kRansLow, 0xffffffffu};
+          const uint64_t x = std::clamp<uint64_t>(cases[l / 5 % 6], kRansLow, 0xffffffffu);
+          x0[l] = static_cast<uint32_t>(x);
+          uint64_t y = x;
+          if (y >= b) {
+            want_words.push_back(static_cast<uint16_t>(y));
+            y >>= 16;
+          }
+          want_x[l] = static_cast<uint32_t>((y / f << p) + y % f + start[s]);
+        }
+        const auto check = [&](const char* kernel, auto&& encode) {
+          SCOPED_TRACE(std::string(kernel) + " dim " + std::to_string(dim) + " symbols " +
+                       std::to_string(n_syms) + " lanes " + std::to_string(lanes));
+          uint32_t x[kMaxLanes];
+          std::copy(x0, x0 + lanes, x);
+          std::vector<uint16_t> words(64, 0);
+          const size_t w_pos = encode(x, words.data(), words.size());
+          EXPECT_EQ(
+              std::vector<uint16_t>(words.begin() + static_cast<ptrdiff_t>(w_pos), words.end()),
+              want_words);
+          EXPECT_TRUE(std::equal(x, x + lanes, want_x));
+        };
+        check("avx2", [&](uint32_t* x, uint16_t* w, size_t w_pos) {
+          return rans_encode_avx2(t, symbols.data(), dim, symbols.size(), lanes, x, w, w_pos);
+        });
+        if (!avx512) continue;
+        check("avx512", [&](uint32_t* x, uint16_t* w, size_t w_pos) {
+          return lanes == kMaxLanes
+                     ? rans_encode_avx512(t, symbols.data(), dim, symbols.size(), x, w, w_pos)
+                     : rans_encode_avx512_lanes8(t, symbols.data(), dim, symbols.size(), x, w,
+                                                 w_pos);
+        });
+      }
+    }
+  }
 }
 
 // Slot tables (alphabets above 16 symbols) as every path builds them: the SIMD fill writes the
