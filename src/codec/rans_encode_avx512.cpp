@@ -282,6 +282,10 @@ size_t with_entries(const RansEncodeTables& t, size_t dim, size_t end, F&& f) {
 // AMD Zen 4 VM, where a 16-lane 32-bit gather costs as much as two 8-lane 64-bit ones, rANS
 // encode of codes +5% on the synthetic set, the same bytes; a 16-lane step on the 64-bit
 // entries' halves, split by two permutes, measured 2-3% slower in the nineteenth session.)
+// One kernel per kind of entries, not inlined, with its own copy of them: inlined into one
+// function with every kind, the loaded rows' path ran 4-5% slower on tinystories-hd64 as kinds
+// were added, and with the entries by reference their members went through memory (the words'
+// stores may alias them): +13%.
 template <class Entries>
 __attribute__((noinline)) size_t encode_lanes32(const Step8<true> step, Entries entries,
                                                 const uint8_t* symbols, size_t end, uint32_t* x,
@@ -293,6 +297,7 @@ __attribute__((noinline)) size_t encode_lanes32(const Step8<true> step, Entries 
   };
   __m512i x0 = load(0), x1 = load(1), x2 = load(2), x3 = load(3);
   // The 16 elements from `base`: lanes 0..15 of the half in x_lo (0..7) and x_hi (8..15).
+  // Inlined by force: GCC kept it out of line for some kinds, x_lo and x_hi then in memory.
   const auto half = [&](size_t base, __m512i & x_lo, __m512i & x_hi)
       __attribute__((always_inline)) {
     __m512i e_lo, e_hi;
