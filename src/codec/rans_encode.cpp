@@ -171,10 +171,7 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   out.resize(at + static_cast<size_t>(n_lanes) * 4 + n_words * 2);
   uint8_t* o = out.data() + at;
   for (int l = 0; l < n_lanes; ++l, o += 4) wire::store_le(o, x[l], 4);
-  for (size_t w = w_pos; w < words_end; ++w) {
-    *o++ = static_cast<uint8_t>(words[w]);
-    *o++ = static_cast<uint8_t>(words[w] >> 8);
-  }
+  wire::store_le16_array(o, words + w_pos, n_words);
 }
 
 }  // namespace cachegen::detail

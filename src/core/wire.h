@@ -43,6 +43,17 @@ inline void load_le32_array(const uint8_t* p, void* out, size_t n) noexcept {
     }
   }
 }
+// n 16-bit words from `in` as little-endian bytes at p: a copy on little-endian hosts.
+inline void store_le16_array(uint8_t* p, const uint16_t* in, size_t n) noexcept {
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n) std::memcpy(p, in, n * 2);
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      p[2 * i] = static_cast<uint8_t>(in[i]);
+      p[2 * i + 1] = static_cast<uint8_t>(in[i] >> 8);
+    }
+  }
+}
 inline void store_le(uint8_t* p, uint64_t v, int n) noexcept {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }

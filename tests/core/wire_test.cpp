@@ -48,6 +48,18 @@ TEST(Wire, FixedWidthRoundTrip) {
   r.expect_end("the test fields");
 }
 
+TEST(Wire, WordArraysAreLittleEndian) {
+  const uint16_t words[] = {0x1234, 0xabcd, 0x00ff};
+  Bytes b(7, 0x55);
+  wire::store_le16_array(b.data() + 1, words, 3);
+  EXPECT_EQ(b, (Bytes{0x55, 0x34, 0x12, 0xcd, 0xab, 0xff, 0x00}));
+  const Bytes le = {0x78, 0x56, 0x34, 0x12, 0x01, 0x00, 0x00, 0x80};
+  uint32_t out[2] = {};
+  wire::load_le32_array(le.data(), out, 2);
+  EXPECT_EQ(out[0], 0x12345678u);
+  EXPECT_EQ(out[1], 0x80000001u);
+}
+
 TEST(Wire, VarintsRoundTripAtEveryLength) {
   for (uint64_t v :
        {uint64_t{0}, uint64_t{1}, uint64_t{127}, uint64_t{128}, uint64_t{16383}, uint64_t{16384},
