@@ -606,23 +606,30 @@ static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
           }
           continue;
         }
-        // Each channel's bytes summed in a register first: on rows narrower than the vector,
-        // an add per byte into its counter was a chain through memory (stories260K's file
-        // encode, whose tensors are short, 4% faster).
+        // Each channel's bytes summed first, by halving the vector (widened to 16 bits) down
+        // to one row: a sum per channel and symbol over a vector's rows was a fifth of the
+        // kernel on 8 channels (and an add per byte into its counter, before, a chain through
+        // memory).
         const size_t lanes = dim < kHistVecBytes ? dim : kHistVecBytes;
         // Byte j's channel: c0 + j (dim and the vector width are powers of two: a vector
         // never crosses the end of a row but where it holds whole rows).
         const size_t c0 = part % dim;
         // Values of one channel in this part over the run.
         const auto seen = static_cast<uint32_t>(run * (kHistVecBytes / lanes));
+        uint16_t sums[S - 1][kHistVecBytes];
+        for (int v = 0; v < S - 1; ++v) {
+          for (size_t k = 0; k < kHistVecBytes; ++k) sums[v][k] = bytes[v][k];
+          for (size_t width = kHistVecBytes / 2; width >= lanes; width /= 2) {
+            for (size_t k = 0; k < width; ++k)
+              sums[v][k] = static_cast<uint16_t>(sums[v][k] + sums[v][k + width]);
+          }
+        }
         for (size_t j = 0; j < lanes; ++j) {
           uint32_t* const channel = counts + (c0 + j) * S;
           uint32_t others = 0;
           for (int v = 0; v < S - 1; ++v) {
-            uint32_t sum = 0;
-            for (size_t k = j; k < kHistVecBytes; k += lanes) sum += bytes[v][k];
-            channel[v] += sum;
-            others += sum;
+            channel[v] += sums[v][j];
+            others += sums[v][j];
           }
           channel[S - 1] += seen - others;
         }
