@@ -1,6 +1,7 @@
 // Encoder of one head record: model choice per channel, then params, models, rANS payload.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "codec/bit_io.h"
 #include "codec/params_codec.h"
@@ -46,22 +47,31 @@ int choose_lanes(size_t n_elements, size_t wide_from) {
 void stream_symbols(const CodeStream& s, std::span<const ChannelModel> models,
                     std::span<const uint8_t> delta, uint8_t* symbols) {
   const size_t n = s.n_rows * s.dim;
-  std::memcpy(symbols, s.codes.data(), n);
   bool any = false;
   for (size_t c = 0; c < s.dim; ++c) any = any || models[c].kind == ChannelKind::delta_table;
-  if (!any) return;
-  // The select runs over blocks of whole rows of at least 64 bytes, the channel mask repeated
-  // per row, so that it vectorises however short the rows are.
+  if (!any) {
+    std::memcpy(symbols, s.codes.data(), n);
+    return;
+  }
+  // One pass over blocks of whole rows of at least 64 bytes, each symbol selected from the
+  // code or its delta by a channel mask repeated per row, so that it vectorises however short
+  // the rows are. (The mask was made with a division per byte, in a fresh vector per head, and
+  // the codes copied first: 7% of encoding stories260K's codes.)
   const size_t per = (64 + s.dim - 1) / s.dim, len = per * s.dim;
-  std::vector<uint8_t> use_delta(len);
-  for (size_t j = 0; j < len; ++j)
-    use_delta[j] = models[j % s.dim].kind == ChannelKind::delta_table ? 0xff : 0;
+  thread_local std::vector<uint8_t> kept_mask;
+  std::vector<uint8_t>& use_delta = kept_mask;
+  use_delta.resize(len);
+  for (size_t c = 0; c < s.dim; ++c)
+    use_delta[c] = models[c].kind == ChannelKind::delta_table ? 0xff : 0;
+  for (size_t j = s.dim; j < len; ++j) use_delta[j] = use_delta[j - s.dim];
+  const uint8_t* const mask = use_delta.data();
   for (size_t t = 0; t < s.n_rows; t += per) {
     const size_t m = std::min(per, s.n_rows - t) * s.dim;
-    uint8_t* row = symbols + t * s.dim;
-    const uint8_t* d = delta.data() + t * s.dim;
+    const uint8_t* const code = s.codes.data() + t * s.dim;
+    const uint8_t* const d = delta.data() + t * s.dim;
+    uint8_t* const out = symbols + t * s.dim;
     for (size_t j = 0; j < m; ++j)
-      row[j] = static_cast<uint8_t>((d[j] & use_delta[j]) | (row[j] & ~use_delta[j]));
+      out[j] = static_cast<uint8_t>((d[j] & mask[j]) | (code[j] & ~mask[j]));
   }
 }
 
