@@ -55,6 +55,8 @@ struct QuantKernels {
   // counts[c * n_syms + s] the rows whose channel c holds s (the codec's model search).
   void (*channel_histograms)(const uint8_t* symbols, size_t rows, size_t dim, size_t n_syms,
                              uint32_t* counts);
+  // The largest of n bytes (0 for n = 0): the check that codes fit their bits.
+  uint8_t (*max_byte)(const uint8_t* p, size_t n);
 };
 
 const QuantKernels& quant_kernels_scalar();

@@ -737,8 +737,17 @@ static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
   }
 }
 
-inline const QuantKernels kTable = {
-    f16_to_f32,   bf16_to_f32,   minmax_rows,    minmax_rows_first, all_finite, quantize_rows,
-    dequant_rows, basis_combine, f32_to_f16_sat, f32_to_f16,        rope_f16,   channel_histograms};
+// Compiled for the target's vectors: the check reads every code once more (with the generic
+// build's 16-byte vectors 1.9% of encoding tinystories-hd64's codes, 1.2% with 64-byte ones).
+static uint8_t max_byte(const uint8_t* p, size_t n) {
+  uint8_t hi = 0;
+  for (size_t i = 0; i < n; ++i) hi = p[i] > hi ? p[i] : hi;
+  return hi;
+}
+
+inline const QuantKernels kTable = {f16_to_f32,     bf16_to_f32,   minmax_rows,  minmax_rows_first,
+                                    all_finite,     quantize_rows, dequant_rows, basis_combine,
+                                    f32_to_f16_sat, f32_to_f16,    rope_f16,     channel_histograms,
+                                    max_byte};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

@@ -200,8 +200,7 @@ void validate(const CodeStream& s) {
             " entries");
   }
   const unsigned max_code = (1u << s.bits) - 1;
-  uint8_t hi = 0;
-  for (uint8_t c : s.codes) hi = c > hi ? c : hi;
+  const uint8_t hi = detail::quant_kernels().max_byte(s.codes.data(), s.codes.size());
   if (hi > max_code) {
     invalid("stream.codes holds " + std::to_string(hi) +
             ", above 2^bits - 1 = " + std::to_string(max_code));

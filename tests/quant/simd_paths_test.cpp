@@ -270,6 +270,24 @@ TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
   }
 }
 
+// max_byte on every path: lengths around the vector widths, the largest byte planted at the
+// first, a middle and the last position (and 0 for no bytes).
+TEST(SimdPaths, MaxByteFindsTheLargest) {
+  const std::vector<const detail::QuantKernels*> tables = supported_tables();
+  std::mt19937 rng(11);
+  for (const size_t n : {0u, 1u, 15u, 16u, 33u, 63u, 64u, 65u, 127u, 1000u}) {
+    std::vector<uint8_t> bytes(n);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng() % 7);
+    for (const size_t at : {size_t{0}, n / 2, n == 0 ? 0 : n - 1}) {
+      std::vector<uint8_t> p = bytes;
+      if (n > 0) p[at] = static_cast<uint8_t>(200 + at % 50);
+      const uint8_t want = n == 0 ? 0 : *std::max_element(p.begin(), p.end());
+      for (const detail::QuantKernels* k : tables)
+        EXPECT_EQ(k->max_byte(p.data(), n), want) << "n " << n << " at " << at;
+    }
+  }
+}
+
 // The two min/max kernels on every path (dims taking each width of columns: 16, 8, 4, 1): the
 // same ranges, the first (minmax_rows_first) or the last (minmax_rows) of equal -0 and +0, and
 // false for any NaN or infinity.
