@@ -57,6 +57,9 @@ struct QuantKernels {
                              uint32_t* counts);
   // The largest of n bytes (0 for n = 0): the check that codes fit their bits.
   uint8_t (*max_byte)(const uint8_t* p, size_t n);
+  // The largest magnitude (bits & 0x7fff) of n fp16 values (0 for n = 0): one of them is NaN or
+  // +-Inf exactly when it is >= 0x7c00.
+  uint16_t (*max_f16_magnitude)(const uint16_t* x, size_t n);
 };
 
 const QuantKernels& quant_kernels_scalar();

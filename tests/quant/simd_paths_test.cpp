@@ -288,6 +288,28 @@ TEST(SimdPaths, MaxByteFindsTheLargest) {
   }
 }
 
+// max_f16_magnitude on every path: lengths around the vector widths, with the sign bit set on
+// every value (it is not part of the magnitude) and the largest (0x7c00: +-Inf, or a NaN)
+// planted at the first, a middle and the last position.
+TEST(SimdPaths, MaxF16MagnitudeIgnoresTheSign) {
+  const std::vector<const detail::QuantKernels*> tables = supported_tables();
+  std::mt19937 rng(12);
+  for (const size_t n : {0u, 1u, 7u, 8u, 31u, 32u, 33u, 100u, 1000u}) {
+    std::vector<uint16_t> x(n);
+    for (uint16_t& v : x) v = static_cast<uint16_t>(0x8000u | (rng() % 0x7bffu));
+    for (const uint16_t top : {uint16_t{0x7c00}, uint16_t{0x7e01}, uint16_t{0x7bff}}) {
+      for (const size_t at : {size_t{0}, n / 2, n == 0 ? 0 : n - 1}) {
+        std::vector<uint16_t> p = x;
+        if (n > 0) p[at] = static_cast<uint16_t>(0x8000u | top);
+        uint16_t want = 0;
+        for (const uint16_t v : p) want = std::max(want, static_cast<uint16_t>(v & 0x7fffu));
+        for (const detail::QuantKernels* k : tables)
+          EXPECT_EQ(k->max_f16_magnitude(p.data(), n), want) << "n " << n << " at " << at;
+      }
+    }
+  }
+}
+
 // The two min/max kernels on every path (dims taking each width of columns: 16, 8, 4, 1): the
 // same ranges, the first (minmax_rows_first) or the last (minmax_rows) of equal -0 and +0, and
 // false for any NaN or infinity.
