@@ -30,6 +30,10 @@ void boundary_predictions(const uint8_t* prev_codes, const float* prev_scale,
 void compute_delta_symbols(const uint8_t* codes, size_t n_rows, size_t dim, int bits,
                            size_t group_size, std::span<const float> scale,
                            std::span<const float> zero, uint8_t* symbols) {
+  if (simd_path() == SimdPath::avx512) {
+    compute_delta_symbols_avx512(codes, n_rows, dim, bits, group_size, scale, zero, symbols);
+    return;
+  }
   const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
   const uint8_t first = static_cast<uint8_t>(1u << (bits - 1));
   std::vector<uint8_t> pred(dim);

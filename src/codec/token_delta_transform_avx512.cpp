@@ -159,6 +159,47 @@ void packed_heads(const DeltaHead* heads, size_t dim, size_t n_rows, size_t grou
 
 }  // namespace
 
+void compute_delta_symbols_avx512(const uint8_t* codes, size_t n_rows, size_t dim, int bits,
+                                  size_t group_size, std::span<const float> scale,
+                                  std::span<const float> zero, uint8_t* symbols) {
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1u << bits) - 1));
+  const Params k{scale.data(), zero.data(), dim,
+                 _mm512_set1_ps(static_cast<float>((1 << bits) - 1))};
+  // (a - b) & mask over n bytes, 64 a step (a partial last step masked).
+  const auto differences = [&](const uint8_t* a, const uint8_t* b, size_t n, uint8_t* out) {
+    for (size_t j = 0; j < n; j += 64) {
+      const __mmask64 m = first_bytes(n - j);
+      const __m512i d =
+          _mm512_sub_epi8(_mm512_maskz_loadu_epi8(m, a + j), _mm512_maskz_loadu_epi8(m, b + j));
+      _mm512_mask_storeu_epi8(out + j, m, _mm512_and_si512(d, mask));
+    }
+  };
+  for (size_t t0 = 0; t0 < n_rows; t0 += group_size) {
+    // A group's first row: against the middle code, or predicted across the boundary, 16
+    // channels a vector.
+    const uint8_t* const row = codes + t0 * dim;
+    uint8_t* const out = symbols + t0 * dim;
+    if (t0 == 0) {
+      const __m512i middle = _mm512_set1_epi8(static_cast<char>(1u << (bits - 1)));
+      for (size_t c = 0; c < dim; c += 64) {
+        const __mmask64 m = first_bytes(dim - c);
+        const __m512i d = _mm512_sub_epi8(_mm512_maskz_loadu_epi8(m, row + c), middle);
+        _mm512_mask_storeu_epi8(out + c, m, _mm512_and_si512(d, mask));
+      }
+    } else {
+      const size_t i = t0 / group_size * dim;
+      for (size_t c = 0; c < dim; c += 16) {
+        const auto lanes = static_cast<__mmask16>(first_bytes(dim - c));
+        const __m128i pred = predict16(_mm_maskz_loadu_epi8(lanes, row - dim + c), k, i + c, lanes);
+        const __m128i d = _mm_sub_epi8(_mm_maskz_loadu_epi8(lanes, row + c), pred);
+        _mm_mask_storeu_epi8(out + c, lanes, _mm_and_si128(d, _mm512_castsi512_si128(mask)));
+      }
+    }
+    // Its other rows against the row above: one run over the group.
+    differences(row + dim, row, (std::min(n_rows, t0 + group_size) - t0 - 1) * dim, out + dim);
+  }
+}
+
 void symbols_to_codes_avx512(std::span<const DeltaHead> heads, size_t n_rows, size_t dim, int bits,
                              size_t group_size, const uint8_t* keep) {
   if (dim == 8 || dim == 16 || dim == 32) {

@@ -1,9 +1,10 @@
 // The token-delta transform below the stream level: boundary_predictions is the clamped
 // round-half-even re-quantization of its definition, also for parameters at the edges (zero or
 // non-finite quotients, values past the top code); symbols_to_codes inverts
-// compute_delta_symbols exactly on every SIMD path (the AVX-512 one predicts from registers:
-// packed-row widths 8/16/32, 64-channel columns with partial vectors, groups cut short by the
-// last row, raw and delta channels mixed, edge parameters at a group boundary).
+// compute_delta_symbols exactly on every SIMD path, which all compute the same deltas (the
+// AVX-512 one predicts from registers: packed-row widths 8/16/32, 64-channel columns with
+// partial vectors, groups cut short by the last row, raw and delta channels mixed, edge
+// parameters at a group boundary).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,8 +79,10 @@ TEST(TokenDelta, SymbolsToCodesInvertsOnEveryPath) {
           scale[dim + c] = odd[c % 5];
           if (c % 2 == 0) zero[dim + c] = -odd[(c / 2) % 5];
         }
+        set_simd_path(SimdPath::scalar);
         compute_delta_symbols(codes.data(), n_rows, dim, bits, group_size, scale, zero,
                               symbols.data());
+        const std::vector<uint8_t> deltas = symbols;
         for (size_t i = 0; i < symbols.size(); ++i)
           if (!is_delta[i % dim]) symbols[i] = codes[i];  // raw channels carry their codes
         for (const SimdPath path : test::supported_simd_paths()) {
@@ -87,6 +90,10 @@ TEST(TokenDelta, SymbolsToCodesInvertsOnEveryPath) {
           const std::string where = std::string(simd_path_name(path)) + " dim " +
                                     std::to_string(dim) + " rows " + std::to_string(n_rows) +
                                     " bits " + std::to_string(bits);
+          std::vector<uint8_t> path_deltas(n_rows * dim, 0xaa);
+          compute_delta_symbols(codes.data(), n_rows, dim, bits, group_size, scale, zero,
+                                path_deltas.data());
+          ASSERT_EQ(path_deltas, deltas) << where << " (the deltas)";
           std::vector<uint8_t> got(n_rows * dim, 0xaa);
           symbols_to_codes(symbols.data(), n_rows, dim, bits, group_size, scale, zero,
                            is_delta.data(), got.data());
