@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cachegen/runtime.h"
 #include "codec/bit_io.h"
 #include "codec/params_codec.h"
 #include "codec/rans.h"
@@ -65,6 +66,10 @@ void stream_symbols(const CodeStream& s, std::span<const ChannelModel> models,
     use_delta[c] = models[c].kind == ChannelKind::delta_table ? 0xff : 0;
   for (size_t j = s.dim; j < len; ++j) use_delta[j] = use_delta[j - s.dim];
   const uint8_t* const mask = use_delta.data();
+  if (simd_path() == SimdPath::avx512) {
+    select_deltas_avx512(s.codes.data(), delta.data(), mask, len, n, symbols);
+    return;
+  }
   for (size_t t = 0; t < s.n_rows; t += per) {
     const size_t m = std::min(per, s.n_rows - t) * s.dim;
     const uint8_t* const code = s.codes.data() + t * s.dim;

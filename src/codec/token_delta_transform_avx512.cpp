@@ -200,6 +200,21 @@ void compute_delta_symbols_avx512(const uint8_t* codes, size_t n_rows, size_t di
   }
 }
 
+void select_deltas_avx512(const uint8_t* codes, const uint8_t* delta, const uint8_t* use_delta,
+                          size_t len, size_t n, uint8_t* symbols) {
+  for (size_t b = 0; b < n; b += len) {
+    const size_t m = std::min(len, n - b);
+    for (size_t j = 0; j < m; j += 64) {
+      const __mmask64 k = first_bytes(m - j);
+      const __m512i code = _mm512_maskz_loadu_epi8(k, codes + b + j);
+      const __m512i d = _mm512_maskz_loadu_epi8(k, delta + b + j);
+      const __m512i use = _mm512_maskz_loadu_epi8(k, use_delta + j);
+      // (d & use) | (code & ~use): bitwise select, ternary-logic table 0xca (use ? d : code).
+      _mm512_mask_storeu_epi8(symbols + b + j, k, _mm512_ternarylogic_epi32(use, d, code, 0xca));
+    }
+  }
+}
+
 void symbols_to_codes_avx512(std::span<const DeltaHead> heads, size_t n_rows, size_t dim, int bits,
                              size_t group_size, const uint8_t* keep) {
   if (dim == 8 || dim == 16 || dim == 32) {
