@@ -174,6 +174,9 @@ class HeldEntries {
   __m512i row_;
 };
 
+// The widest loaded model BlendedEntries takes: rows of up to 16 KiB on the stack.
+constexpr size_t kMaxBlendDim = 256;
+
 // Models of at most kSyms (2, 4 or 8) symbols whose vectors of 8 lanes see the same 8
 // channels (dim divides 8: kHeld, one block kept in registers) or run through blocks of 8
 // consecutive channels (dim a multiple of 8: the vector's block loaded each call, channels
@@ -186,9 +189,6 @@ class HeldEntries {
 // 1.33, 1.75 -> 1.52; 64 channels of 4 symbols 1.51 -> 1.33; encode of tinystories-hd64's
 // 3-bit codes (64 channels of 8 symbols) 900-917 -> 833-838 us. Held models of more than 4
 // symbols in at most 32 entries keep the permutes (4 channels of 8 symbols: 1.35 against 1.44).
-// The widest loaded model BlendedEntries takes: rows of up to 16 KiB on the stack.
-constexpr size_t kMaxBlendDim = 256;
-
 template <int kSyms, bool kHeld>
 class BlendedEntries {
  public:
