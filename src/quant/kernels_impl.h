@@ -582,6 +582,15 @@ static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
   // several rows a block are summed per channel at every run's end (a scalar add per channel
   // and symbol per run was a fifth of the kernel on 64 channels).
   alignas(64) uint32_t wide[S - 1][64];
+  // A channel's counts of symbols 0..S-2 (count(v)) and of the last one, the rest of `seen`.
+  const auto add_counts = [](uint32_t* channel, auto count, uint32_t seen) {
+    uint32_t others = 0;
+    for (int v = 0; v < S - 1; ++v) {
+      channel[v] += count(v);
+      others += count(v);
+    }
+    channel[S - 1] += seen - others;
+  };
   size_t r = 0;
   for (size_t piece = 0; piece < pieces; ++piece) {
     r = 0;
@@ -623,28 +632,18 @@ static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
               sums[v][k] = static_cast<uint16_t>(sums[v][k] + sums[v][k + width]);
           }
         }
-        for (size_t j = 0; j < lanes; ++j) {
-          uint32_t* const channel = counts + (c0 + j) * S;
-          uint32_t others = 0;
-          for (int v = 0; v < S - 1; ++v) {
-            channel[v] += sums[v][j];
-            others += sums[v][j];
-          }
-          channel[S - 1] += seen - others;
-        }
+        for (size_t j = 0; j < lanes; ++j)
+          add_counts(
+              counts + (c0 + j) * S, [&](int v) { return uint32_t{sums[v][j]}; }, seen);
       }
       r += run * per;
       blocks -= run;
     }
     if (per == 1) {
       for (size_t j = 0; j < 64; ++j) {
-        uint32_t* const channel = counts + (piece * 64 + j) * S;
-        uint32_t others = 0;
-        for (int v = 0; v < S - 1; ++v) {
-          channel[v] += wide[v][j];
-          others += wide[v][j];
-        }
-        channel[S - 1] += static_cast<uint32_t>(r) - others;
+        add_counts(
+            counts + (piece * 64 + j) * S, [&](int v) { return wide[v][j]; },
+            static_cast<uint32_t>(r));
       }
     }
   }
