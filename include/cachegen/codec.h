@@ -94,6 +94,9 @@ CodeStream quantize_values(std::span<const float> x, size_t n_rows, size_t dim, 
 // Same, into `out`, reusing its buffers' capacity (no allocation once warm).
 void quantize_values_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                           size_t group_size, const EncodeOptions& options, CodeStream& out);
+// Same from fp16 values: the CodeStream of their exact fp32 widenings, without an fp32 copy.
+void quantize_values_into(std::span<const Half> x, size_t n_rows, size_t dim, int bits,
+                          size_t group_size, const EncodeOptions& options, CodeStream& out);
 
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                                    size_t group_size = 32, const EncodeOptions& options = {},
@@ -121,8 +124,8 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
 std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
                                          size_t dim, int bits, size_t group_size = 32,
                                          const EncodeOptions& options = {});
-// The same from fp16 values (widened exactly to fp32 a head at a time): the bytes of
-// encode_values_batch over the widened array.
+// The same from fp16 values: the bytes of encode_values_batch over their exact fp32
+// widenings (quantised straight from fp16, with no fp32 copy).
 std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads, size_t n_rows,
                                          size_t dim, int bits, size_t group_size = 32,
                                          const EncodeOptions& options = {});

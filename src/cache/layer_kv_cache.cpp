@@ -240,13 +240,9 @@ void detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits
     quantize_to_codes_into(std::span<const Half>(x, n), rows, dim, bits, config.group_size, out);
     return;
   }
-  thread_local std::vector<float> f;  // per thread: a group's allocations were ~5% of an encode
-  f.resize(n);
-  detail::quant_kernels().f16_to_f32(reinterpret_cast<const uint16_t*>(x), f.data(), n);
   EncodeOptions opt;
   opt.allow_delta = config.use_delta;
-  quantize_values_into(std::span<const float>(f.data(), n), rows, dim, bits, config.group_size, opt,
-                       out);
+  quantize_values_into(std::span<const Half>(x, n), rows, dim, bits, config.group_size, opt, out);
 }
 
 void LayerKVCache::quantize_group(int kind) {

@@ -33,9 +33,20 @@ std::vector<uint8_t> with_magic(const uint8_t (&magic)[4]) {
   return out;
 }
 
-// Quantizes against codec-rounded parameters into s (its buffers reused); returns the
-// parameters' precision.
-ParamPrecision quantize_for_codec(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+// The min/max kernel for fp32 or fp16 inputs.
+bool minmax_first(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+  return detail::quant_kernels().minmax_rows_first(x, rows, dim, mn, mx);
+}
+bool minmax_first(const Half* x, size_t rows, size_t dim, float* mn, float* mx) {
+  return detail::quant_kernels().minmax_rows_first_f16(reinterpret_cast<const uint16_t*>(x), rows,
+                                                       dim, mn, mx);
+}
+
+// Quantizes fp32 or fp16 values (the latter as their exact widenings, with no fp32 copy)
+// against codec-rounded parameters into s (its buffers reused); returns the parameters'
+// precision.
+template <typename T>
+ParamPrecision quantize_for_codec(std::span<const T> x, size_t n_rows, size_t dim, int bits,
                                   size_t group_size, const EncodeOptions& options, CodeStream& s) {
   detail::check_bits(bits);
   if (group_size == 0) detail::invalid("group_size must be >= 1");
@@ -50,12 +61,11 @@ ParamPrecision quantize_for_codec(std::span<const float> x, size_t n_rows, size_
   mins.resize(n_groups * dim);
   maxs.resize(n_groups * dim);
   // The ranges keep the first of equal values (-0 and +0), which fp16 parameters preserve.
-  const auto minmax = detail::quant_kernels().minmax_rows_first;
   bool finite = true;
   for (size_t g = 0; g < n_groups && n > 0; ++g) {
     const size_t row0 = g * group_size, rows = std::min(n_rows - row0, group_size);
-    finite &=
-        minmax(x.data() + row0 * dim, rows, dim, mins.data() + g * dim, maxs.data() + g * dim);
+    finite &= minmax_first(x.data() + row0 * dim, rows, dim, mins.data() + g * dim,
+                           maxs.data() + g * dim);
   }
   if (!finite) detail::invalid("x contains NaN or Inf");
   const detail::CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
@@ -76,7 +86,8 @@ ParamPrecision quantize_for_codec(std::span<const float> x, size_t n_rows, size_
 // Quantizes for the codec and picks the exact parameter precision that codes smallest.
 // compact_section (optional) receives the compact section when compact is chosen (emptied
 // otherwise).
-ParamPrecision quantize_and_pick(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+template <typename T>
+ParamPrecision quantize_and_pick(std::span<const T> x, size_t n_rows, size_t dim, int bits,
                                  size_t group_size, const EncodeOptions& options, CodeStream& s,
                                  detail::CompactSection* compact_section = nullptr) {
   const ParamPrecision precision = quantize_for_codec(x, n_rows, dim, bits, group_size, options, s);
@@ -212,6 +223,12 @@ void quantize_values_into(std::span<const float> x, size_t n_rows, size_t dim, i
   quantize_for_codec(x, n_rows, dim, bits, group_size, options, out);
 }
 
+void quantize_values_into(std::span<const Half> x, size_t n_rows, size_t dim, int bits,
+                          size_t group_size, const EncodeOptions& options, CodeStream& out) {
+  check_options(options);
+  quantize_for_codec(x, n_rows, dim, bits, group_size, options, out);
+}
+
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                                    size_t group_size, const EncodeOptions& options,
                                    CodeStream* quantized) {
@@ -316,13 +333,11 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
 
 namespace {
 
-// encode_values_batch for fp32 or fp16 values: head h's values, as fp32, come from
-// head_values(h, per_head).
-template <typename T, typename HeadValues>
+// encode_values_batch for fp32 or fp16 values [n_heads, n_rows, dim].
+template <typename T>
 std::vector<uint8_t> encode_values_batch_of(std::span<const T> x, size_t n_heads, size_t n_rows,
                                             size_t dim, int bits, size_t group_size,
-                                            const EncodeOptions& options,
-                                            HeadValues&& head_values) {
+                                            const EncodeOptions& options) {
   check_options(options);
   const size_t per_head = detail::checked_mul(n_rows, dim, "n_rows * dim");
   if (x.size() != detail::checked_mul(n_heads, per_head, "n_heads * n_rows * dim")) {
@@ -342,8 +357,8 @@ std::vector<uint8_t> encode_values_batch_of(std::span<const T> x, size_t n_heads
   if (sections.size() < n_heads) sections.resize(n_heads);
   std::vector<ParamPrecision> precisions(n_heads);
   detail::parallel_for(n_heads, [&](size_t h) {
-    precisions[h] = quantize_and_pick(head_values(h, per_head), n_rows, dim, bits, group_size,
-                                      options, streams[h], &sections[h]);
+    precisions[h] = quantize_and_pick(x.subspan(h * per_head, per_head), n_rows, dim, bits,
+                                      group_size, options, streams[h], &sections[h]);
   });
   return encode_batch_of(std::span<const CodeStream>(streams.data(), n_heads), precisions, options,
                          std::span<const detail::CompactSection>(sections.data(), n_heads));
@@ -354,24 +369,13 @@ std::vector<uint8_t> encode_values_batch_of(std::span<const T> x, size_t n_heads
 std::vector<uint8_t> encode_values_batch(std::span<const float> x, size_t n_heads, size_t n_rows,
                                          size_t dim, int bits, size_t group_size,
                                          const EncodeOptions& options) {
-  return encode_values_batch_of(
-      x, n_heads, n_rows, dim, bits, group_size, options,
-      [&](size_t h, size_t per_head) { return x.subspan(h * per_head, per_head); });
+  return encode_values_batch_of(x, n_heads, n_rows, dim, bits, group_size, options);
 }
 
 std::vector<uint8_t> encode_values_batch(std::span<const Half> x, size_t n_heads, size_t n_rows,
                                          size_t dim, int bits, size_t group_size,
                                          const EncodeOptions& options) {
-  const detail::QuantKernels& k = detail::quant_kernels();
-  return encode_values_batch_of(
-      x, n_heads, n_rows, dim, bits, group_size, options, [&](size_t h, size_t per_head) {
-        // One head widened at a time into the thread's scratch: it stays in cache for the
-        // quantizer, and no array of the whole batch's floats is allocated.
-        float* f32 = reinterpret_cast<float*>(
-            detail::scratch_bytes(per_head * sizeof(float), detail::Scratch::values));
-        k.f16_to_f32(reinterpret_cast<const uint16_t*>(x.data() + h * per_head), f32, per_head);
-        return std::span<const float>(f32, per_head);
-      });
+  return encode_values_batch_of(x, n_heads, n_rows, dim, bits, group_size, options);
 }
 
 CodedSizeReport coded_size_report_batch(std::span<const uint8_t> batch_bytes) {

@@ -65,28 +65,45 @@ static bool all_finite(const float* x, size_t n) {
   return bad == 0;
 }
 
-// Columns [0, kW) of rows x[r * stride]: their minima and maxima into mn, mx (kFirst: of
-// equal values, -0 and +0, the first is kept, else the last); false when a value is NaN or
-// Inf. The running values are locals, kept in registers: through mn/mx (which may alias x for
-// all the compiler knows) rows of 8 were a scalar load-min-store chain per value, a fifth of a
-// head_dim-8 file encode. Finiteness as x - x summed (0 unless some x is NaN or Inf, which
-// make it NaN): float operations beside the others.
-template <bool kFirst, size_t kW>
-static bool minmax_columns(const float* x, size_t rows, size_t stride, float* mn, float* mx) {
-#if defined(__AVX2__)
+// A value of the kernels' inputs as fp32: fp32 itself, or fp16 bits widened (exactly). The
+// fp16 overloads let the codec quantise its fp16 inputs without an fp32 copy of them.
+static inline float widen1(const float* x) {
+  return *x;
+}
+static inline float widen1(const uint16_t* x) {
+  return half_to_float(Half{*x});
+}
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
+static inline __m256 widen8(const float* x) {
+  return _mm256_loadu_ps(x);
+}
+static inline __m256 widen8(const uint16_t* x) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+#endif
+
+// Columns [0, kW) of rows x[r * stride] (fp32, or fp16 widened): their minima and maxima into
+// mn, mx (kFirst: of equal values, -0 and +0, the first is kept, else the last); false when a
+// value is NaN or Inf. The running values are locals, kept in registers: through mn/mx (which
+// may alias x for all the compiler knows) rows of 8 were a scalar load-min-store chain per
+// value, a fifth of a head_dim-8 file encode. Finiteness as x - x summed (0 unless some x is
+// NaN or Inf, which make it NaN): float operations beside the others.
+template <bool kFirst, size_t kW, typename T>
+static bool minmax_columns(const T* x, size_t rows, size_t stride, float* mn, float* mx) {
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
   if constexpr (kW % 8 == 0) {
     // The same operations 8 columns a vector (MINPS/MAXPS are min_f/max_f, operand order
     // kept): GCC 12 left the loop below scalar.
     constexpr size_t kV = kW / 8;
     __m256 lo[kV], hi[kV], nan[kV];
     for (size_t v = 0; v < kV; ++v) {
-      lo[v] = hi[v] = _mm256_loadu_ps(x + 8 * v);
+      lo[v] = hi[v] = widen8(x + 8 * v);
       nan[v] = _mm256_setzero_ps();
     }
     for (size_t r = 0; r < rows; ++r) {
-      const float* row = x + r * stride;
+      const T* row = x + r * stride;
       for (size_t v = 0; v < kV; ++v) {
-        const __m256 a = _mm256_loadu_ps(row + 8 * v);
+        const __m256 a = widen8(row + 8 * v);
         nan[v] = _mm256_add_ps(nan[v], _mm256_sub_ps(a, a));
         lo[v] = kFirst ? _mm256_min_ps(a, lo[v]) : _mm256_min_ps(lo[v], a);
         hi[v] = kFirst ? _mm256_max_ps(a, hi[v]) : _mm256_max_ps(hi[v], a);
@@ -103,13 +120,13 @@ static bool minmax_columns(const float* x, size_t rows, size_t stride, float* mn
 #endif
   float lo[kW], hi[kW], nan[kW];
   for (size_t c = 0; c < kW; ++c) {
-    lo[c] = hi[c] = x[c];
+    lo[c] = hi[c] = widen1(x + c);
     nan[c] = 0.0f;
   }
   for (size_t r = 0; r < rows; ++r) {
-    const float* row = x + r * stride;
+    const T* row = x + r * stride;
     for (size_t c = 0; c < kW; ++c) {
-      const float v = row[c];
+      const float v = widen1(row + c);
       nan[c] += v - v;
       lo[c] = kFirst ? min_f(v, lo[c]) : min_f(lo[c], v);
       hi[c] = kFirst ? max_f(v, hi[c]) : max_f(hi[c], v);
@@ -124,8 +141,8 @@ static bool minmax_columns(const float* x, size_t rows, size_t stride, float* mn
   return finite;
 }
 
-template <bool kFirst>
-static bool minmax_rows_keeping(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+template <bool kFirst, typename T>
+static bool minmax_rows_keeping(const T* x, size_t rows, size_t dim, float* mn, float* mx) {
   bool finite = true;
   size_t c = 0;
   for (; c + 16 <= dim; c += 16)
@@ -143,6 +160,10 @@ static bool minmax_rows(const float* x, size_t rows, size_t dim, float* mn, floa
 static bool minmax_rows_first(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
   return minmax_rows_keeping<true>(x, rows, dim, mn, mx);
 }
+static bool minmax_rows_first_f16(const uint16_t* x, size_t rows, size_t dim, float* mn,
+                                  float* mx) {
+  return minmax_rows_keeping<true>(x, rows, dim, mn, mx);
+}
 
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
 // The vector twin of quantize_span's scalar loop for 8 values (same operations, same order).
@@ -153,8 +174,9 @@ struct Quantize8 {
         hi(_mm256_set1_ps(max_code + 1.0f)),
         magic(_mm256_set1_ps(kRoundMagic)),
         max(_mm256_set1_ps(max_code)) {}
-  __m256i operator()(const float* x, __m256 scale, __m256 zero) const {
-    __m256 v = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x), zero), scale);
+  template <typename T>
+  __m256i operator()(const T* x, __m256 scale, __m256 zero) const {
+    __m256 v = _mm256_div_ps(_mm256_sub_ps(widen8(x), zero), scale);
     v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
     const __m256 q = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);
     return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(q, _mm256_setzero_ps()), max));
@@ -174,7 +196,8 @@ static inline void store_codes32(__m256i a, __m256i b, __m256i c, __m256i d, uin
 // The vector loop does the same operations in the same order (MINPS/MAXPS are min_f/max_f,
 // NaN operands included), so the same codes: GCC 12 turned the scalar loop's clamps into
 // branches it then did not vectorise (18% of an AVX2 fp16 encode).
-static inline void quantize_span(const float* x, size_t n, const float* scale, const float* zero,
+template <typename T>
+static inline void quantize_span(const T* x, size_t n, const float* scale, const float* zero,
                                  float max_code, uint8_t* out) {
   const float hi = max_code + 1.0f;
   size_t c = 0;
@@ -193,7 +216,7 @@ static inline void quantize_span(const float* x, size_t n, const float* scale, c
   }
 #endif
   for (; c < n; ++c) {
-    float v = (x[c] - zero[c]) / scale[c];
+    float v = (widen1(x + c) - zero[c]) / scale[c];
     // Pre-clamp keeps the rounding trick in range; the final clamp is the reference's.
     v = min_f(max_f(v, -1.0f), hi);
     float q = (v + kRoundMagic) - kRoundMagic;
@@ -202,8 +225,9 @@ static inline void quantize_span(const float* x, size_t n, const float* scale, c
   }
 }
 
-static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,
-                          const float* zero, float max_code, uint8_t* codes) {
+template <typename T>
+static void quantize_rows_of(const T* x, size_t rows, size_t dim, const float* scale,
+                             const float* zero, float max_code, uint8_t* codes) {
   size_t r = 0;
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
   if (dim == 8) {
@@ -212,7 +236,7 @@ static void quantize_rows(const float* x, size_t rows, size_t dim, const float* 
     const Quantize8 q8(max_code);
     const __m256 s = _mm256_loadu_ps(scale), z = _mm256_loadu_ps(zero);
     for (; r + 4 <= rows; r += 4) {
-      const float* xr = x + r * 8;
+      const T* xr = x + r * 8;
       store_codes32(q8(xr, s, z), q8(xr + 8, s, z), q8(xr + 16, s, z), q8(xr + 24, s, z),
                     codes + r * 8);
     }
@@ -236,6 +260,14 @@ static void quantize_rows(const float* x, size_t rows, size_t dim, const float* 
       quantize_span(x + r * dim, len, s_rep, z_rep, max_code, codes + r * dim);
   }
   for (; r < rows; ++r) quantize_span(x + r * dim, dim, scale, zero, max_code, codes + r * dim);
+}
+static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,
+                          const float* zero, float max_code, uint8_t* codes) {
+  quantize_rows_of(x, rows, dim, scale, zero, max_code, codes);
+}
+static void quantize_rows_f16(const uint16_t* x, size_t rows, size_t dim, const float* scale,
+                              const float* zero, float max_code, uint8_t* codes) {
+  quantize_rows_of(x, rows, dim, scale, zero, max_code, codes);
 }
 
 #if defined(CACHEGEN_HAVE_F16C)
@@ -755,8 +787,9 @@ static uint16_t max_f16_magnitude(const uint16_t* x, size_t n) {
 }
 
 inline const QuantKernels kTable = {
-    f16_to_f32,    bf16_to_f32,        minmax_rows,   minmax_rows_first, all_finite,
-    quantize_rows, dequant_rows,       basis_combine, f32_to_f16_sat,    f32_to_f16,
-    rope_f16,      channel_histograms, max_byte,      max_f16_magnitude};
+    f16_to_f32,       bf16_to_f32,   minmax_rows,       minmax_rows_first,  minmax_rows_first_f16,
+    all_finite,       quantize_rows, quantize_rows_f16, dequant_rows,       basis_combine,
+    f32_to_f16_sat,   f32_to_f16,    rope_f16,          channel_histograms, max_byte,
+    max_f16_magnitude};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

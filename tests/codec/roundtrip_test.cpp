@@ -110,25 +110,40 @@ TEST(Codec, EncodeBytesIndependentOfSimdPath) {
 }
 
 TEST(Codec, BatchValuesFromHalfMatchWidenedFloats) {
-  // Heads of 8 x 33 values: the widening kernels' vector body and scalar tail both run, and a
-  // NaN is refused as from fp32.
-  const size_t heads = 3, rows = 33, dim = 8;
-  const auto x = test::random_walk(heads * rows, dim, 0.3f, 11);
-  std::vector<Half> h(x.size());
-  std::vector<float> widened(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    h[i] = float_to_half(x[i]);
-    widened[i] = half_to_float(h[i]);
+  // Heads of 8 x 33 values (rows of one vector) and 40 x 33 (vector and scalar columns), one
+  // head of subnormals (a range of a few 2^-24): quantised straight from fp16, the bytes and
+  // codes of the widened fp32 values; a NaN is refused as from fp32.
+  const size_t heads = 3, rows = 33;
+  for (const size_t dim : {8u, 40u}) {
+    const auto x = test::random_walk(heads * rows, dim, 0.3f, 11);
+    std::vector<Half> h(x.size());
+    std::vector<float> widened(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      h[i] = i < rows * dim ? Half{static_cast<uint16_t>(i % 5)} : float_to_half(x[i]);
+      widened[i] = half_to_float(h[i]);
+    }
+    for (const int bits : {2, 5}) {
+      set_thread_count(2);
+      EXPECT_EQ(encode_values_batch(h, heads, rows, dim, bits),
+                encode_values_batch(widened, heads, rows, dim, bits));
+      set_thread_count(0);
+      for (size_t head = 0; head < heads; ++head) {
+        CodeStream from_half, from_float;
+        const size_t n = rows * dim;
+        quantize_values_into(std::span<const Half>(h).subspan(head * n, n), rows, dim, bits, 32, {},
+                             from_half);
+        quantize_values_into(std::span<const float>(widened).subspan(head * n, n), rows, dim, bits,
+                             32, {}, from_float);
+        EXPECT_EQ(from_half.codes, from_float.codes);
+        EXPECT_EQ(from_half.scale, from_float.scale);
+        EXPECT_EQ(from_half.zero, from_float.zero);
+      }
+    }
+    h[heads * rows * dim - 1] = Half{0x7e00};
+    EXPECT_THROW(encode_values_batch(h, heads, rows, dim, 3), Error);
+    EXPECT_THROW(encode_values_batch(std::span<const Half>(h).first(5), heads, rows, dim, 3),
+                 Error);
   }
-  for (const int bits : {2, 5}) {
-    set_thread_count(2);
-    EXPECT_EQ(encode_values_batch(h, heads, rows, dim, bits),
-              encode_values_batch(widened, heads, rows, dim, bits));
-    set_thread_count(0);
-  }
-  h[heads * rows * dim - 1] = Half{0x7e00};
-  EXPECT_THROW(encode_values_batch(h, heads, rows, dim, 3), Error);
-  EXPECT_THROW(encode_values_batch(std::span<const Half>(h).first(5), heads, rows, dim, 3), Error);
 }
 
 TEST(Codec, BatchRoundTripIndependentOfThreads) {

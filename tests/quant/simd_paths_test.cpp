@@ -182,10 +182,25 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
         std::vector<uint8_t> want(x.size());
         tables[0]->quantize_rows(x.data(), rows, dim, scale.data(), zero.data(), max_code,
                                  want.data());
+        // The fp16 kernel against the fp32 one on the values' fp16 roundings, widened.
+        std::vector<uint16_t> xh(x.size());
+        std::vector<float> xw(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          xh[i] = float_to_half(x[i]).bits;
+          xw[i] = half_to_float(Half{xh[i]});
+        }
+        std::vector<uint8_t> want_h(x.size());
+        tables[0]->quantize_rows(xw.data(), rows, dim, scale.data(), zero.data(), max_code,
+                                 want_h.data());
         for (const detail::QuantKernels* k : tables) {
           std::vector<uint8_t> got(x.size(), 0xAA);
           k->quantize_rows(x.data(), rows, dim, scale.data(), zero.data(), max_code, got.data());
           ASSERT_EQ(got, want) << "max_code " << max_code << " dim " << dim << " rows " << rows;
+          std::fill(got.begin(), got.end(), 0xAA);
+          k->quantize_rows_f16(xh.data(), rows, dim, scale.data(), zero.data(), max_code,
+                               got.data());
+          ASSERT_EQ(got, want_h) << "fp16 max_code " << max_code << " dim " << dim << " rows "
+                                 << rows;
         }
       }
     }
@@ -312,19 +327,35 @@ TEST(SimdPaths, MaxF16MagnitudeIgnoresTheSign) {
 
 // The two min/max kernels on every path (dims taking each width of columns: 16, 8, 4, 1): the
 // same ranges, the first (minmax_rows_first) or the last (minmax_rows) of equal -0 and +0, and
-// false for any NaN or infinity.
+// false for any NaN or infinity. The fp16 kernel gives minmax_rows_first's results on the
+// values' widenings.
 TEST(SimdPaths, MinMaxKeepTheFirstOrTheLastOfEqualValues) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(3);
   for (const size_t dim : {1u, 7u, 8u, 12u, 16u, 24u, 33u, 64u}) {
     for (const size_t rows : {1u, 2u, 5u, 32u}) {
       std::vector<float> x(rows * dim);
-      for (float& v : x) v = (rng() % 3 == 0) ? ((rng() & 1) ? -0.0f : 0.0f) : 1.0f;
+      // Zeros of both signs among positive fp16 values.
+      for (float& v : x) {
+        v = (rng() % 3 == 0) ? ((rng() & 1) ? -0.0f : 0.0f)
+                             : half_to_float(Half{static_cast<uint16_t>(rng() % 0x7c00)});
+      }
       for (int bad = 0; bad < 3; ++bad) {
         std::vector<float> y = x;
         if (bad == 1) y[rng() % y.size()] = NAN;
         if (bad == 2) y[rng() % y.size()] = -INFINITY;
+        std::vector<uint16_t> yh(y.size());
+        for (size_t i = 0; i < y.size(); ++i) yh[i] = float_to_half(y[i]).bits;
         for (const detail::QuantKernels* k : tables) {
+          std::vector<float> mn_h(dim), mx_h(dim), mn(dim), mx(dim);
+          const bool ok_h =
+              k->minmax_rows_first_f16(yh.data(), rows, dim, mn_h.data(), mx_h.data());
+          ASSERT_EQ(ok_h, bad == 0) << "fp16 dim " << dim << " rows " << rows;
+          ASSERT_EQ(k->minmax_rows_first(y.data(), rows, dim, mn.data(), mx.data()), ok_h);
+          if (ok_h) {
+            ASSERT_EQ(0, std::memcmp(mn_h.data(), mn.data(), dim * sizeof(float)));
+            ASSERT_EQ(0, std::memcmp(mx_h.data(), mx.data(), dim * sizeof(float)));
+          }
           for (const bool first : {true, false}) {
             std::vector<float> mn(dim), mx(dim);
             const bool ok = (first ? k->minmax_rows_first : k->minmax_rows)(y.data(), rows, dim,
