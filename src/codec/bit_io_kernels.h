@@ -135,6 +135,15 @@ static size_t put_pairs(BitPairState& s, const int64_t* a, const int64_t* b, siz
     return true;
   };
   for (size_t i = 0; i < n; ++i) {
+    // A pair whose codes fit 56 bits together is put as one code (the usual case): half the
+    // accumulator's chain of shifts, stores and masks.
+    const uint64_t va = zigzag(a[i]), vb = zigzag(b[i]);
+    const int na = exp_golomb_bits(va, ka), nb = exp_golomb_bits(vb, kb);
+    if (na + nb <= 56) [[likely]] {
+      put_code(s.out, acc, fill, pos,
+               ((va + (uint64_t{1} << ka)) << nb) | (vb + (uint64_t{1} << kb)), na + nb);
+      continue;
+    }
     if (!code(a[i], ka)) {
       done = 2 * i;
       break;
