@@ -1,6 +1,8 @@
 // Internal: the quantization kernels, one table per SIMD path. Every path computes exactly
 // the same fp32 operations in the same order (no FMA, no reassociation), so all tables give
-// bit-identical results; kernels_scalar.cpp is the reference twin.
+// bit-identical results; kernels_scalar.cpp is the reference twin. (The vector quantizers
+// round and clamp each quotient by fewer operations than the scalar loop, to the same codes:
+// Quantize8 in kernels_impl.h.)
 #pragma once
 
 #include <cstddef>
