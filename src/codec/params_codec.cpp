@@ -75,6 +75,10 @@ uint32_t scale_index(float scale, const CompactGrid& g) {
 // for k >= b it is 1. So v costs k + 1 + 2 * max(0, b - k - 1), plus 2 when k lies in
 // [b - r, b - 1] where r is the run of ones at the top of v.
 ExpGolombOrder best_eg_order(const std::vector<int64_t>& residuals) {
+  if (simd_path() == SimdPath::avx512) {
+    if (const auto best = best_eg_order_avx512(residuals.data(), residuals.size(), kMaxEgPrefix))
+      return *best;
+  }
   return exp_golomb_kernels().best_order(residuals.data(), residuals.size(), kMaxEgPrefix);
 }
 

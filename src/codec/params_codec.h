@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -98,6 +99,11 @@ bool compact_later_groups_avx2(size_t n_groups, size_t dim, const int32_t* ds, c
 // parameters are on the grid). n_groups * dim < 2^31.
 bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_groups, size_t dim,
                               const CompactGrid& g, int64_t* scale_res, int64_t* zero_res);
+
+// The AVX-512 twin of best_eg_order (the same order and bits) where every zigzag residual is
+// below 2^32 - 1 and count below 2^26; nullopt otherwise.
+std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, size_t count,
+                                                   int max_prefix);
 
 // Throws corrupt_input unless every scale is finite and > 0 and every zero finite.
 void check_decoded_params(std::span<const float> scale, std::span<const float> zero);

@@ -5,6 +5,7 @@
 // message (the first bad parameter in coding order).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -401,20 +402,26 @@ TEST(ParamsCompact, LongCodesResumeWithTheRightOrder) {
   set_simd_path(best_supported_simd_path());
 }
 
-// The order search (both compiled kernels) finds the first order of fewest bits among those
-// whose every code has at most max_prefix prefix zeros, as trying every order does: residual
-// sets of several sizes and spreads (zeros, small, up to 2^62), several prefix limits.
+// The order search (both compiled kernels, and the AVX-512 one where its zigzag values fit 32
+// bits) finds the first order of fewest bits among those whose every code has at most
+// max_prefix prefix zeros, as trying every order does: residual sets of several sizes and
+// spreads (zeros, small, up to 2^62), several prefix limits.
 TEST(ParamsCompact, BestOrderIsTheExhaustiveSearch) {
   std::mt19937_64 rng(11);
+  const bool avx512 = best_supported_simd_path() == SimdPath::avx512;
   // Spreads 8 and 9 put the zigzag values below and around 256, where the kernels count values
-  // by value instead of by bit length.
+  // by value instead of by bit length; 31 and 32 around the AVX-512 search's 2^32 - 1.
   for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1000}}) {
-    for (const int spread : {0, 3, 8, 9, 12, 40, 62}) {
+    for (const int spread : {0, 3, 8, 9, 12, 31, 32, 40, 62}) {
       std::vector<int64_t> res(n);
-      for (int64_t& r : res) {
+      for (size_t i = 0; i < n; ++i) {
         const int64_t mag = spread == 0 ? 0 : static_cast<int64_t>(rng() >> (64 - spread));
-        r = (rng() & 1) ? -mag : mag;
-        if (rng() % 4 == 0) r = 0;
+        res[i] = (rng() & 1) ? -mag : mag;
+        if (rng() % 4 == 0) res[i] = 0;
+        // Zigzag values 2^j - 1 (all ones: the lengths a rounding conversion would get wrong),
+        // and in the largest set 2^32 - 1 (just past the AVX-512 search).
+        if (spread == 31 && i % 3 == 0) res[i] = -(int64_t{1} << (i % 31));
+        if (spread == 31 && n == 1000 && i == 1) res[i] = INT32_MIN;
       }
       for (const int max_prefix : {3, 10, 40}) {
         ExpGolombOrder want;
@@ -435,6 +442,14 @@ TEST(ParamsCompact, BestOrderIsTheExhaustiveSearch) {
           EXPECT_EQ(got.k, want.k) << n << " " << spread << " " << max_prefix;
           EXPECT_EQ(got.bits, want.bits) << n << " " << spread << " " << max_prefix;
         }
+        if (!avx512) continue;
+        const auto wide = best_eg_order_avx512(res.data(), n, max_prefix);
+        uint64_t largest = 0;
+        for (const int64_t r : res) largest = std::max(largest, BitWriter::zigzag(r));
+        ASSERT_EQ(wide.has_value(), largest < UINT32_MAX) << n << " " << spread;
+        if (!wide) continue;
+        EXPECT_EQ(wide->k, want.k) << "avx512 " << n << " " << spread << " " << max_prefix;
+        EXPECT_EQ(wide->bits, want.bits) << "avx512 " << n << " " << spread << " " << max_prefix;
       }
     }
   }
