@@ -182,21 +182,28 @@ std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, siz
   // length less 1 is the exponent of the fp32 conversion rounded toward zero (exact powers of
   // two stay, nothing rounds up to one). Padding lanes hold 0 (w = 1, exponent 0).
   if (count >= (size_t{1} << 26)) return std::nullopt;  // the 32-bit sums' bound
+  // The zigzag values as 32-bit words: on the stack for a head's usual parameters (a thread's
+  // vector cost a tenth of head_dim-8 heads' searches), else in the thread's vector.
+  constexpr size_t kOnStack = 1024;
+  alignas(64) uint32_t local[kOnStack];
   thread_local std::vector<uint32_t> kept;
-  std::vector<uint32_t>& v = kept;
   const size_t n_vec = (count + 15) / 16;
-  v.resize(n_vec * 16);
+  uint32_t* v = local;
+  if (n_vec * 16 > kOnStack) {
+    kept.resize(n_vec * 16);
+    v = kept.data();
+  }
   __m512i top = _mm512_setzero_si512();
   for (size_t i = 0; i < count; i += 8) {
     const __mmask8 m = static_cast<__mmask8>(count - i >= 8 ? 0xff : (1u << (count - i)) - 1);
     const __m512i r = _mm512_maskz_loadu_epi64(m, residuals + i);
     const __m512i z = _mm512_xor_si512(_mm512_slli_epi64(r, 1), _mm512_srai_epi64(r, 63));
     top = _mm512_max_epu64(top, z);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(v.data() + i), _mm512_cvtepi64_epi32(z));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + i), _mm512_cvtepi64_epi32(z));
   }
   const uint64_t largest = _mm512_reduce_max_epu64(top);
   if (largest >= UINT32_MAX) return std::nullopt;  // (v >> 0) + 1 must fit 32 bits
-  for (size_t i = count; i < v.size(); ++i) v[i] = 0;
+  for (size_t i = count; i < n_vec * 16; ++i) v[i] = 0;
   const int max_length = 64 - __builtin_clzll(largest | 1);
   const int last_k = max_length + 1 < 24 ? max_length + 1 : 24;
   const __m512i one = _mm512_set1_epi32(1);
@@ -207,15 +214,14 @@ std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, siz
     __m512i sum = _mm512_setzero_si512();
     for (size_t j = 0; j < n_vec; ++j) {
       const __m512i w =
-          _mm512_add_epi32(_mm512_srl_epi32(_mm512_loadu_si512(v.data() + 16 * j), shift), one);
+          _mm512_add_epi32(_mm512_srl_epi32(_mm512_loadu_si512(v + 16 * j), shift), one);
       const __m512 f = _mm512_cvt_roundepu32_ps(w, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
       sum = _mm512_add_epi32(sum, _mm512_srli_epi32(_mm512_castps_si512(f), 23));
     }
-    // Exponents are biased by 127: sum - 127 per lane is the lengths less 1, summed.
-    const uint64_t lengths = static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(
-                                 _mm512_cvtepu32_epi64(_mm512_castsi512_si256(sum)),
-                                 _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(sum, 1))))) -
-                             127 * uint64_t{16} * n_vec;
+    // Exponents are biased by 127: their sum less 127 a lane is the lengths less 1, summed,
+    // below 32 * 2^26 (so the 32-bit sums' wrap-around cancels).
+    const uint64_t lengths = static_cast<uint32_t>(_mm512_reduce_add_epi32(sum)) -
+                             static_cast<uint32_t>(127 * 16 * n_vec);
     const uint64_t bits = count * static_cast<uint64_t>(k + 1) + 2 * lengths;
     if (bits < best.bits) best.bits = bits, best.k = k;
   }

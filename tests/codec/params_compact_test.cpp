@@ -411,7 +411,8 @@ TEST(ParamsCompact, BestOrderIsTheExhaustiveSearch) {
   const bool avx512 = best_supported_simd_path() == SimdPath::avx512;
   // Spreads 8 and 9 put the zigzag values below and around 256, where the kernels count values
   // by value instead of by bit length; 31 and 32 around the AVX-512 search's 2^32 - 1.
-  for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1000}}) {
+  // (1,000 and 3,000 values: the AVX-512 search's words on the stack and in a vector.)
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1000}, size_t{3000}}) {
     for (const int spread : {0, 3, 8, 9, 12, 31, 32, 40, 62}) {
       std::vector<int64_t> res(n);
       for (size_t i = 0; i < n; ++i) {
