@@ -607,6 +607,86 @@ inline HistBytes count_matches(HistBytes acc, HistBytes x, uint8_t v) {
   return acc - (x == v);  // -1 per match
 #endif
 }
+#if defined(__AVX512BW__)
+// A carry-save adder of bit vectors: l = a ^ b ^ c, h = majority(a, b, c).
+static inline void carry_save(__m512i& h, __m512i& l, __m512i a, __m512i b, __m512i c) {
+  l = _mm512_ternarylogic_epi32(a, b, c, 0x96);
+  h = _mm512_ternarylogic_epi32(a, b, c, 0xe8);
+}
+// Counts by bit position (Harley-Seal) of bytes with bits 0..kBits-1 in use: a carry-save tree
+// sums 16 vectors into bit planes of weight 1, 2, 4, 8 and one of 16, whose bits go to byte
+// counters; a position's count in a byte lane is 16 * sixteens + the planes' bits there.
+template <int kBits>
+struct BitPositionCounts {
+  __m512i ones, twos, fours, eights, sixteens[kBits];
+  BitPositionCounts() {
+    ones = twos = fours = eights = _mm512_setzero_si512();
+    for (int v = 0; v < kBits; ++v) sixteens[v] = _mm512_setzero_si512();
+  }
+  // The sums of in[0..3] and in[0..7] at the planes below, their carries of weight 4 and 8.
+  __m512i add4(const __m512i* in) {
+    __m512i twos_a, twos_b, carry;
+    carry_save(twos_a, ones, ones, in[0], in[1]);
+    carry_save(twos_b, ones, ones, in[2], in[3]);
+    carry_save(carry, twos, twos, twos_a, twos_b);
+    return carry;
+  }
+  __m512i add8(const __m512i* in) {
+    __m512i carry;
+    carry_save(carry, fours, fours, add4(in), add4(in + 4));
+    return carry;
+  }
+  void add16(const __m512i* in) {
+    __m512i sixteen;
+    carry_save(sixteen, eights, eights, add8(in), add8(in + 8));
+    for (int v = 0; v < kBits; ++v) {
+      const __mmask64 m =
+          _mm512_test_epi8_mask(sixteen, _mm512_set1_epi8(static_cast<char>(1 << v)));
+      sixteens[v] = _mm512_mask_add_epi8(sixteens[v], m, sixteens[v], _mm512_set1_epi8(1));
+    }
+  }
+  // Bit v's count per byte lane (at most 255: 16 * sixteens never wraps).
+  __m512i count(int v) const {
+    const __m512i planes[4] = {ones, twos, fours, eights};
+    const __m512i bit = _mm512_set1_epi8(static_cast<char>(1 << v));
+    __m512i c = _mm512_slli_epi16(sixteens[v], 4);  // per byte: sixteens[v] <= 15
+    for (int k = 0; k < 4; ++k) {
+      c = _mm512_mask_add_epi8(c, _mm512_test_epi8_mask(planes[k], bit), c,
+                               _mm512_set1_epi8(static_cast<char>(1 << k)));
+    }
+    return c;
+  }
+};
+// acc[v] (v < S - 1): per byte lane, the blocks of a run (run <= 255, `stride` apart) whose byte
+// there is v. A byte becomes the bit 1 << v by a shuffle (symbols 8..15 in a second byte, by a
+// second shuffle) and the bits are counted by position: per block about 5 operations a plane,
+// against S - 1 compares and as many masked adds (7 and 7 at 8 symbols, 15 and 15 at 16).
+template <int S>
+static void count_run_by_bits(const uint8_t* block, size_t run, size_t stride, HistBytes* acc) {
+  static_assert(S == 4 || S == 8 || S == 16);
+  constexpr int kLow = S == 16 ? 8 : S - 1, kHigh = S == 16 ? 7 : 0;  // bits counted per plane
+  const __m512i low_bit = _mm512_set4_epi32(0, 0, static_cast<int>(0x80402010), 0x08040201);
+  const __m512i high_bit = _mm512_set4_epi32(static_cast<int>(0x80402010), 0x08040201, 0, 0);
+  BitPositionCounts<kLow> low;
+  BitPositionCounts<(kHigh > 0 ? kHigh : 1)> high;  // (unused below 16 symbols)
+  for (size_t b = 0; b < run; b += 16) {
+    __m512i x[16], bits[16];
+    for (size_t j = 0; j < 16; ++j) {
+      x[j] = b + j < run ? _mm512_loadu_si512(block + (b + j) * stride)
+                         : _mm512_set1_epi8(static_cast<char>(0x80));  // no bit in either plane
+      bits[j] = _mm512_shuffle_epi8(low_bit, x[j]);
+    }
+    low.add16(bits);
+    if constexpr (kHigh > 0) {
+      for (size_t j = 0; j < 16; ++j) bits[j] = _mm512_shuffle_epi8(high_bit, x[j]);
+      high.add16(bits);
+    }
+  }
+  for (int v = 0; v < kLow; ++v) acc[v] = reinterpret_cast<HistBytes>(low.count(v));
+  for (int v = 0; v < kHigh; ++v) acc[8 + v] = reinterpret_cast<HistBytes>(high.count(v));
+}
+#endif
+
 template <int S>
 static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, uint32_t* counts) {
   // 64-byte blocks: `per` whole rows when dim divides 64, else (64 divides dim) one 64-column
@@ -635,13 +715,20 @@ static size_t block_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
       const size_t run = blocks < 255 ? blocks : 255;
       for (size_t part = 0; part < 64; part += kHistVecBytes) {
         HistBytes acc[S - 1];
-        for (int v = 0; v < S - 1; ++v) acc[v] = HistBytes{};
         const uint8_t* block = symbols + r * dim + piece * 64 + part;
-        for (size_t b = 0; b < run; ++b, block += stride) {
-          HistBytes x;
-          std::memcpy(&x, block, kHistVecBytes);
-          for (int v = 0; v < S - 1; ++v)
-            acc[v] = count_matches(acc[v], x, static_cast<uint8_t>(v));
+#if defined(__AVX512BW__)
+        if constexpr (S >= 4) {
+          count_run_by_bits<S>(block, run, stride, acc);
+        } else
+#endif
+        {
+          for (int v = 0; v < S - 1; ++v) acc[v] = HistBytes{};
+          for (size_t b = 0; b < run; ++b, block += stride) {
+            HistBytes x;
+            std::memcpy(&x, block, kHistVecBytes);
+            for (int v = 0; v < S - 1; ++v)
+              acc[v] = count_matches(acc[v], x, static_cast<uint8_t>(v));
+          }
         }
         uint8_t bytes[S - 1][kHistVecBytes];
         for (int v = 0; v < S - 1; ++v) std::memcpy(bytes[v], &acc[v], kHistVecBytes);
