@@ -23,16 +23,10 @@ void write_float_params(wire::Writer& w, std::span<const float> values, ParamPre
     thread_local std::vector<uint16_t> halves;
     halves.resize(values.size());
     quant_kernels().f32_to_f16(values.data(), halves.data(), values.size());
-    uint8_t* o = w.extend(2 * values.size());
-    for (size_t i = 0; i < values.size(); ++i) wire::store_le(o + 2 * i, halves[i], 2);
+    wire::store_le16_array(w.extend(2 * values.size()), halves.data(), values.size());
     return;
   }
-  uint8_t* o = w.extend(4 * values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    uint32_t u;
-    std::memcpy(&u, &values[i], 4);
-    wire::store_le(o + 4 * i, u, 4);
-  }
+  wire::store_le32_array(w.extend(4 * values.size()), values.data(), values.size());
 }
 
 }  // namespace

@@ -54,6 +54,19 @@ inline void store_le16_array(uint8_t* p, const uint16_t* in, size_t n) noexcept 
     }
   }
 }
+// n 32-bit words from `in` (a float or uint32_t array) as little-endian bytes at p: a copy on
+// little-endian hosts.
+inline void store_le32_array(uint8_t* p, const void* in, size_t n) noexcept {
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n) std::memcpy(p, in, n * 4);
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t v;
+      std::memcpy(&v, static_cast<const uint8_t*>(in) + 4 * i, 4);
+      for (int k = 0; k < 4; ++k) p[4 * i + k] = static_cast<uint8_t>(v >> (8 * k));
+    }
+  }
+}
 inline void store_le(uint8_t* p, uint64_t v, int n) noexcept {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }

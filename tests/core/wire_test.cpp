@@ -58,6 +58,9 @@ TEST(Wire, WordArraysAreLittleEndian) {
   wire::load_le32_array(le.data(), out, 2);
   EXPECT_EQ(out[0], 0x12345678u);
   EXPECT_EQ(out[1], 0x80000001u);
+  Bytes back(10, 0x55);
+  wire::store_le32_array(back.data() + 1, out, 2);
+  EXPECT_EQ(back, (Bytes{0x55, 0x78, 0x56, 0x34, 0x12, 0x01, 0x00, 0x00, 0x80, 0x55}));
 }
 
 TEST(Wire, VarintsRoundTripAtEveryLength) {
