@@ -498,20 +498,28 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
   if (payloads.size() < n_slices) payloads.resize(n_slices);
   std::vector<std::vector<uint8_t>> param_blocks(G);
+  // Where every channel codes its codes, a slice of one head (heads of 16K elements or more)
+  // codes them in place: no copy (3% of encoding tinystories-hd64's codes).
+  const bool codes_in_place =
+      heads_per_slice == 1 && std::none_of(models.begin(), models.end(), [](const auto& m) {
+        return m.kind == ChannelKind::delta_table;
+      });
   parallel_for(n_slices, [&](size_t i) {
     const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
     payloads[i].clear();
     // Every byte is written by stream_symbols.
-    uint8_t* const symbols = scratch_bytes((h1 - h0) * n, Scratch::symbols);
+    uint8_t* const symbols =
+        codes_in_place ? nullptr : scratch_bytes((h1 - h0) * n, Scratch::symbols);
     for (size_t h = h0; h < h1; ++h) {
-      stream_symbols(streams[h], models, delta[h], symbols + (h - h0) * n);
+      if (!codes_in_place) stream_symbols(streams[h], models, delta[h], symbols + (h - h0) * n);
       write_param_block(streams[h], precisions[h], grid, param_blocks[h],
                         compact_sections.empty()
                             ? std::span<const uint8_t>()
                             : std::span<const uint8_t>(compact_sections[h].bytes));
     }
-    rans_encode(std::span<const uint8_t>(symbols, (h1 - h0) * n), dim, tables, precision,
-                choose_lanes((h1 - h0) * n), payloads[i]);
+    rans_encode(std::span<const uint8_t>(codes_in_place ? streams[h0].codes.data() : symbols,
+                                         (h1 - h0) * n),
+                dim, tables, precision, choose_lanes((h1 - h0) * n), payloads[i]);
   });
 
   BitWriter bits;

@@ -413,6 +413,28 @@ TEST(CodecSharedBatch, SizeReportAddsUpForBothLayouts) {
   EXPECT_GT(ri.code_entropy_bytes, 0.0);
 }
 
+// Heads of 16K elements take a slice each, and where no channel codes deltas the encoder reads
+// each head's codes where they lie: every head decodes to its own codes.
+TEST(CodecSharedBatch, SlicesOfOneHeadCodeTheirOwnCodes) {
+  const size_t heads = 3, rows = 1024, dim = 16;
+  std::mt19937 rng(5);
+  std::vector<CodeStream> streams(heads);
+  for (CodeStream& s : streams) {
+    s = quantize_to_codes(test::random_walk(rows, dim, 0.1f, static_cast<uint32_t>(rng())), rows,
+                          dim, 3, 32);
+    for (uint8_t& c : s.codes) c = static_cast<uint8_t>(rng() % 8);  // no use for deltas
+  }
+  for (const bool allow_delta : {false, true}) {
+    EncodeOptions options;
+    options.allow_delta = allow_delta;
+    const auto bytes = encode_batch(streams, options);
+    ASSERT_EQ(batch_layout(bytes), 1);
+    const auto back = decode_batch(bytes);
+    ASSERT_EQ(back.size(), heads);
+    for (size_t h = 0; h < heads; ++h) EXPECT_EQ(back[h].codes, streams[h].codes) << h;
+  }
+}
+
 TEST(CodecSharedBatch, IndependentOfThreads) {
   const size_t heads = 7, rows = 700, dim = 16;
   const auto x = test::random_walk(heads * rows, dim, 0.1f, 9);
