@@ -43,6 +43,13 @@ void BitWriter::signed_exp_golomb_pairs(const int64_t* a, const int64_t* b, size
   }
 }
 
+void BitWriter::put_codes(const uint64_t* code, const uint8_t* n_bits, size_t n) {
+  if (pos_ + 8 * n + 8 > bytes_.size()) bytes_.resize(2 * (pos_ + 8 * n + 8));
+  BitPairState s{bytes_.data(), pos_, acc_, fill_};
+  exp_golomb_kernels().put_codes(s, code, n_bits, n);
+  pos_ = s.pos, acc_ = s.acc, fill_ = s.fill;
+}
+
 void BitWriter::exp_golomb_list(const uint16_t* v, size_t n, int k) {
   if (k >= 24) {  // codes past put_list's 56 bits
     for (size_t i = 0; i < n; ++i) exp_golomb(v[i], k);

@@ -47,6 +47,9 @@ class BitWriter {
   // state in registers (through the members, every byte store, which may alias them, made the
   // compiler keep them in memory).
   void signed_exp_golomb_pairs(const int64_t* a, const int64_t* b, size_t n, int ka, int kb);
+  // put(code[i], n_bits[i]) for i < n, n_bits[i] in 1..56, the writer's state in registers
+  // (as above): codes made in bulk (write_params_compact's pairs on AVX-512).
+  void put_codes(const uint64_t* code, const uint8_t* n_bits, size_t n);
   // exp_golomb(v[i], k) for i < n, the writer's state in registers (as above): a table's
   // frequency list.
   void exp_golomb_list(const uint16_t* v, size_t n, int k);
@@ -114,6 +117,8 @@ struct ExpGolombKernels {
                            size_t& pos_b, size_t& got_b) noexcept;
   size_t (*put_pairs)(BitPairState& s, const int64_t* a, const int64_t* b, size_t n, int ka,
                       int kb) noexcept;
+  void (*put_codes)(BitPairState& s, const uint64_t* code, const uint8_t* n_bits,
+                    size_t n) noexcept;
   void (*put_list)(BitPairState& s, const uint16_t* v, size_t n, int k) noexcept;
   ExpGolombOrder (*best_order)(const int64_t* residuals, size_t n, int max_prefix) noexcept;
 };

@@ -157,6 +157,17 @@ static size_t put_pairs(BitPairState& s, const int64_t* a, const int64_t* b, siz
   return done;
 }
 
+// Codes made elsewhere: code[i] of n_bits[i] (1..56) bits, into s.out from byte s.pos (room
+// for 8 bytes per code plus 8).
+static void put_codes(BitPairState& s, const uint64_t* code, const uint8_t* n_bits,
+                      size_t n) noexcept {
+  uint64_t acc = s.acc;
+  int fill = s.fill;
+  size_t pos = s.pos;
+  for (size_t i = 0; i < n; ++i) put_code(s.out, acc, fill, pos, code[i], n_bits[i]);
+  s.acc = acc, s.fill = fill, s.pos = pos;
+}
+
 // Codes of v[i] at order k < 24 (at most 33 + k <= 56 bits each), into s.out from byte s.pos
 // (room for 8 bytes per code plus 8).
 static void put_list(BitPairState& s, const uint16_t* v, size_t n, int k) noexcept {
@@ -274,7 +285,7 @@ static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max
   return best;
 }
 
-inline constexpr ExpGolombKernels kExpGolomb = {signed_run, unsigned_run, signed_runs_pair,
-                                                put_pairs,  put_list,     best_order};
+inline constexpr ExpGolombKernels kExpGolomb = {
+    signed_run, unsigned_run, signed_runs_pair, put_pairs, put_codes, put_list, best_order};
 
 }  // namespace cachegen::detail::CACHEGEN_EXP_GOLOMB_NS

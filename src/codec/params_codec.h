@@ -105,6 +105,12 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
 std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, size_t count,
                                                    int max_prefix);
 
+// BitWriter::signed_exp_golomb_pairs' codes in bulk: pair i's a-code (order ka) followed by
+// its b-code (order kb) as code[i] of n_bits[i] bits, or n_bits[i] = 0 where they take more
+// than 56 bits or a zigzag value reaches 2^32 - 1 (the pair is then put code by code).
+void exp_golomb_pair_codes_avx512(const int64_t* a, const int64_t* b, size_t n, int ka, int kb,
+                                  uint64_t* code, uint8_t* n_bits);
+
 // Throws corrupt_input unless every scale is finite and > 0 and every zero finite.
 void check_decoded_params(std::span<const float> scale, std::span<const float> zero);
 

@@ -228,4 +228,43 @@ std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, siz
   return best;
 }
 
+void exp_golomb_pair_codes_avx512(const int64_t* a, const int64_t* b, size_t n, int ka, int kb,
+                                  uint64_t* code, uint8_t* n_bits) {
+  // 8 pairs a step in 64-bit lanes. The codes' lengths 2 * (bit length of (v >> k) + 1, less
+  // 1) + 1 + k come from one 16-lane conversion of both values of 8 pairs (as
+  // best_eg_order_avx512's); the pair's code is the a-code shifted above the b-code.
+  const __m512i top = _mm512_set1_epi64(UINT32_MAX - 1);  // (v >> k) + 1 fits 32 bits
+  const __m512i one = _mm512_set1_epi64(1);
+  const __m512i lead_a = _mm512_set1_epi64(int64_t{1} << ka);
+  const __m512i lead_b = _mm512_set1_epi64(int64_t{1} << kb);
+  // 2 * exponent + (1 + k - 2 * 127): lanes 0-7 a's, 8-15 b's.
+  const __m512i bias =
+      _mm512_inserti64x4(_mm512_set1_epi32(ka - 253), _mm256_set1_epi32(kb - 253), 1);
+  const __m128i shift_a = _mm_cvtsi32_si128(ka), shift_b = _mm_cvtsi32_si128(kb);
+  const auto zigzag = [](__m512i r) {
+    return _mm512_xor_si512(_mm512_slli_epi64(r, 1), _mm512_srai_epi64(r, 63));
+  };
+  for (size_t i = 0; i < n; i += 8) {
+    const __mmask8 m = static_cast<__mmask8>(n - i >= 8 ? 0xff : (1u << (n - i)) - 1);
+    const __m512i za = zigzag(_mm512_maskz_loadu_epi64(m, a + i));
+    const __m512i zb = zigzag(_mm512_maskz_loadu_epi64(m, b + i));
+    const __m512i w = _mm512_inserti64x4(
+        _mm512_castsi256_si512(
+            _mm512_cvtepi64_epi32(_mm512_add_epi64(_mm512_srl_epi64(za, shift_a), one))),
+        _mm512_cvtepi64_epi32(_mm512_add_epi64(_mm512_srl_epi64(zb, shift_b), one)), 1);
+    const __m512 f = _mm512_cvt_roundepu32_ps(w, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512i len =
+        _mm512_add_epi32(_mm512_slli_epi32(_mm512_srli_epi32(_mm512_castps_si512(f), 23), 1), bias);
+    const __m256i len_b = _mm512_extracti64x4_epi64(len, 1);
+    const __m256i total = _mm256_add_epi32(_mm512_castsi512_si256(len), len_b);
+    const __mmask8 fits = _mm512_cmple_epu64_mask(za, top) & _mm512_cmple_epu64_mask(zb, top) &
+                          _mm256_cmple_epu32_mask(total, _mm256_set1_epi32(56)) & m;
+    const __m512i pair = _mm512_or_si512(
+        _mm512_sllv_epi64(_mm512_add_epi64(za, lead_a), _mm512_cvtepu32_epi64(len_b)),
+        _mm512_add_epi64(zb, lead_b));
+    _mm512_mask_storeu_epi64(code + i, m, pair);
+    _mm256_mask_cvtepi32_storeu_epi8(n_bits + i, m, _mm256_maskz_mov_epi32(fits, total));
+  }
+}
+
 }  // namespace cachegen::detail

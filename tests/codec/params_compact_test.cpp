@@ -67,7 +67,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // The writer's register loop for pairs writes the bytes of one signed_exp_golomb call per code,
-// also around codes past 56 bits (which take the member path) and across its runs of pairs.
+// also around codes past 56 bits (which take the member path) and across its runs of pairs; so
+// do the AVX-512 pair codes put in runs.
 TEST(ParamsCompact, PairWriterMatchesCodeByCode) {
   std::mt19937_64 rng(9);
   for (const size_t n : {0u, 1u, 7u, 512u, 513u, 2000u}) {
@@ -94,6 +95,37 @@ TEST(ParamsCompact, PairWriterMatchesCodeByCode) {
         pairs.signed_exp_golomb_pairs(a.data(), b.data(), n, ka, kb);
         ASSERT_EQ(pairs.bit_count(), want_bits) << simd_path_name(path) << " " << n << " " << ka;
         ASSERT_EQ(pairs.finish(), want) << simd_path_name(path) << " " << n << " " << ka;
+      }
+      if (best_supported_simd_path() != SimdPath::avx512) continue;
+      // The AVX-512 pair codes: a pair of codes within 56 bits and zigzag values below
+      // 2^32 - 1 as one code, put in runs; the others left out (0 bits), put code by code.
+      std::vector<uint64_t> code(n);
+      std::vector<uint8_t> n_bits(n);
+      exp_golomb_pair_codes_avx512(a.data(), b.data(), n, ka, kb, code.data(), n_bits.data());
+      BitWriter bulk;
+      bulk.put(5, 3);
+      size_t run = 0, in_bulk = 0;
+      for (size_t i = 0; i <= n; ++i) {
+        if (i < n) {
+          const uint64_t za = BitWriter::zigzag(a[i]), zb = BitWriter::zigzag(b[i]);
+          const int bits = BitWriter::exp_golomb_bits(za, ka) + BitWriter::exp_golomb_bits(zb, kb);
+          const bool fits = za < UINT32_MAX && zb < UINT32_MAX && bits <= 56;
+          ASSERT_EQ(n_bits[i], fits ? bits : 0) << i;
+          if (fits) {
+            ++run, ++in_bulk;
+            continue;
+          }
+        }
+        bulk.put_codes(code.data() + i - run, n_bits.data() + i - run, run);
+        run = 0;
+        if (i == n) break;
+        bulk.signed_exp_golomb(a[i], ka);
+        bulk.signed_exp_golomb(b[i], kb);
+      }
+      ASSERT_EQ(bulk.bit_count(), want_bits) << n << " " << ka;
+      ASSERT_EQ(bulk.finish(), want) << n << " " << ka;
+      if (n >= 512) {
+        EXPECT_GT(in_bulk, 0u);
       }
     }
   }
