@@ -658,32 +658,36 @@ struct BitPositionCounts {
   }
 };
 // acc[v] (v < S - 1): per byte lane, the blocks of a run (run <= 255, `stride` apart) whose byte
-// there is v. A byte becomes the bit 1 << v by a shuffle (symbols 8..15 in a second byte, by a
-// second shuffle) and the bits are counted by position: per block about 5 operations a plane,
-// against S - 1 compares and as many masked adds (7 and 7 at 8 symbols, 15 and 15 at 16).
+// there is v. Symbols 8k..8k+7 form plane k: a byte becomes the bit 1 << (v - 8k) there (a
+// subtract, a min that sends the others to index 8, and a shuffle) and the bits are counted by
+// position, a pass over the run (in L1) per plane: about 7 operations per block and plane,
+// against S - 1 compares and as many masked adds (7 and 7 at 8 symbols, 63 and 63 at 64; the
+// scalar count of wider alphabets is an increment through memory per value).
 template <int S>
 static void count_run_by_bits(const uint8_t* block, size_t run, size_t stride, HistBytes* acc) {
-  static_assert(S == 4 || S == 8 || S == 16);
-  constexpr int kLow = S == 16 ? 8 : S - 1, kHigh = S == 16 ? 7 : 0;  // bits counted per plane
-  const __m512i low_bit = _mm512_set4_epi32(0, 0, static_cast<int>(0x80402010), 0x08040201);
-  const __m512i high_bit = _mm512_set4_epi32(static_cast<int>(0x80402010), 0x08040201, 0, 0);
-  BitPositionCounts<kLow> low;
-  BitPositionCounts<(kHigh > 0 ? kHigh : 1)> high;  // (unused below 16 symbols)
-  for (size_t b = 0; b < run; b += 16) {
-    __m512i x[16], bits[16];
-    for (size_t j = 0; j < 16; ++j) {
-      x[j] = b + j < run ? _mm512_loadu_si512(block + (b + j) * stride)
-                         : _mm512_set1_epi8(static_cast<char>(0x80));  // no bit in either plane
-      bits[j] = _mm512_shuffle_epi8(low_bit, x[j]);
+  static_assert(S == 4 || S == 8 || S == 16 || S == 32 || S == 64);
+  constexpr int kPlanes = S <= 8 ? 1 : S / 8, kBits = S < 8 ? S - 1 : 8;
+  const __m512i bit_of = _mm512_set4_epi32(0, 0, static_cast<int>(0x80402010), 0x08040201);
+  const __m512i eight = _mm512_set1_epi8(8);
+  for (int plane = 0; plane < kPlanes; ++plane) {
+    const __m512i first = _mm512_set1_epi8(static_cast<char>(8 * plane));
+    BitPositionCounts<kBits> counts;
+    for (size_t b = 0; b < run; b += 16) {
+      __m512i bits[16];
+      for (size_t j = 0; j < 16; ++j) {
+        // Past the run: 0x80, outside every plane.
+        const __m512i x = b + j < run ? _mm512_loadu_si512(block + (b + j) * stride)
+                                      : _mm512_set1_epi8(static_cast<char>(0x80));
+        // (Below 16 symbols the shuffle alone leaves the others out: x - 8k is 8..15, or has
+        // its top bit set.)
+        const __m512i at = plane == 0 ? x : _mm512_sub_epi8(x, first);
+        bits[j] = _mm512_shuffle_epi8(bit_of, S <= 16 ? at : _mm512_min_epu8(at, eight));
+      }
+      counts.add16(bits);
     }
-    low.add16(bits);
-    if constexpr (kHigh > 0) {
-      for (size_t j = 0; j < 16; ++j) bits[j] = _mm512_shuffle_epi8(high_bit, x[j]);
-      high.add16(bits);
-    }
+    for (int v = 0; v < kBits && 8 * plane + v < S - 1; ++v)
+      acc[8 * plane + v] = reinterpret_cast<HistBytes>(counts.count(v));
   }
-  for (int v = 0; v < kLow; ++v) acc[v] = reinterpret_cast<HistBytes>(low.count(v));
-  for (int v = 0; v < kHigh; ++v) acc[8 + v] = reinterpret_cast<HistBytes>(high.count(v));
 }
 #endif
 
@@ -782,6 +786,13 @@ static void channel_histograms(const uint8_t* symbols, size_t rows, size_t dim, 
         : n_syms == 4 ? block_histograms<4>(symbols, rows, dim, counts)
         : n_syms == 8 ? block_histograms<8>(symbols, rows, dim, counts)
                       : block_histograms<16>(symbols, rows, dim, counts);
+#if defined(__AVX512BW__)
+  } else if (dim >= 1 && (64 % dim == 0 || dim % 64 == 0) && (n_syms == 32 || n_syms == 64)) {
+    // 5- and 6-bit codes (level high) by bit position too, on AVX-512 only (by compares, 31
+    // or 63 a vector, they would cost more than the increments below).
+    r = n_syms == 32 ? block_histograms<32>(symbols, rows, dim, counts)
+                     : block_histograms<64>(symbols, rows, dim, counts);
+#endif
   } else if (n_syms <= 16 && dim >= 1 && dim <= 64) {
     // Small alphabets: blocks of whole rows (up to 64 bytes) are compared with every symbol
     // and the matches counted per block position in bytes, flushed every 255 blocks. Vector

@@ -263,7 +263,7 @@ TEST(SimdPaths, DequantRowsGivesTheScalarHalves) {
 TEST(SimdPaths, ChannelHistogramsCountEveryValue) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(7);
-  for (const size_t n_syms : {2u, 4u, 8u, 16u, 64u, 256u}) {
+  for (const size_t n_syms : {2u, 4u, 8u, 16u, 32u, 64u, 256u}) {
     for (const size_t dim : {1u, 2u, 3u, 4u, 8u, 16u, 17u, 32u, 64u, 128u, 200u, 256u}) {
       // 4,100 rows: several runs of 255 blocks of whole rows, and counts of 255 in a run (all
       // but a few values 0 there).
