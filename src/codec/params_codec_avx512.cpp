@@ -182,8 +182,8 @@ std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, siz
   // length less 1 is the exponent of the fp32 conversion rounded toward zero (exact powers of
   // two stay, nothing rounds up to one). Padding lanes hold 0 (w = 1, exponent 0).
   if (count >= (size_t{1} << 26)) return std::nullopt;  // the 32-bit sums' bound
-  // The zigzag values as 32-bit words: on the stack for a head's usual parameters (a thread's
-  // vector cost a tenth of head_dim-8 heads' searches), else in the thread's vector.
+  // The zigzag values as 32-bit words: on the stack for a head's usual parameters, else in the
+  // thread's vector (with one reduction an order, stories260K's fused encode 263 -> 255 us).
   constexpr size_t kOnStack = 1024;
   alignas(64) uint32_t local[kOnStack];
   thread_local std::vector<uint32_t> kept;
