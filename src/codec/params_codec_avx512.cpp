@@ -175,12 +175,32 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
   return true;
 }
 
+namespace {
+
+// The first n of 8 lanes (all 8 from n = 8 up).
+inline __mmask8 first_lanes8(size_t n) {
+  return static_cast<__mmask8>(n >= 8 ? 0xff : (1u << n) - 1);
+}
+
+// Zigzag of signed 64-bit values (0, -1, 1, -2, ... to 0, 1, 2, 3, ...).
+inline __m512i zigzag8(__m512i r) {
+  return _mm512_xor_si512(_mm512_slli_epi64(r, 1), _mm512_srai_epi64(r, 63));
+}
+
+// 127 + the bit length less 1 of 16 nonzero 32-bit words: the exponent of their fp32 conversion
+// rounded toward zero (powers of two stay, nothing rounds up to one).
+inline __m512i biased_exponents(__m512i w) {
+  const __m512 f = _mm512_cvt_roundepu32_ps(w, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  return _mm512_srli_epi32(_mm512_castps_si512(f), 23);
+}
+
+}  // namespace
+
 std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, size_t count,
                                                    int max_prefix) {
   // Order k codes a zigzag value v in k + 1 + 2 * (bit length of (v >> k) + 1, less 1) bits:
-  // per order, one shift, add, conversion and add per 16 values on 32-bit lanes. The bit
-  // length less 1 is the exponent of the fp32 conversion rounded toward zero (exact powers of
-  // two stay, nothing rounds up to one). Padding lanes hold 0 (w = 1, exponent 0).
+  // per order, one shift, add, conversion and add per 16 values on 32-bit lanes (the lengths
+  // from biased_exponents). Padding lanes hold 0 (w = 1, length 1).
   if (count >= (size_t{1} << 26)) return std::nullopt;  // the 32-bit sums' bound
   // The zigzag values as 32-bit words: on the stack for a head's usual parameters, else in the
   // thread's vector (with one reduction an order, stories260K's fused encode 263 -> 255 us).
@@ -195,9 +215,7 @@ std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, siz
   }
   __m512i top = _mm512_setzero_si512();
   for (size_t i = 0; i < count; i += 8) {
-    const __mmask8 m = static_cast<__mmask8>(count - i >= 8 ? 0xff : (1u << (count - i)) - 1);
-    const __m512i r = _mm512_maskz_loadu_epi64(m, residuals + i);
-    const __m512i z = _mm512_xor_si512(_mm512_slli_epi64(r, 1), _mm512_srai_epi64(r, 63));
+    const __m512i z = zigzag8(_mm512_maskz_loadu_epi64(first_lanes8(count - i), residuals + i));
     top = _mm512_max_epu64(top, z);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(v + i), _mm512_cvtepi64_epi32(z));
   }
@@ -215,8 +233,7 @@ std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, siz
     for (size_t j = 0; j < n_vec; ++j) {
       const __m512i w =
           _mm512_add_epi32(_mm512_srl_epi32(_mm512_loadu_si512(v + 16 * j), shift), one);
-      const __m512 f = _mm512_cvt_roundepu32_ps(w, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      sum = _mm512_add_epi32(sum, _mm512_srli_epi32(_mm512_castps_si512(f), 23));
+      sum = _mm512_add_epi32(sum, biased_exponents(w));
     }
     // Exponents are biased by 127: their sum less 127 a lane is the lengths less 1, summed,
     // below 32 * 2^26 (so the 32-bit sums' wrap-around cancels).
@@ -231,8 +248,8 @@ std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, siz
 void exp_golomb_pair_codes_avx512(const int64_t* a, const int64_t* b, size_t n, int ka, int kb,
                                   uint64_t* code, uint8_t* n_bits) {
   // 8 pairs a step in 64-bit lanes. The codes' lengths 2 * (bit length of (v >> k) + 1, less
-  // 1) + 1 + k come from one 16-lane conversion of both values of 8 pairs (as
-  // best_eg_order_avx512's); the pair's code is the a-code shifted above the b-code.
+  // 1) + 1 + k come from one 16-lane biased_exponents of both values of 8 pairs; the pair's
+  // code is the a-code shifted above the b-code.
   const __m512i top = _mm512_set1_epi64(UINT32_MAX - 1);  // (v >> k) + 1 fits 32 bits
   const __m512i one = _mm512_set1_epi64(1);
   const __m512i lead_a = _mm512_set1_epi64(int64_t{1} << ka);
@@ -241,20 +258,15 @@ void exp_golomb_pair_codes_avx512(const int64_t* a, const int64_t* b, size_t n, 
   const __m512i bias =
       _mm512_inserti64x4(_mm512_set1_epi32(ka - 253), _mm256_set1_epi32(kb - 253), 1);
   const __m128i shift_a = _mm_cvtsi32_si128(ka), shift_b = _mm_cvtsi32_si128(kb);
-  const auto zigzag = [](__m512i r) {
-    return _mm512_xor_si512(_mm512_slli_epi64(r, 1), _mm512_srai_epi64(r, 63));
-  };
   for (size_t i = 0; i < n; i += 8) {
-    const __mmask8 m = static_cast<__mmask8>(n - i >= 8 ? 0xff : (1u << (n - i)) - 1);
-    const __m512i za = zigzag(_mm512_maskz_loadu_epi64(m, a + i));
-    const __m512i zb = zigzag(_mm512_maskz_loadu_epi64(m, b + i));
+    const __mmask8 m = first_lanes8(n - i);
+    const __m512i za = zigzag8(_mm512_maskz_loadu_epi64(m, a + i));
+    const __m512i zb = zigzag8(_mm512_maskz_loadu_epi64(m, b + i));
     const __m512i w = _mm512_inserti64x4(
         _mm512_castsi256_si512(
             _mm512_cvtepi64_epi32(_mm512_add_epi64(_mm512_srl_epi64(za, shift_a), one))),
         _mm512_cvtepi64_epi32(_mm512_add_epi64(_mm512_srl_epi64(zb, shift_b), one)), 1);
-    const __m512 f = _mm512_cvt_roundepu32_ps(w, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m512i len =
-        _mm512_add_epi32(_mm512_slli_epi32(_mm512_srli_epi32(_mm512_castps_si512(f), 23), 1), bias);
+    const __m512i len = _mm512_add_epi32(_mm512_slli_epi32(biased_exponents(w), 1), bias);
     const __m256i len_b = _mm512_extracti64x4_epi64(len, 1);
     const __m256i total = _mm256_add_epi32(_mm512_castsi512_si256(len), len_b);
     const __mmask8 fits = _mm512_cmple_epu64_mask(za, top) & _mm512_cmple_epu64_mask(zb, top) &
