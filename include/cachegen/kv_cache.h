@@ -192,7 +192,10 @@ class LayerKVCache {
     std::vector<Half> residual;           // per head [heads][group_size][dim], first r rows used
   };
   void set_shape(size_t n_kv_heads, size_t head_dim);
-  void quantize_group(int kind);
+  // Quantizes `rows` rows (whole groups) of every head into the pending groups: head h's row r
+  // at base + h * head_stride + r * row_stride.
+  void quantize_groups(int kind, const Half* base, size_t head_stride, size_t row_stride,
+                       size_t rows);
   void seal_block(int kind);
   std::vector<Half> fetch(int kind, size_t begin, size_t end) const;  // as stored (pre-RoPE)
   void rotate_keys(std::vector<Half>& x, size_t n_tokens, size_t first, bool inverse) const;

@@ -7,6 +7,7 @@
 #include "cache/layer_kv_cache_internal.h"
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
+#include "codec/params_codec.h"
 #include "core/checks.h"
 #include "quant/kernels.h"
 #include "transform/rope_kept.h"
@@ -203,63 +204,94 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
   }
   size_t t = 0;
   while (t < T) {
-    const size_t take = std::min(gs - residual_rows_, T - t);
-    for (int kind = 0; kind < 2; ++kind) {
-      const detail::HalfRows& src = kind == 0 ? kh : vh;
-      for (size_t h = 0; h < heads_; ++h) {
-        Half* const dst = plane_[kind].residual.data() + (h * gs + residual_rows_) * dim_;
-        const Half* const from = src.base + h * src.head_stride + t * src.row_stride;
-        if (src.row_stride == dim_) {
-          std::memcpy(dst, from, take * dim_ * sizeof(Half));
-          continue;
+    if (residual_rows_ == 0 && T - t >= gs) {
+      // Whole groups with none waiting: straight from the caller's rows, up to the block's end
+      // (a quantizer call per head and block, not per group of 32 rows — stories260K's heads
+      // made 8-row calls whose fixed costs were ~15% of a file encode).
+      const size_t rows = std::min(config_.block_tokens - pending_rows_, (T - t) / gs * gs);
+      quantize_groups(0, kh.base + t * kh.row_stride, kh.head_stride, kh.row_stride, rows);
+      quantize_groups(1, vh.base + t * vh.row_stride, vh.head_stride, vh.row_stride, rows);
+      n_tokens_ += rows;
+      pending_rows_ += rows;
+      t += rows;
+    } else {
+      const size_t take = std::min(gs - residual_rows_, T - t);
+      for (int kind = 0; kind < 2; ++kind) {
+        const detail::HalfRows& src = kind == 0 ? kh : vh;
+        for (size_t h = 0; h < heads_; ++h) {
+          Half* const dst = plane_[kind].residual.data() + (h * gs + residual_rows_) * dim_;
+          const Half* const from = src.base + h * src.head_stride + t * src.row_stride;
+          if (src.row_stride == dim_) {
+            std::memcpy(dst, from, take * dim_ * sizeof(Half));
+            continue;
+          }
+          detail::copy_rows(from, src.row_stride, dst, dim_, take, dim_);  // token-major rows
         }
-        detail::copy_rows(from, src.row_stride, dst, dim_, take, dim_);  // token-major rows
       }
-    }
-    residual_rows_ += take;
-    n_tokens_ += take;
-    t += take;
-    if (residual_rows_ == gs) {
-      quantize_group(0);
-      quantize_group(1);
+      residual_rows_ += take;
+      n_tokens_ += take;
+      t += take;
+      if (residual_rows_ < gs) continue;
+      for (int kind = 0; kind < 2; ++kind)
+        quantize_groups(kind, plane_[kind].residual.data(), gs * dim_, dim_, gs);
       residual_rows_ = 0;
       pending_rows_ += gs;
-      if (pending_rows_ == config_.block_tokens) {
-        seal_block(0);
-        seal_block(1);
-        pending_rows_ = 0;
-      }
+    }
+    if (pending_rows_ == config_.block_tokens) {
+      seal_block(0);
+      seal_block(1);
+      pending_rows_ = 0;
     }
   }
 }
 
-void detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits,
+bool detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits,
                                 const KVCacheConfig& config, CodeStream& out) {
   const size_t n = rows * dim;
   if (config.params == ParamMode::reference) {
     quantize_to_codes_into(std::span<const Half>(x, n), rows, dim, bits, config.group_size, out);
-    return;
+    return true;
   }
   EncodeOptions opt;
   opt.allow_delta = config.use_delta;
-  quantize_values_into(std::span<const Half>(x, n), rows, dim, bits, config.group_size, opt, out);
+  return quantize_values_reporting(std::span<const Half>(x, n), rows, dim, bits, config.group_size,
+                                   opt, out) == ParamPrecision::compact ||
+         rows <= config.group_size;
 }
 
-void LayerKVCache::quantize_group(int kind) {
+void LayerKVCache::quantize_groups(int kind, const Half* base, size_t head_stride,
+                                   size_t row_stride, size_t rows) {
   PlaneState& p = plane_[kind];
   const size_t gs = config_.group_size;
-  thread_local CodeStream g;  // one group of one head, its buffers kept between groups
+  thread_local CodeStream g;            // the groups of one head, its buffers kept between calls
+  thread_local std::vector<Half> side;  // a head's rows side by side, where the caller's are not
   for (size_t h = 0; h < heads_; ++h) {
-    detail::quantize_rows_half(p.residual.data() + h * gs * dim_, gs, dim_, bits_[kind], config_,
-                               g);
-    CodeStream& dst = p.pending[h];
-    if (dst.n_rows == 0) {  // room for a block (up to 4,096 rows), kept by seal_block
-      const size_t rows = std::min<size_t>(config_.block_tokens, 4096);
-      dst.codes.reserve(rows * dim_);
-      dst.scale.reserve(rows / gs * dim_);
-      dst.zero.reserve(rows / gs * dim_);
+    const Half* x = base + h * head_stride;
+    if (row_stride != dim_) {
+      side.resize(rows * dim_);
+      detail::copy_rows(x, row_stride, side.data(), dim_, rows, dim_);
+      x = side.data();
     }
-    detail::append_stream(dst, g);
+    CodeStream& dst = p.pending[h];
+    const bool first = dst.n_rows == 0;
+    if (first) {  // room for a block (up to 4,096 rows), kept by seal_block
+      const size_t block = std::min<size_t>(config_.block_tokens, 4096);
+      dst.codes.reserve(block * dim_);
+      dst.scale.reserve(block / gs * dim_);
+      dst.zero.reserve(block / gs * dim_);
+    }
+    // Into the block's stream itself where it is empty (no copy).
+    CodeStream& q = first ? dst : g;
+    if (detail::quantize_rows_half(x, rows, dim_, bits_[kind], config_, q)) {
+      if (!first) detail::append_stream(dst, g);
+      continue;
+    }
+    // Off the compact grid together: group by group, as rows arriving a group at a time are.
+    dst.n_rows = 0;
+    for (size_t r = 0; r < rows; r += gs) {
+      detail::quantize_rows_half(x + r * dim_, gs, dim_, bits_[kind], config_, g);
+      detail::append_stream(dst, g);
+    }
   }
 }
 

@@ -225,8 +225,14 @@ void quantize_values_into(std::span<const float> x, size_t n_rows, size_t dim, i
 
 void quantize_values_into(std::span<const Half> x, size_t n_rows, size_t dim, int bits,
                           size_t group_size, const EncodeOptions& options, CodeStream& out) {
+  detail::quantize_values_reporting(x, n_rows, dim, bits, group_size, options, out);
+}
+
+ParamPrecision detail::quantize_values_reporting(std::span<const Half> x, size_t n_rows, size_t dim,
+                                                 int bits, size_t group_size,
+                                                 const EncodeOptions& options, CodeStream& out) {
   check_options(options);
-  quantize_for_codec(x, n_rows, dim, bits, group_size, options, out);
+  return quantize_for_codec(x, n_rows, dim, bits, group_size, options, out);
 }
 
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,

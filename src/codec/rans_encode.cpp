@@ -139,7 +139,10 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   // The SIMD tables, not zero-filled first: every entry is written once (absent ones, never
   // read, as 0).
   const uint64_t* const bases = simd ? narrow_bases() : nullptr;
-  if (simd && path == SimdPath::avx2) {
+  // AVX2 tables, also the AVX-512 encoder's for most 32-lane payloads (see its 16-lane kernel).
+  const bool lanes16 = simd && path == SimdPath::avx512 && lanes == kMaxLanes &&
+                       rans_encode_avx512_takes16(dim, static_cast<int>(n_syms));
+  if (simd && (path == SimdPath::avx2 || lanes16)) {
     const auto entry = std::make_unique_for_overwrite<uint32_t[]>(n_entries);
     const auto magic = std::make_unique_for_overwrite<uint32_t[]>(n_entries);
     for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
@@ -154,7 +157,9 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     });
     const RansEncodeTables t{nullptr, static_cast<int>(n_syms), precision, entry.get(),
                              magic.get()};
-    w_pos = rans_encode_avx2(t, symbols.data(), dim, scalar_end, n_lanes, x, words, w_pos);
+    w_pos = lanes16
+                ? rans_encode_avx512_16(t, symbols.data(), dim, scalar_end, x, words, w_pos)
+                : rans_encode_avx2(t, symbols.data(), dim, scalar_end, n_lanes, x, words, w_pos);
   } else if (simd) {
     const auto narrow = std::make_unique_for_overwrite<uint64_t[]>(n_entries);
     for_each_entry([&](size_t i, uint32_t f, uint32_t start) {

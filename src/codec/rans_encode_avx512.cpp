@@ -1,5 +1,6 @@
 // AVX-512 rANS encoders: the scalar encoder's steps, 8 lanes per vector, each lane's state in a
-// 64-bit slot. Within a step of n_lanes elements every lane codes one element, so the lanes of
+// 64-bit slot, or (32-lane payloads of the models encode_lanes32_16 takes) 16 lanes per vector
+// in 32-bit slots. Within a step of n_lanes elements every lane codes one element, so the lanes of
 // a vector are independent; the scalar walk emits their words in decreasing element order at
 // decreasing addresses, i.e. in increasing lane order from the lowest address, which is what a
 // compress-and-store of the emitting lanes writes. Each lane's entry is picked by blends or
@@ -326,6 +327,139 @@ __attribute__((noinline)) size_t encode_lanes32(const Step8<true> step, Entries 
   return w_pos;
 }
 
+// The 16-lane kernel's entries (encode_lanes32_16): the AVX2 encoder's two 32-bit tables
+// (RansEncodeTables::avx2_entry, avx2_magic) for models of at most 16 * kRegs <= 64 entries
+// whose channel count divides 16 (head_dim 8, say), each held in kRegs registers: lane j's
+// entry (j % dim) * n_syms + symbol picked by a permute of one register or a pair (two pairs
+// blended on the index's bit 5).
+template <int kRegs>
+class Held16 {
+ public:
+  static_assert(kRegs == 1 || kRegs == 2 || kRegs == 4);
+  Held16(const RansEncodeTables& t, size_t dim) {
+    const size_t n_syms = static_cast<size_t>(t.n_syms), n = dim * n_syms;  // <= 16 * kRegs
+    for (size_t i = 0; i < kRegs; ++i) {
+      const size_t have = n > 16 * i ? std::min<size_t>(16, n - 16 * i) : 0;
+      const auto m = static_cast<__mmask16>((1u << have) - 1);
+      entry_[i] = _mm512_maskz_loadu_epi32(m, t.avx2_entry + 16 * i);
+      magic_[i] = _mm512_maskz_loadu_epi32(m, t.avx2_magic + 16 * i);
+    }
+    alignas(64) int32_t r[16];
+    for (size_t j = 0; j < 16; ++j) r[j] = static_cast<int32_t>((j % dim) * n_syms);
+    row_ = _mm512_load_si512(r);
+  }
+  void next16(const uint8_t* sym, __m512i& e, __m512i& m) const {
+    const __m512i idx = _mm512_add_epi32(
+        row_, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym))));
+    e = pick(entry_, idx);
+    m = pick(magic_, idx);
+  }
+
+ private:
+  static __m512i pick(const __m512i* table, __m512i idx) {
+    if constexpr (kRegs == 1) return _mm512_permutexvar_epi32(idx, table[0]);
+    const __m512i low = _mm512_permutex2var_epi32(table[0], idx, table[1]);
+    if constexpr (kRegs == 2) return low;
+    return _mm512_mask_blend_epi32(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), low,
+                                   _mm512_permutex2var_epi32(table[2], idx, table[3]));
+  }
+  __m512i entry_[kRegs], magic_[kRegs], row_;
+};
+
+// The same tables for models of at most kSyms (2, 4 or 8) symbols whose channel count is a
+// multiple of 16 (up to kMaxBlendDim): each vector's lanes are a block of 16 consecutive
+// channels, stepping back by 16 elements a call from the last 16; row s of a block (in `rows`:
+// entries, then multipliers, 16 each) holds symbol s's fields of its lanes, picked by kSyms - 1
+// blends per field on the symbols' bits (BlendedEntries' way, on 32-bit fields).
+template <int kSyms>
+class Rows16 {
+ public:
+  static_assert(kSyms == 2 || kSyms == 4 || kSyms == 8);
+  Rows16(const RansEncodeTables& t, size_t dim, size_t end, uint32_t* rows)
+      : rows_(rows), dim_(dim), chan_((end - 16) % dim) {
+    const size_t n_syms = static_cast<size_t>(t.n_syms);  // <= kSyms
+    for (size_t b = 0; b < dim / 16; ++b) {
+      for (size_t s = 0; s < kSyms; ++s) {
+        uint32_t* const row = rows + (b * kSyms + s) * 32;
+        for (size_t j = 0; j < 16; ++j) {
+          const size_t i = (16 * b + j) * n_syms + s;
+          row[j] = s < n_syms ? t.avx2_entry[i] : 0;
+          row[16 + j] = s < n_syms ? t.avx2_magic[i] : 0;
+        }
+      }
+    }
+  }
+  void next16(const uint8_t* sym, __m512i& e, __m512i& m) {
+    const __m128i sv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sym));
+    const __mmask16 b0 = _mm_test_epi8_mask(sv, _mm_set1_epi8(1));
+    const __mmask16 b1 = _mm_test_epi8_mask(sv, _mm_set1_epi8(2));
+    const __mmask16 b2 = _mm_test_epi8_mask(sv, _mm_set1_epi8(4));
+    const uint32_t* const block = rows_ + chan_ / 16 * kSyms * 32;
+    chan_ = chan_ >= 16 ? chan_ - 16 : chan_ + dim_ - 16;
+    const auto pick = [&](int field) {
+      const auto row = [&](int s) { return _mm512_load_si512(block + 32 * s + 16 * field); };
+      const auto pair = [&](int s) { return _mm512_mask_blend_epi32(b0, row(s), row(s + 1)); };
+      if constexpr (kSyms == 2) return pair(0);
+      const auto quad = [&](int s) { return _mm512_mask_blend_epi32(b1, pair(s), pair(s + 2)); };
+      if constexpr (kSyms == 4) return quad(0);
+      return _mm512_mask_blend_epi32(b2, quad(0), quad(4));
+    };
+    e = pick(0);
+    m = pick(1);
+  }
+
+ private:
+  const uint32_t* rows_;
+  size_t dim_, chan_;
+};
+
+// 32 lanes as two vectors of 16 32-bit states, the entries from the AVX2 encoder's tables
+// (Held16, Rows16) and the AVX2 encoder's step on 16 lanes: half the vectors of the 64-bit
+// kernel for the arithmetic, and no 64-bit entry to split. Lanes 16..31 code before lanes
+// 0..15, so their words lie above.
+template <class Entries>
+__attribute__((noinline)) size_t encode_lanes32_16(Entries entries, int precision,
+                                                   const uint8_t* symbols, size_t end, uint32_t* x,
+                                                   uint16_t* words, size_t w_pos) {
+  const __m512i mask13 = _mm512_set1_epi32(0x1fff), mask12 = _mm512_set1_epi32(0xfff);
+  const __m512i one = _mm512_set1_epi32(1), full = _mm512_set1_epi32(1 << precision);
+  const __m128i renorm_shift = _mm_cvtsi32_si128(32 - precision);
+  // One vector's step on the 16 elements at sym (rans.h, RansEncodeTables: the AVX2 entries).
+  const auto step = [&](__m512i & xs, const uint8_t* sym) __attribute__((always_inline)) {
+    __m512i e, m;
+    entries.next16(sym, e, m);
+    const __m512i f = _mm512_and_si512(e, mask13);
+    __m512i s = xs;
+    // x >= f << (32 - p), i.e. x >> (32 - p) >= f.
+    const __mmask16 emit = _mm512_cmpge_epu32_mask(_mm512_srl_epi32(s, renorm_shift), f);
+    const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
+    const __m256i packed = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, s));
+    w_pos -= static_cast<size_t>(n_emit);
+    _mm256_mask_storeu_epi16(words + w_pos, static_cast<__mmask16>((1u << n_emit) - 1), packed);
+    s = _mm512_mask_srli_epi32(s, emit, s, 16);
+    // q = floor(x / f) = (h + ((x - h) >> 1)) >> (L - 1), h = hi32(x * (m - 2^32)); q = x for
+    // f = 1 (L = 0).
+    const __m512i h_even = _mm512_srli_epi64(_mm512_mul_epu32(s, m), 32);
+    const __m512i h_odd = _mm512_mul_epu32(_mm512_srli_epi64(s, 32), _mm512_srli_epi64(m, 32));
+    const __m512i h = _mm512_mask_blend_epi32(0xaaaa, h_even, h_odd);
+    __m512i q = _mm512_srlv_epi32(_mm512_add_epi32(h, _mm512_srli_epi32(_mm512_sub_epi32(s, h), 1)),
+                                  _mm512_srli_epi32(e, 25));
+    q = _mm512_mask_mov_epi32(q, _mm512_cmpeq_epi32_mask(f, one), s);
+    // x' = x + start + q * (2^p - f), modulo 2^32 like the scalar encoder.
+    const __m512i bias = _mm512_and_si512(_mm512_srli_epi32(e, 13), mask12);
+    xs = _mm512_add_epi32(_mm512_add_epi32(s, bias),
+                          _mm512_mullo_epi32(q, _mm512_sub_epi32(full, f)));
+  };
+  __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
+  for (size_t i0 = end; i0 >= 32; i0 -= 32) {
+    step(x1, symbols + i0 - 16);
+    step(x0, symbols + i0 - 32);
+  }
+  _mm512_storeu_si512(x, x0);
+  _mm512_storeu_si512(x + 16, x1);
+  return w_pos;
+}
+
 // 8 lanes: one vector, the entries of a step from `entries` (picked or gathered).
 template <class Entries>
 __attribute__((noinline)) size_t encode_lanes8(const Step8<false> step, Entries entries,
@@ -354,6 +488,26 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
     if (entries) return encode_lanes32(step, *entries, symbols, end, x, words, w_pos);
     return encode_lanes32(step, GatheredEntries(t, dim, end), symbols, end, x, words, w_pos);
   });
+}
+
+bool rans_encode_avx512_takes16(size_t dim, int n_syms) {
+  const size_t n = dim * static_cast<size_t>(n_syms);
+  return (16 % dim == 0 && n <= 64) || (dim % 16 == 0 && dim <= kMaxBlendDim && n_syms <= 8);
+}
+
+size_t rans_encode_avx512_16(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
+                             size_t end, uint32_t* x, uint16_t* words, size_t w_pos) {
+  const size_t n = dim * static_cast<size_t>(t.n_syms);
+  const auto run = [&](auto entries) {
+    return encode_lanes32_16(entries, t.precision, symbols, end, x, words, w_pos);
+  };
+  if (16 % dim == 0 && n <= 16) return run(Held16<1>(t, dim));
+  if (16 % dim == 0 && n <= 32) return run(Held16<2>(t, dim));
+  if (16 % dim == 0 && n <= 64) return run(Held16<4>(t, dim));
+  alignas(64) uint32_t rows[kMaxBlendDim / 16 * 8 * 32];
+  if (t.n_syms <= 2) return run(Rows16<2>(t, dim, end, rows));
+  if (t.n_syms <= 4) return run(Rows16<4>(t, dim, end, rows));
+  return run(Rows16<8>(t, dim, end, rows));
 }
 
 size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,

@@ -39,26 +39,38 @@ LayerKVCache fill(const KVCacheConfig& cfg, const std::vector<Half>& k, const st
 
 class CallSplits : public ::testing::TestWithParam<ParamMode> {};
 
+// Whole groups arriving together are quantized a block at a time, others a group at a time.
+// The second input holds a group whose channel is constant far from zero (key head 1, channel
+// 3, tokens 160..191): the compact grid cannot hold its parameters, so quantized with its block
+// every group of that head's block would fall back to fp16 ones; a group alone keeps the
+// others' compact.
 TEST_P(CallSplits, OneCallUnevenCallsAndSingleTokensAgree) {
   KVCacheConfig cfg;
   cfg.params = GetParam();
   cfg.block_tokens = 128;
-  const auto k = kv_walk(kHeads, kTokens, kDim, 1), v = kv_walk(kHeads, kTokens, kDim, 2);
-  const LayerKVCache one = fill(cfg, k, v, {512});
-  const LayerKVCache uneven = fill(cfg, k, v, {7, 100, 1, 250, 154});
-  const LayerKVCache single = fill(cfg, k, v, {1});
-  for (const LayerKVCache* c : {&uneven, &single}) {
-    EXPECT_EQ(c->n_tokens(), kTokens);
-    EXPECT_TRUE(same_half(c->fetch_keys(), one.fetch_keys()));
-    EXPECT_TRUE(same_half(c->fetch_values(), one.fetch_values()));
-    for (int kind = 0; kind < 2; ++kind) {
-      const auto a = c->snapshot_blocks(kind), b = one.snapshot_blocks(kind);
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].bytes, b[i].bytes) << kind << " " << i;
+  for (const bool constant_group : {false, true}) {
+    SCOPED_TRACE(constant_group ? "a constant group" : "a random walk");
+    auto k = kv_walk(kHeads, kTokens, kDim, 1);
+    const auto v = kv_walk(kHeads, kTokens, kDim, 2);
+    if (constant_group) {
+      for (size_t t = 160; t < 192; ++t) k[(1 * kTokens + t) * kDim + 3] = float_to_half(1000.0f);
     }
-    const LayerStats s = c->stats(), r = one.stats();
-    EXPECT_EQ(s.both.compressed_bytes, r.both.compressed_bytes);
-    EXPECT_EQ(s.both.estimated_bytes, r.both.estimated_bytes);
+    const LayerKVCache one = fill(cfg, k, v, {512});
+    const LayerKVCache uneven = fill(cfg, k, v, {7, 100, 1, 250, 154});
+    const LayerKVCache single = fill(cfg, k, v, {1});
+    for (const LayerKVCache* c : {&uneven, &single}) {
+      EXPECT_EQ(c->n_tokens(), kTokens);
+      EXPECT_TRUE(same_half(c->fetch_keys(), one.fetch_keys()));
+      EXPECT_TRUE(same_half(c->fetch_values(), one.fetch_values()));
+      for (int kind = 0; kind < 2; ++kind) {
+        const auto a = c->snapshot_blocks(kind), b = one.snapshot_blocks(kind);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].bytes, b[i].bytes) << kind << " " << i;
+      }
+      const LayerStats s = c->stats(), r = one.stats();
+      EXPECT_EQ(s.both.compressed_bytes, r.both.compressed_bytes);
+      EXPECT_EQ(s.both.estimated_bytes, r.both.estimated_bytes);
+    }
   }
 }
 

@@ -89,7 +89,9 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
   // 256 channels, the widest so taken); the other models of at most 64 entries over 1, 2 or 4
   // channels by permutes of register pairs (16, 32 and 64 entries: picked by the index's bits 4
   // and 5; one channel: by the symbol's); the rest (16 symbols over 8 or 24 channels, 8 symbols
-  // over 264) are gathered.
+  // over 264) are gathered. 32-lane payloads take the 16-lane kernel where it applies: models of
+  // at most 16, 32 or 64 entries over 1, 2, 4, 8 or 16 channels by permutes of 1, 2 or 4
+  // registers, of 2, 4 or 8 symbols over 32, 48, 128 or 256 channels by blends of rows.
   const Case cases[] = {
       {8, 8192, 3, 8},   {24, 7205, 4, 8},    {33, 4099, 2, 8},    {8, 8, 1, 8},
       {1, 9000, 5, 8},   {8, 7, 3, 8},        {128, 32768, 3, 32}, {33, 16411, 4, 32},
@@ -97,7 +99,8 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
       {2, 4096, 4, 8},   {1, 2048, 6, 32},    {2, 4104, 3, 32},    {4, 4096, 3, 8},
       {8, 4096, 4, 32},  {1, 8192, 4, 8},     {1, 4096, 1, 32},    {2, 4096, 1, 8},
       {16, 4096, 2, 32}, {24, 4104, 1, 32},   {40, 8000, 3, 8},    {16, 4096, 1, 8},
-      {8, 4096, 2, 8},   {256, 16384, 3, 32}, {264, 16896, 3, 32}, {256, 8200, 2, 8}};
+      {8, 4096, 2, 8},   {256, 16384, 3, 32}, {264, 16896, 3, 32}, {256, 8200, 2, 8},
+      {4, 4100, 3, 32},  {32, 8192, 1, 32},   {48, 4800, 2, 32}};
   uint32_t seed = 500;
   for (const Case& c : cases) {
     // Channels at their own precisions, one with a single symbol at t = 0 (frequency 2^p
@@ -134,7 +137,8 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
 
 // The SIMD kernels' renormalisation at its bound. A lane emits a word where its state x >=
 // f * 2^(32-p) (the AVX-512 32-lane kernel decides by the quotient floor(x / f) >= 2^(32-p),
-// the 8-lane one by x + (2^p - f) * 2^(32-p) >= 2^32): states just below, at and just past
+// the 8-lane one by x + (2^p - f) * 2^(32-p) >= 2^32, the 16-lane one and AVX2 by
+// x >> (32-p) >= f): states just below, at and just past
 // the bound and at the ends of [2^16, 2^32), one step of every kernel from the tables rans.h
 // describes, against the scalar step written out here. Random symbols almost never reach these
 // states (a step's state is within f of its bound about once in 2^(32-p)).
@@ -208,6 +212,11 @@ TEST(RansEncode, SimdKernelsRenormaliseAtTheScalarBound) {
                      ? rans_encode_avx512(t, symbols.data(), dim, symbols.size(), x, w, w_pos)
                      : rans_encode_avx512_lanes8(t, symbols.data(), dim, symbols.size(), x, w,
                                                  w_pos);
+        });
+        if (lanes != kMaxLanes || !rans_encode_avx512_takes16(dim, static_cast<int>(n_syms)))
+          continue;
+        check("avx512 16-lane", [&](uint32_t* x, uint16_t* w, size_t w_pos) {
+          return rans_encode_avx512_16(t, symbols.data(), dim, symbols.size(), x, w, w_pos);
         });
       }
     }
