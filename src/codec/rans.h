@@ -90,15 +90,14 @@ struct RansEncodeTables {
 };
 // Encodes elements [0, end) of a 32-lane payload (end a multiple of 32) backwards from the
 // states x[32], writing words downwards from words + w_pos; returns the new w_pos. The same
-// steps and bytes as the scalar encoder.
-size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
-                          uint32_t* x, uint16_t* words, size_t w_pos);
-// The same for a 32-lane payload from the AVX2 encoder's tables, where
-// rans_encode_avx512_takes16(dim, n_syms): models of at most 64 entries over channels dividing
-// 16, or of at most 8 symbols over a multiple of 16 channels up to 256.
+// steps and bytes as the scalar encoder. From the AVX2 encoder's tables where
+// rans_encode_avx512_takes16(dim, n_syms) (16 lanes per vector), else from the narrow ones:
+// models of at most 8 symbols over a multiple of 8 channels (not of 16) up to 256.
 bool rans_encode_avx512_takes16(size_t dim, int n_syms);
 size_t rans_encode_avx512_16(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
                              size_t end, uint32_t* x, uint16_t* words, size_t w_pos);
+size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
+                          uint32_t* x, uint16_t* words, size_t w_pos);
 // The same for an 8-lane payload (end a multiple of 8, states x[8]).
 size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
                                  size_t end, uint32_t* x, uint16_t* words, size_t w_pos);

@@ -58,37 +58,6 @@ struct Step8 {
   }
 };
 
-// The entries of 16 lanes (two vectors of 8) from the symbols at `sym`, lane j's element at
-// sym[j]: by two 64-bit gathers indexed by one vector of channel * n_syms + symbol, whose
-// channels it steps on by 16 elements each call, from the last 16 elements backwards.
-class GatheredEntries {
- public:
-  GatheredEntries(const RansEncodeTables& t, size_t dim, size_t end)
-      : entries_(t.narrow),
-        dim_v_(_mm512_set1_epi32(static_cast<int>(dim))),
-        step_v_(_mm512_set1_epi32(static_cast<int>(16 % dim))),
-        n_syms_v_(_mm512_set1_epi32(t.n_syms)) {
-    // Channels of the last 16 elements: element end - 16 + j is lane j.
-    alignas(64) int32_t c0[16];
-    for (int j = 0; j < 16; ++j) c0[j] = static_cast<int32_t>((end - 16 + j) % dim);
-    chan_ = _mm512_load_si512(c0);
-  }
-  void next16(const uint8_t* sym, __m512i& lo, __m512i& hi) {
-    const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym)));
-    const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(chan_, n_syms_v_), s);
-    hi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), entries_, 8);
-    lo = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), entries_, 8);
-    // The next 16 elements' channels: 16 fewer, modulo dim.
-    chan_ = _mm512_sub_epi32(chan_, step_v_);
-    chan_ = _mm512_mask_add_epi32(chan_, _mm512_cmplt_epi32_mask(chan_, _mm512_setzero_si512()),
-                                  chan_, dim_v_);
-  }
-
- private:
-  const uint64_t* entries_;
-  __m512i dim_v_, step_v_, n_syms_v_, chan_;
-};
-
 // The same for 8-lane payloads: one 64-bit gather a step of 8, indexed by the lanes' table rows
 // (channel * n_syms), which step back by 8 elements each call, from the last 8 elements.
 class GatheredEntries8 {
@@ -413,6 +382,35 @@ class Rows16 {
   size_t dim_, chan_;
 };
 
+// The same tables for any other model: both fields gathered, 16 lanes a gather, indexed by one
+// vector of channel * n_syms + symbol whose channels step back by 16 elements each call, from
+// the last 16 elements.
+class Gathered16 {
+ public:
+  Gathered16(const RansEncodeTables& t, size_t dim, size_t end)
+      : entry_(reinterpret_cast<const int*>(t.avx2_entry)),
+        magic_(reinterpret_cast<const int*>(t.avx2_magic)),
+        wrap_v_(_mm512_set1_epi32(static_cast<int>(dim) * t.n_syms)),
+        step_v_(_mm512_set1_epi32(static_cast<int>(16 % dim) * t.n_syms)) {
+    alignas(64) int32_t r0[16];  // element end - 16 + j is lane j
+    for (int j = 0; j < 16; ++j) r0[j] = static_cast<int32_t>((end - 16 + j) % dim) * t.n_syms;
+    row_ = _mm512_load_si512(r0);
+  }
+  void next16(const uint8_t* sym, __m512i& e, __m512i& m) {
+    const __m512i idx = _mm512_add_epi32(
+        row_, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sym))));
+    e = _mm512_i32gather_epi32(idx, entry_, 4);
+    m = _mm512_i32gather_epi32(idx, magic_, 4);
+    row_ = _mm512_sub_epi32(row_, step_v_);
+    row_ = _mm512_mask_add_epi32(row_, _mm512_cmplt_epi32_mask(row_, _mm512_setzero_si512()), row_,
+                                 wrap_v_);
+  }
+
+ private:
+  const int *entry_, *magic_;
+  __m512i wrap_v_, step_v_, row_;
+};
+
 // 32 lanes as two vectors of 16 32-bit states, the entries from the AVX2 encoder's tables
 // (Held16, Rows16) and the AVX2 encoder's step on 16 lanes: half the vectors of the 64-bit
 // kernel for the arithmetic, and no 64-bit entry to split. Lanes 16..31 code before lanes
@@ -484,15 +482,19 @@ __attribute__((noinline)) size_t encode_lanes8(const Step8<false> step, Entries 
 size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
                           uint32_t* x, uint16_t* words, size_t w_pos) {
   const Step8<true> step(t.precision);
-  return with_entries(t, dim, end, [&](auto* entries) {
-    if (entries) return encode_lanes32(step, *entries, symbols, end, x, words, w_pos);
-    return encode_lanes32(step, GatheredEntries(t, dim, end), symbols, end, x, words, w_pos);
-  });
+  alignas(64) uint64_t rows[kMaxBlendDim * 8];
+  const auto run = [&](auto entries) {
+    return encode_lanes32(step, entries, symbols, end, x, words, w_pos);
+  };
+  if (t.n_syms <= 2) return run(BlendedEntries<2, false>(t, dim, end, rows));
+  if (t.n_syms <= 4) return run(BlendedEntries<4, false>(t, dim, end, rows));
+  return run(BlendedEntries<8, false>(t, dim, end, rows));
 }
 
 bool rans_encode_avx512_takes16(size_t dim, int n_syms) {
-  const size_t n = dim * static_cast<size_t>(n_syms);
-  return (16 % dim == 0 && n <= 64) || (dim % 16 == 0 && dim <= kMaxBlendDim && n_syms <= 8);
+  // 24, 40, 56, ... channels (neither held in registers nor blocks of 16) of at most 8 symbols
+  // keep the 64-bit kernel's blends of 8-channel rows (not measured against 16-lane gathers).
+  return !(16 % dim != 0 && dim % 16 != 0 && dim % 8 == 0 && dim <= kMaxBlendDim && n_syms <= 8);
 }
 
 size_t rans_encode_avx512_16(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
@@ -504,6 +506,7 @@ size_t rans_encode_avx512_16(const RansEncodeTables& t, const uint8_t* symbols, 
   if (16 % dim == 0 && n <= 16) return run(Held16<1>(t, dim));
   if (16 % dim == 0 && n <= 32) return run(Held16<2>(t, dim));
   if (16 % dim == 0 && n <= 64) return run(Held16<4>(t, dim));
+  if (dim % 16 != 0 || dim > kMaxBlendDim || t.n_syms > 8) return run(Gathered16(t, dim, end));
   alignas(64) uint32_t rows[kMaxBlendDim / 16 * 8 * 32];
   if (t.n_syms <= 2) return run(Rows16<2>(t, dim, end, rows));
   if (t.n_syms <= 4) return run(Rows16<4>(t, dim, end, rows));
