@@ -79,8 +79,8 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
 // <= 2^(32+L) (as L <= p): floor(x * m / 2^(32+L)) = floor(x / f), computed as
 // ((x * (m - 2^32)) >> 32) + x, shifted right by L (floors nest). The division is exact for
 // every x < 2^32, which lets the encoders take it before renormalising.
-// The AVX2 encoder's entries are two 32-bit tables: avx2_entry f | start << 13 | (L - 1) << 25
-// (0 for f = 1) and avx2_magic m - 2^32, the narrow entries' parts.
+// The AVX2 encoder's entries (also the AVX-512 16-lane kernel's) are two 32-bit tables: avx2_entry
+// f | start << 13 | (L - 1) << 25 (0 for f = 1) and avx2_magic m - 2^32, the narrow entries' parts.
 struct RansEncodeTables {
   const uint64_t* narrow = nullptr;
   int n_syms = 0;

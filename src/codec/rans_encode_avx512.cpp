@@ -412,8 +412,8 @@ class Gathered16 {
 };
 
 // 32 lanes as two vectors of 16 32-bit states, the entries from the AVX2 encoder's tables
-// (Held16, Rows16) and the AVX2 encoder's step on 16 lanes: half the vectors of the 64-bit
-// kernel for the arithmetic, and no 64-bit entry to split. Lanes 16..31 code before lanes
+// (Held16, Rows16, Gathered16) and the AVX2 encoder's step on 16 lanes: half the vectors of the
+// 64-bit kernel for the arithmetic, and no 64-bit entry to split. Lanes 16..31 code before lanes
 // 0..15, so their words lie above.
 template <class Entries>
 __attribute__((noinline)) size_t encode_lanes32_16(Entries entries, int precision,
