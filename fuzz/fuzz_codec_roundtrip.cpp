@@ -1,6 +1,8 @@
 // Bytes -> a CodeStream (shape and codes from the input) -> encode -> decode must give it back
 // (codes and the exact parameters, so re-encoding gives the same bytes) with every SIMD path,
-// and encoding twice must give the same bytes.
+// and encoding twice must give the same bytes. Wide inputs (a header bit) tile their rows to at
+// least 16,384 values, so that the encoders' 32-lane kernels run (shorter streams take 8 lanes
+// or fewer), and must encode to the scalar encoder's bytes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -17,12 +19,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t group = 1 + data[2] % 64;
   const bool values = data[3] & 1;
   const bool twice = (data[3] & 6) == 0;
+  const bool wide = data[3] & 8;
   data += 4;
   size -= 4;
-  const size_t n_rows = size / dim;
-  std::vector<float> x(n_rows * dim);
-  for (size_t i = 0; i < x.size(); ++i)
-    x[i] = static_cast<float>(static_cast<int8_t>(data[i])) * 0.37f;
+  size_t n_rows = size / dim;
+  const size_t n = n_rows * dim;
+  const size_t copies = wide && n > 0 ? (16384 + n - 1) / n : 1;  // odd copies negated
+  std::vector<float> x(n * copies);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = static_cast<float>(static_cast<int8_t>(data[i % n])) * 0.37f;
+    x[i] = (i / n) % 2 ? -v : v;
+  }
+  n_rows *= copies;
   cachegen::CodeStream s;
   std::vector<uint8_t> bytes;
   if (values) {
@@ -30,6 +38,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     s = cachegen::quantize_to_codes(x, n_rows, dim, bits, group);
     bytes = cachegen::encode(s);
+  }
+  if (wide) {
+    cachegen::set_simd_path(cachegen::SimdPath::scalar);
+    const std::vector<uint8_t> scalar =
+        values ? cachegen::encode_values(x, n_rows, dim, bits, group) : cachegen::encode(s);
+    cachegen::set_simd_path(cachegen::best_supported_simd_path());
+    if (scalar != bytes) std::abort();
   }
   // Determinism: a second encode gives the same bytes (on a quarter of the inputs: the model
   // search dominates the run time, and the decode checks below cover every input).
