@@ -86,7 +86,7 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
   // periods 1, 3 and 33 against 8 and 32 lanes. The AVX-512 8-lane encoder picks the entries of
   // at most 8 symbols by blends from rows held in registers (1, 2, 4 or 8 channels; of 5..8
   // symbols only over more than 32 entries: 8 channels) or loaded by blocks of 8 channels (16,
-  // 24, 40 and 256 channels), the other models of at most 64 entries over 1, 2 or 4 channels by
+  // 40 and 256 channels), the other models of at most 64 entries over 1, 2 or 4 channels by
   // permutes of register pairs, and gathers the rest (16 symbols over 8 or 24 channels, 8
   // symbols over 264). Its 32-lane encoder runs 16 lanes a vector from 32-bit tables: models of
   // at most 16, 32 or 64 entries over 1, 2, 4, 8 or 16 channels by permutes of 1, 2 or 4
