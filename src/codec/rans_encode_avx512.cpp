@@ -134,10 +134,6 @@ class HeldEntries {
         _mm512_add_epi64(
             row_, _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sym)))));
   }
-  void next16(const uint8_t* sym, __m512i& lo, __m512i& hi) const {
-    lo = next8(sym);
-    hi = next8(sym + 8);
-  }
 
  private:
   __m512i table_[kTables];
@@ -224,8 +220,9 @@ class BlendedEntries {
   __m512i held_[kHeld ? kSyms : 1];
 };
 
-// Calls f with a pointer to t's entries picked by blends or permutes (see there) where its
-// models allow, else with nullptr (the caller gathers them).
+// The 8-lane kernel's entries: calls f with a pointer to t's entries picked by blends or
+// permutes (see there) where its models allow, else with nullptr (the caller gathers them).
+// (32-lane payloads take encode_lanes32_16, or encode_lanes32 with BlendedEntries<k, false>.)
 template <class F>
 size_t with_entries(const RansEncodeTables& t, size_t dim, size_t end, F&& f) {
   const size_t n_syms = static_cast<size_t>(t.n_syms), n = dim * n_syms;
