@@ -319,6 +319,57 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   const Parts parts = file_parts(file);
   if (!parts.batches.empty())
     benchmark::RegisterBenchmark("file_parts_decode/1t", decode_parts(parts));
+  // The fused encode of the same tensors: each chunk's K or V heads [heads, chunk tokens, dim]
+  // gathered once and encoded by encode_values_batch (at the layer's bits in the file: the
+  // schedule keeps at least 2) one after another, which gives the file's own tensor bytes
+  // (checked here; left out if not). The file encode's time over this one is what the file
+  // path adds (the cache's groups and blocks, the container, its checksums); the fused encode
+  // of the whole array above also shares models over longer runs than a chunk.
+  std::vector<std::vector<Half>> part_heads;
+  std::vector<size_t> part_rows;
+  std::vector<int> part_bits;
+  const size_t H = view.n_kv_heads, D = in.dim;
+  if (in.cgkv.empty()) {
+    bool same = true;
+    const size_t T = in.n_rows, C = file_options.chunk_tokens;
+    const CgkvReader reader = CgkvReader::from_bytes(file);
+    const CgkvInfo& info = reader.info();
+    for (size_t t0 = 0; t0 < T; t0 += C) {
+      for (size_t lk = 0; lk < 2 * static_cast<size_t>(in.shape.n_layers); ++lk) {
+        const size_t rows = std::min(C, T - t0);
+        std::vector<Half> x(H * rows * D);
+        for (size_t h = 0; h < H; ++h)
+          std::memcpy(&x[h * rows * D], &in.values[((lk * H + h) * T + t0) * D],
+                      rows * D * sizeof(Half));
+        const CgkvLayerInfo& layer = info.layers[lk / 2];
+        const int bits = lk % 2 == 0 ? layer.key_bits : layer.value_bits;
+        const size_t i = part_heads.size();
+        same = same && i < parts.batches.size() &&
+               encode_values_batch(x, H, rows, D, bits, o.group_size) == parts.batches[i];
+        part_heads.push_back(std::move(x));
+        part_rows.push_back(rows);
+        part_bits.push_back(bits);
+      }
+    }
+    if (!same || part_heads.size() != parts.batches.size()) {
+      std::fprintf(stderr,
+                   "bench: file_parts_encode left out: the file's tensors are not "
+                   "encode_values_batch's bytes of their heads here\n");
+      part_heads.clear();
+    }
+  }
+  if (!part_heads.empty()) {
+    benchmark::RegisterBenchmark("file_parts_encode/1t", [&, H, D](benchmark::State& st) {
+      set_thread_count(1);
+      for (auto _ : st) {
+        for (size_t i = 0; i < part_heads.size(); ++i) {
+          benchmark::DoNotOptimize(
+              encode_values_batch(part_heads[i], H, part_rows[i], D, part_bits[i], o.group_size));
+        }
+      }
+      items(st, n);
+    });
+  }
   // A quality level's file with keys quantized before RoPE (`cachegen encode --level high
   // --rope-base 10000`): the reader re-rotates every key after decoding.
   KVEncodeOptions level_options;
@@ -516,6 +567,10 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     j["file_parts_decode_elems_per_s"] = ips("file_parts_decode/1t");
     j["file_decode_over_parts_decode"] = speed_ratio("file_decode/1t", "file_parts_decode/1t");
   }
+  if (!part_heads.empty()) {
+    j["file_parts_encode_elems_per_s"] = ips("file_parts_encode/1t");
+    j["file_encode_over_parts_encode"] = speed_ratio("file_encode/1t", "file_parts_encode/1t");
+  }
   j["file_decode_mt_over_1t"] = speed_ratio("file_decode/mt", "file_decode/1t");
   j["file_encode_mt_over_1t"] = speed_ratio("file_encode/mt", "file_encode/1t");
   if (!level_file.empty()) {
@@ -584,6 +639,7 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
        {"file encode (.cgkv) vs fused encode fp16", "file_encode/1t", "encode_fp16/1t"},
        {"file decode " + mt, "file_decode/mt", "file_decode/1t"},
        {"file decode vs its own tensors' fused decode", "file_decode/1t", "file_parts_decode/1t"},
+       {"file encode vs its own tensors' fused encode", "file_encode/1t", "file_parts_encode/1t"},
        {"level high file decode (pre-RoPE keys) vs fused decode, compact params",
         "file_decode_level/1t", "decode_values_fp16/1t"},
        {"level high file decode vs its own tensors' fused decode", "file_decode_level/1t",
