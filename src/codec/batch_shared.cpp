@@ -402,8 +402,10 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   if (delta.size() < G) delta.resize(G);
   if (raw_counts.size() < G) raw_counts.resize(G), delta_counts.resize(G);
   std::vector<uint64_t> head_cost(G), head_fp(G), channel_bound(G * dim);
+  // The loops' work estimates (parallel_for_work) are this machine's (Zen 4, 2.6 GHz): the
+  // counts ~0.11 ns a code, an exact estimate ~4 ns a symbol, the coder ~0.33 ns a code.
   const auto histograms = quant_kernels().channel_histograms;
-  parallel_for(G, [&](size_t h) {
+  parallel_for_work(G, 0.11 * static_cast<double>(n), [&](size_t h) {
     const CodeStream& s = streams[h];
     raw_counts[h].assign(dim * n_syms, 0);
     histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
@@ -467,7 +469,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     std::vector<std::atomic<uint64_t>> fp(G);
     for (size_t h = 0; h < G; ++h) fp[h].store(head_fp[h], std::memory_order_relaxed);
     std::atomic<uint64_t> bound{independent};
-    parallel_for(order.size(), [&](size_t i) {
+    parallel_for_work(order.size(), 4.0 * static_cast<double>(n_syms), [&](size_t i) {
       if (bound.load(std::memory_order_relaxed) >= shared) return;
       const size_t h = order[i] / dim, c = order[i] % dim;
       const uint64_t rise =
@@ -504,7 +506,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
       heads_per_slice == 1 && std::none_of(models.begin(), models.end(), [](const auto& m) {
         return m.kind == ChannelKind::delta_table;
       });
-  parallel_for(n_slices, [&](size_t i) {
+  parallel_for_work(n_slices, 0.33 * static_cast<double>(heads_per_slice * n), [&](size_t i) {
     const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
     payloads[i].clear();
     // Every byte is written by stream_symbols.

@@ -331,7 +331,10 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
   for (const auto& s : streams) validate(s);
   std::vector<ParamPrecision> precisions(streams.size());
   std::vector<detail::CompactSection> sections(streams.size());
-  detail::parallel_for(streams.size(), [&](size_t i) {
+  // ~0.01 ns a code (parallel_for_work): on one thread but for large batches.
+  const double per_stream =
+      streams.empty() ? 0.0 : 0.01 * static_cast<double>(streams[0].codes.size());
+  detail::parallel_for_work(streams.size(), per_stream, [&](size_t i) {
     precisions[i] = detail::exact_param_precision(streams[i], options, &sections[i]);
   });
   return encode_batch_of(streams, precisions, options, sections);
@@ -362,7 +365,8 @@ std::vector<uint8_t> encode_values_batch_of(std::span<const T> x, size_t n_heads
   if (streams.size() < n_heads) streams.resize(n_heads);
   if (sections.size() < n_heads) sections.resize(n_heads);
   std::vector<ParamPrecision> precisions(n_heads);
-  detail::parallel_for(n_heads, [&](size_t h) {
+  // ~0.4 ns a value (parallel_for_work).
+  detail::parallel_for_work(n_heads, 0.4 * static_cast<double>(per_head), [&](size_t h) {
     precisions[h] = quantize_and_pick(x.subspan(h * per_head, per_head), n_rows, dim, bits,
                                       group_size, options, streams[h], &sections[h]);
   });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -17,12 +18,22 @@ namespace {
 
 // Threads kept between parallel_for calls. Why: starting and joining threads per call cost
 // more than decoding a small tensor (40 heads x 4,096 values decoded slower on 2 threads than
-// on 1), so small work ran on one thread; a woken pool thread costs a few microseconds.
+// on 1), so small work ran on one thread; a woken pool thread costs a few microseconds, and on
+// a VM whose idle CPUs halt far more (a futex wake-up and the halted CPU's restart: ~20 us on
+// this project's machine, against 15 us of a batch's histograms).
 //
 // One job at a time: a call that finds the pool busy (another caller's job, or a parallel_for
 // nested inside a job's items) runs its items on its own thread instead of waiting, so nested
 // and concurrent calls never deadlock. Helpers that wake after the caller has run out of items
 // do not join: the caller never waits for a thread that has not started its job.
+//
+// Joining and finishing are atomics, not a mutex: a helper that met the caller on a held mutex
+// slept in the kernel and was woken by the other's unlock, a system call either side. state_
+// holds the job's generation (high bits) and its open slots (low 16 bits): a helper joins by
+// taking a slot of the generation it has not served (a compare-and-swap), the caller closes the
+// job by clearing the slots, and then knows how many joined and waits for that many to finish.
+// Only sleeping and waking go through m_ and the condition variables (each side announces
+// itself in an atomic before it checks the other's, so no wake-up is lost).
 class Pool {
  public:
   // Runs work() on the caller and on up to `helpers` pool threads; false (nothing run) when the
@@ -31,28 +42,28 @@ class Pool {
     std::unique_lock<std::mutex> job(job_mutex_, std::try_to_lock);
     if (!job.owns_lock()) return false;
     grow(helpers);
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      work_ = &work;
-      wanted_ = std::min(helpers, threads_.size());
-      joined_ = 0;
-      ++generation_;
-      published_.store(generation_, std::memory_order_release);
+    const size_t wanted = std::min<size_t>({helpers, threads_.size(), kSlotMask});
+    const uint64_t generation = (state_.load(std::memory_order_relaxed) >> kSlotBits) + 1;
+    work_.store(&work, std::memory_order_relaxed);
+    finished_.store(0, std::memory_order_relaxed);
+    state_.store(generation << kSlotBits | wanted);  // publishes work_ (seq_cst: see sleep)
+    if (sleepers_.load() != 0) {
+      { std::lock_guard<std::mutex> lock(m_); }  // a sleeper is waiting, or sees the job
+      wake_.notify_all();
     }
-    wake_.notify_all();  // no system call when every helper is still spinning
     work();
-    std::unique_lock<std::mutex> lock(m_);
-    wanted_ = joined_;  // late wakers stay out
-    if (active_ != 0) {
-      // Helpers finishing their last items: a short spin usually sees them done without
-      // sleeping on done_ (a futex wake-up per job showed as a third of small decodes' time).
-      lock.unlock();
-      for (int i = 0; i < kSpins && active_count_.load(std::memory_order_acquire) != 0; ++i)
-        pause();
-      lock.lock();
-      done_.wait(lock, [&] { return active_ == 0; });
+    // Closed: helpers that did not take a slot by now stay out.
+    const uint64_t open = state_.exchange(generation << kSlotBits) & kSlotMask;
+    const size_t joined = wanted - static_cast<size_t>(open);
+    // Helpers finishing their last items: a short spin usually sees them done without
+    // sleeping on done_ (a futex wake-up per job showed as a third of small decodes' time).
+    if (!spin_until([&] { return finished_.load(std::memory_order_acquire) == joined; },
+                    kCallerSpin)) {
+      caller_waiting_.store(true);
+      std::unique_lock<std::mutex> lock(m_);
+      done_.wait(lock, [&] { return finished_.load(std::memory_order_acquire) == joined; });
+      caller_waiting_.store(false, std::memory_order_relaxed);
     }
-    work_ = nullptr;
     return true;
   }
 
@@ -64,48 +75,73 @@ class Pool {
   }
 
  private:
+  static constexpr int kSlotBits = 16;
+  static constexpr uint64_t kSlotMask = (uint64_t{1} << kSlotBits) - 1;
+  // How long a helper stays awake after a job, and the caller spins before it sleeps on done_.
+  // A batch's parallel loops are tens of microseconds apart (its serial parts between them); a
+  // helper asleep by the next one joined it ~20 us late, after the caller had paid the wake-up:
+  // stories260K's codes encoded slower on 2 threads than on 1.
+  static constexpr std::chrono::microseconds kHelperSpin{300}, kCallerSpin{50};
+
   // Called by the job holder before it publishes its job: a new thread starts from the
-  // generation before it, so it joins this very job. (It read generation_ when it started, and
-  // a thread that started after the job was published took the job for one it had seen: every
-  // process's first job, a CLI command's whole encode, ran on the caller alone.)
+  // generation before it, so it joins this very job. (A thread that started after the job was
+  // published took the job for one it had seen: every process's first job, a CLI command's
+  // whole encode, ran on the caller alone.)
   void grow(size_t helpers) {
+    const uint64_t seen = state_.load(std::memory_order_relaxed) >> kSlotBits;
     while (threads_.size() < helpers) {
       try {
-        threads_.emplace_back([this, seen = generation_] { serve(seen); });
+        threads_.emplace_back([this, seen] { serve(seen); });
       } catch (const std::system_error&) {
         return;  // no more threads to be had: the ones there share the items
       }
     }
   }
 
-  void serve(uint64_t seen) {
-    std::unique_lock<std::mutex> lock(m_);
-    const auto wanted = [&] { return generation_ != seen && joined_ < wanted_; };
+  // Polls done() with pause instructions until it holds (true) or `budget` has passed.
+  template <typename Done>
+  static bool spin_until(Done done, std::chrono::microseconds budget) {
+    const auto until = std::chrono::steady_clock::now() + budget;
     for (;;) {
-      if (!wanted()) {
-        // Spin a while before sleeping: a caller with jobs back to back (a file's batches, a
-        // benchmark's iterations) then finds this thread awake.
-        lock.unlock();
-        for (int i = 0; i < kSpins && published_.load(std::memory_order_acquire) == seen; ++i)
-          pause();
-        lock.lock();
-        wake_.wait(lock, wanted);
+      for (int i = 0; i < 16; ++i) {
+        if (done()) return true;
+        pause();
       }
-      seen = generation_;
-      ++joined_;
-      ++active_;
-      active_count_.store(active_, std::memory_order_release);
-      const std::function<void()>* work = work_;
-      lock.unlock();
-      (*work)();
-      lock.lock();
-      active_count_.store(--active_, std::memory_order_release);
-      if (active_ == 0) done_.notify_all();
+      if (std::chrono::steady_clock::now() >= until) return done();
     }
   }
 
-  // About 20..50 us of pause instructions, depending on the CPU.
-  static constexpr int kSpins = 1000;
+  void serve(uint64_t seen) {
+    const auto fresh = [&] { return state_.load(std::memory_order_acquire) >> kSlotBits != seen; };
+    for (;;) {
+      // Spin a while before sleeping: a caller with jobs back to back (a batch's loops, a
+      // file's batches, a benchmark's iterations) then finds this thread awake.
+      if (!spin_until(fresh, kHelperSpin)) {
+        sleepers_.fetch_add(1);
+        std::unique_lock<std::mutex> lock(m_);
+        wake_.wait(lock, fresh);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      // Take a slot of the job (none left, or closed: it is served by others).
+      uint64_t s = state_.load(std::memory_order_acquire);
+      seen = s >> kSlotBits;
+      bool joined = false;
+      while (s >> kSlotBits == seen && (s & kSlotMask) != 0) {
+        if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acquire)) {
+          joined = true;
+          break;
+        }
+      }
+      if (!joined) continue;
+      (*work_.load(std::memory_order_relaxed))();
+      finished_.fetch_add(1);  // (seq_cst: see try_run's wait)
+      if (caller_waiting_.load()) {
+        { std::lock_guard<std::mutex> lock(m_); }  // the caller is waiting, or sees the count
+        done_.notify_all();
+      }
+    }
+  }
+
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -114,16 +150,16 @@ class Pool {
 #endif
   }
 
-  std::mutex job_mutex_;  // held by the caller for a whole job
-  std::mutex m_;          // guards everything below
-  std::condition_variable wake_, done_;
+  std::mutex job_mutex_;              // held by the caller for a whole job
   std::vector<std::thread> threads_;  // only the job holder grows it
-  const std::function<void()>* work_ = nullptr;
-  size_t wanted_ = 0, joined_ = 0, active_ = 0;
-  uint64_t generation_ = 0;
-  // generation_ and active_, readable without m_ (for the spins).
-  std::atomic<uint64_t> published_{0};
-  std::atomic<size_t> active_count_{0};
+  std::atomic<uint64_t> state_{0};    // generation << kSlotBits | open slots
+  std::atomic<const std::function<void()>*> work_{nullptr};
+  std::atomic<size_t> finished_{0};  // helpers done with the job
+  // Sleeping: helpers on wake_, the caller on done_, both under m_.
+  std::mutex m_;
+  std::condition_variable wake_, done_;
+  std::atomic<size_t> sleepers_{0};
+  std::atomic<bool> caller_waiting_{false};
 };
 
 thread_local bool t_in_item = false;  // this thread runs an item of a pool job
@@ -141,14 +177,8 @@ void run_item(const std::function<void(size_t)>& fn, size_t i) {
   t_in_item = outer;
 }
 
-}  // namespace
-
-bool inside_parallel_for() noexcept {
-  return t_in_item;
-}
-
-void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
-  size_t workers = thread_count();
+// fn(i) for i in [0, n) on up to `workers` threads, the caller's included.
+void run_items(size_t n, size_t workers, const std::function<void(size_t)>& fn) {
   if (workers > n) workers = n;
   if (workers <= 1) {
     for (size_t i = 0; i < n; ++i) fn(i);  // not an item of the pool: nested calls may use it
@@ -174,6 +204,22 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   };
   if (!Pool::instance().try_run(workers - 1, work)) work();
   if (first_error) std::rethrow_exception(first_error);
+}
+
+}  // namespace
+
+bool inside_parallel_for() noexcept {
+  return t_in_item;
+}
+
+void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
+  run_items(n, thread_count(), fn);
+}
+
+void parallel_for_work(size_t n, double item_ns, const std::function<void(size_t)>& fn) {
+  const double shares = static_cast<double>(n) * item_ns / kThreadNs;  // may be huge
+  const size_t workers = shares < 1 ? 1 : shares < 4096 ? static_cast<size_t>(shares) : 4096;
+  run_items(n, std::min(thread_count(), workers), fn);
 }
 
 }  // namespace cachegen::detail

@@ -21,6 +21,25 @@ class ParallelFor : public ::testing::Test {
   void TearDown() override { set_thread_count(0); }
 };
 
+// Runs a job of `threads` items that each wait until every item has started (so all `threads`
+// threads must be in it at once); returns the items that gave up waiting.
+int items_left_alone(size_t threads) {
+  std::atomic<size_t> started{0};
+  std::atomic<int> alone{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  detail::parallel_for(threads, [&](size_t) {
+    started.fetch_add(1);
+    while (started.load() < threads) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        alone.fetch_add(1);
+        return;
+      }
+      std::this_thread::yield();
+    }
+  });
+  return alone.load();
+}
+
 TEST_F(ParallelFor, EveryItemOnceAcrossManySmallCalls) {
   for (size_t n : {0, 1, 2, 3, 7, 64, 1000}) {
     for (int call = 0; call < 50; ++call) {
@@ -100,12 +119,55 @@ TEST_F(ParallelFor, ThreadsStartedForAJobJoinIt) {
   // one they had already seen and the caller ran every item alone.
   constexpr size_t kThreads = 12;
   set_thread_count(kThreads);
+  const int alone = items_left_alone(kThreads);
+  EXPECT_EQ(alone, 0) << "items waited in vain: threads new to the pool missed the job";
+}
+
+TEST_F(ParallelFor, SleepingHelpersWakeForAJob) {
+  // Idle helpers spin a while after a job, then sleep: a job after a long pause must wake them.
+  EXPECT_EQ(items_left_alone(4), 0);
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(items_left_alone(4), 0) << "round " << round;
+  }
+}
+
+TEST_F(ParallelFor, TheCallerWaitsForLongItemsOnHelpers) {
+  // Items far longer than the caller's spin: it sleeps until the helpers are done, and every
+  // item has finished when parallel_for returns.
+  std::atomic<int> running{0}, done{0};
+  detail::parallel_for(8, [&](size_t) {
+    running.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    running.fetch_sub(1);
+    done.fetch_add(1);
+  });
+  EXPECT_EQ(running.load(), 0);
+  EXPECT_EQ(done.load(), 8);
+}
+
+TEST_F(ParallelFor, SmallWorkStaysOnTheCaller) {
+  const std::thread::id caller = std::this_thread::get_id();
+  ASSERT_EQ(items_left_alone(4), 0);  // the helpers started and awake
+  // 64 items said to take 100 ns: 6.4 us in all, below one thread's share. (They take longer,
+  // so that helpers would surely join them if they could.)
+  std::atomic<int> elsewhere{0};
+  std::atomic<size_t> sum{0};
+  detail::parallel_for_work(64, 100, [&](size_t i) {
+    sum.fetch_add(i);
+    if (std::this_thread::get_id() != caller) elsewhere.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  });
+  EXPECT_EQ(sum.load(), size_t{64 * 63 / 2});
+  EXPECT_EQ(elsewhere.load(), 0);
+  // Enough work for every thread: all 4 can be in the job at once (items_left_alone's wait, as
+  // parallel_for_work).
   std::atomic<size_t> started{0};
   std::atomic<int> alone{0};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  detail::parallel_for(kThreads, [&](size_t) {
+  detail::parallel_for_work(4, 2 * detail::kThreadNs, [&](size_t) {
     started.fetch_add(1);
-    while (started.load() < kThreads) {
+    while (started.load() < 4) {
       if (std::chrono::steady_clock::now() > deadline) {
         alone.fetch_add(1);
         return;
@@ -113,7 +175,7 @@ TEST_F(ParallelFor, ThreadsStartedForAJobJoinIt) {
       std::this_thread::yield();
     }
   });
-  EXPECT_EQ(alone.load(), 0) << "items waited in vain: threads new to the pool missed the job";
+  EXPECT_EQ(alone.load(), 0);
 }
 
 }  // namespace
