@@ -23,6 +23,9 @@ namespace {
 
 // Elements per slice the encoder aims for (32 lanes from here on, see choose_lanes).
 constexpr size_t kSliceElements = 16384;
+// The largest batch (codes) whose delta symbols the encoder keeps from its counts to its
+// payloads (encode_batch_shared): well inside a core's L2.
+constexpr size_t kKeptDeltaBytes = size_t{256} << 10;
 // Decoding below this many elements per thread costs more in waking a pool thread than it
 // saves (threads were started per call before the pool, which needed 2^18).
 constexpr size_t kMinElementsPerThread = size_t{1} << 14;
@@ -385,21 +388,27 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   auto record_bytes = [&](uint64_t model_fp) {
     return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
   };
-  // Per head: delta symbols, histograms and the lower bound of its record's estimate.
-  // Kept per calling thread with the payloads below: fresh ones page-faulted on every batch.
+  // Per head: histograms of its codes and of their delta symbols, and the lower bound of its
+  // record's estimate. The delta symbols of a batch up to kKeptDeltaBytes are kept for the
+  // payloads below; a larger batch's are made in each thread's scratch, counted and dropped,
+  // and made again where channels code them (the synthetic set's 8 MiB, kept, were written out
+  // of cache: made again instead, its encode of codes is ~10% faster; stories260K's 5% slower).
+  // They and the payloads are kept per calling thread: fresh ones page-faulted on every batch.
   // (Named through references: a lambda names a thread_local directly, i.e. each pool
   // thread's own instance.)
   // So are the histograms, the models and their tables (a few allocations per channel were
   // ~8% of a file encode's short batches).
-  thread_local std::vector<std::vector<uint8_t>> kept_delta, kept_payloads;
+  thread_local std::vector<std::vector<uint8_t>> kept_payloads;
+  thread_local std::vector<uint8_t> kept_delta;
   thread_local std::vector<std::vector<uint32_t>> kept_raw_counts, kept_delta_counts;
   thread_local std::vector<ChannelModel> kept_models;
   thread_local std::vector<ChannelTable> kept_tables;
-  std::vector<std::vector<uint8_t>>& delta = kept_delta;
   std::vector<std::vector<uint8_t>>& payloads = kept_payloads;
+  const bool keep_delta = allow_delta && G * n <= kKeptDeltaBytes;
+  if (keep_delta && kept_delta.size() < G * n) kept_delta.resize(G * n);
+  uint8_t* const kept = keep_delta ? kept_delta.data() : nullptr;  // head h's at h * n
   std::vector<std::vector<uint32_t>>& raw_counts = kept_raw_counts;
   std::vector<std::vector<uint32_t>>& delta_counts = kept_delta_counts;
-  if (delta.size() < G) delta.resize(G);
   if (raw_counts.size() < G) raw_counts.resize(G), delta_counts.resize(G);
   std::vector<uint64_t> head_cost(G), head_fp(G), channel_bound(G * dim);
   // The loops' work estimates (parallel_for_work) are this machine's (Zen 4, 2.6 GHz): the
@@ -410,13 +419,12 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     raw_counts[h].assign(dim * n_syms, 0);
     histograms(s.codes.data(), s.n_rows, dim, n_syms, raw_counts[h].data());
     if (allow_delta) {
-      delta[h].resize(n);  // every byte written below (kept at n: no zero fill per batch)
+      // Every byte written below.
+      uint8_t* const delta = keep_delta ? kept + h * n : scratch_bytes(n, Scratch::delta);
       compute_delta_symbols(s.codes.data(), s.n_rows, dim, s.bits, s.group_size, s.scale, s.zero,
-                            delta[h].data());
+                            delta);
       delta_counts[h].assign(dim * n_syms, 0);
-      histograms(delta[h].data(), s.n_rows, dim, n_syms, delta_counts[h].data());
-    } else {
-      delta[h].clear();
+      histograms(delta, s.n_rows, dim, n_syms, delta_counts[h].data());
     }
     uint64_t fp = 0;
     for (size_t c = 0; c < dim; ++c) {
@@ -502,10 +510,10 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   std::vector<std::vector<uint8_t>> param_blocks(G);
   // Where every channel codes its codes, a slice of one head (heads of 16K elements or more)
   // codes them in place: no copy (3% of encoding tinystories-hd64's codes).
-  const bool codes_in_place =
-      heads_per_slice == 1 && std::none_of(models.begin(), models.end(), [](const auto& m) {
-        return m.kind == ChannelKind::delta_table;
-      });
+  const bool any_delta = std::any_of(models.begin(), models.end(), [](const auto& m) {
+    return m.kind == ChannelKind::delta_table;
+  });
+  const bool codes_in_place = heads_per_slice == 1 && !any_delta;
   parallel_for_work(n_slices, 0.33 * static_cast<double>(heads_per_slice * n), [&](size_t i) {
     const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
     payloads[i].clear();
@@ -513,7 +521,18 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     uint8_t* const symbols =
         codes_in_place ? nullptr : scratch_bytes((h1 - h0) * n, Scratch::symbols);
     for (size_t h = h0; h < h1; ++h) {
-      if (!codes_in_place) stream_symbols(streams[h], models, delta[h], symbols + (h - h0) * n);
+      if (!codes_in_place) {
+        const CodeStream& s = streams[h];
+        std::span<uint8_t> delta;
+        if (any_delta && keep_delta) {
+          delta = std::span<uint8_t>(kept + h * n, n);
+        } else if (any_delta) {
+          delta = std::span<uint8_t>(scratch_bytes(n, Scratch::delta), n);
+          compute_delta_symbols(s.codes.data(), s.n_rows, dim, s.bits, s.group_size, s.scale,
+                                s.zero, delta.data());
+        }
+        stream_symbols(s, models, delta, symbols + (h - h0) * n);
+      }
       write_param_block(streams[h], precisions[h], grid, param_blocks[h],
                         compact_sections.empty()
                             ? std::span<const uint8_t>()

@@ -435,6 +435,35 @@ TEST(CodecSharedBatch, SlicesOfOneHeadCodeTheirOwnCodes) {
   }
 }
 
+TEST(CodecSharedBatch, LargeBatchesMakeTheirDeltaSymbolsAgain) {
+  // Codes past the encoder's kept delta symbols (256 KiB: 9 heads of 1,024 x 32 here): their
+  // delta symbols are counted, dropped and made again for the payloads. Half the channels are
+  // walks (delta wins), half noise (raw wins); heads differ, so a head's payload coded from
+  // another's delta symbols does not round-trip.
+  const size_t heads = 9, rows = 1024, dim = 32;
+  std::mt19937 rng(11);
+  std::vector<float> x(heads * rows * dim);
+  for (size_t h = 0; h < heads; ++h) {
+    const auto walk = test::random_walk(rows, dim, 0.05f, static_cast<uint32_t>(rng()));
+    const auto noise = test::iid_normal(rows * dim, static_cast<uint32_t>(rng()));
+    for (size_t i = 0; i < rows * dim; ++i)
+      x[h * rows * dim + i] = (i % dim) % 2 == 0 ? walk[i] : noise[i];
+  }
+  const auto streams = quantize_to_codes_batch(x, heads, rows, dim, 3, 32);
+  for (const size_t threads : {size_t{1}, size_t{3}}) {
+    set_thread_count(threads);
+    const auto bytes = encode_batch(streams);
+    EncodeOptions raw_only;
+    raw_only.allow_delta = false;
+    EXPECT_LT(bytes.size(), encode_batch(streams, raw_only).size()) << "no delta channels";
+    ASSERT_EQ(batch_layout(bytes), 1);
+    const auto back = decode_batch(bytes);
+    ASSERT_EQ(back.size(), heads);
+    for (size_t h = 0; h < heads; ++h) EXPECT_EQ(back[h].codes, streams[h].codes) << h;
+  }
+  set_thread_count(0);
+}
+
 TEST(CodecSharedBatch, IndependentOfThreads) {
   const size_t heads = 7, rows = 700, dim = 16;
   const auto x = test::random_walk(heads * rows, dim, 0.1f, 9);
