@@ -32,8 +32,9 @@ namespace {
 // holds the job's generation (high bits) and its open slots (low 16 bits): a helper joins by
 // taking a slot of the generation it has not served (a compare-and-swap), the caller closes the
 // job by clearing the slots, and then knows how many joined and waits for that many to finish.
-// Only sleeping and waking go through m_ and the condition variables (each side announces
-// itself in an atomic before it checks the other's, so no wake-up is lost).
+// Only sleeping and waking go through m_ and the condition variables: each side announces
+// itself in an atomic before it checks the other's (all sequentially consistent), so either
+// the sleeper sees the change or the waker sees the sleeper, and no wake-up is lost.
 class Pool {
  public:
   // Runs work() on the caller and on up to `helpers` pool threads; false (nothing run) when the
@@ -57,11 +58,11 @@ class Pool {
     const size_t joined = wanted - static_cast<size_t>(open);
     // Helpers finishing their last items: a short spin usually sees them done without
     // sleeping on done_ (a futex wake-up per job showed as a third of small decodes' time).
-    if (!spin_until([&] { return finished_.load(std::memory_order_acquire) == joined; },
-                    kCallerSpin)) {
+    const auto done = [&] { return finished_.load() == joined; };
+    if (!spin_until(done, kCallerSpin)) {
       caller_waiting_.store(true);
       std::unique_lock<std::mutex> lock(m_);
-      done_.wait(lock, [&] { return finished_.load(std::memory_order_acquire) == joined; });
+      done_.wait(lock, done);
       caller_waiting_.store(false, std::memory_order_relaxed);
     }
     return true;
@@ -112,7 +113,8 @@ class Pool {
   }
 
   void serve(uint64_t seen) {
-    const auto fresh = [&] { return state_.load(std::memory_order_acquire) >> kSlotBits != seen; };
+    // (seq_cst loads, as every access of the sleep handshake: see try_run.)
+    const auto fresh = [&] { return state_.load() >> kSlotBits != seen; };
     for (;;) {
       // Spin a while before sleeping: a caller with jobs back to back (a batch's loops, a
       // file's batches, a benchmark's iterations) then finds this thread awake.
