@@ -186,15 +186,35 @@ void run_items(size_t n, size_t workers, const std::function<void(size_t)>& fn) 
     for (size_t i = 0; i < n; ++i) fn(i);  // not an item of the pool: nested calls may use it
     return;
   }
-  std::atomic<size_t> next{0};
+  if (n > UINT32_MAX) {  // the items left are two 32-bit halves of one word (below)
+    for (size_t base = 0; base < n; base += UINT32_MAX) {
+      run_items(std::min<size_t>(UINT32_MAX, n - base), workers, [&](size_t i) { fn(base + i); });
+    }
+    return;
+  }
+  // The items left, [low, high) as high << 32 | low: the caller takes them from the front,
+  // helpers from the back. So where there are as many runs of work as threads, each thread takes
+  // the same run every call, and the data a run writes stays in its core's cache (taken in
+  // turn, whichever thread came first took the first run: tinystories-hd64's codes encoded on
+  // 2 threads in 279-289 us, now 256-261, decoded in 126-129 us, now 116-121).
+  std::atomic<uint64_t> left{uint64_t{n} << 32};
   std::atomic<bool> stop{false};
   std::exception_ptr first_error;
   std::mutex error_mutex;
+  const std::thread::id caller = std::this_thread::get_id();
   const std::function<void()> work = [&] {
+    const bool front = std::this_thread::get_id() == caller;
     for (;;) {
       if (stop.load(std::memory_order_relaxed)) return;
-      const size_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= n) return;
+      uint64_t v = left.load(std::memory_order_relaxed);
+      size_t i;
+      for (;;) {
+        const uint64_t lo = v & 0xffffffffu, hi = v >> 32;
+        if (lo >= hi) return;
+        i = front ? lo : hi - 1;
+        const uint64_t next = front ? v + 1 : v - (uint64_t{1} << 32);
+        if (left.compare_exchange_weak(v, next, std::memory_order_relaxed)) break;
+      }
       try {
         run_item(fn, i);
       } catch (...) {

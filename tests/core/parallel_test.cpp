@@ -146,6 +146,29 @@ TEST_F(ParallelFor, TheCallerWaitsForLongItemsOnHelpers) {
   EXPECT_EQ(done.load(), 8);
 }
 
+TEST_F(ParallelFor, TheCallerTakesItemsFromTheFrontHelpersFromTheBack) {
+  // So that runs of work land on the same thread every call. The first item a thread takes
+  // waits until a second one has started: both threads are in the job.
+  set_thread_count(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<size_t> started{0};
+    std::atomic<int> caller_first{-1}, helper_first{-1};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    detail::parallel_for(6, [&](size_t i) {
+      const bool on_caller = std::this_thread::get_id() == caller;
+      int none = -1;
+      if (!(on_caller ? caller_first : helper_first).compare_exchange_strong(none, int(i))) return;
+      started.fetch_add(1);
+      while (started.load() < 2 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+    });
+    ASSERT_EQ(started.load(), 2) << "round " << round << ": the helper never joined";
+    EXPECT_EQ(caller_first.load(), 0) << "round " << round;
+    EXPECT_EQ(helper_first.load(), 5) << "round " << round;
+  }
+}
+
 TEST_F(ParallelFor, SmallWorkStaysOnTheCaller) {
   const std::thread::id caller = std::this_thread::get_id();
   ASSERT_EQ(items_left_alone(4), 0);  // the helpers started and awake
