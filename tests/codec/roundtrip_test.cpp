@@ -189,6 +189,29 @@ TEST(Codec, RejectsBadOptions) {
   EXPECT_THROW(encode(bad), Error);
 }
 
+TEST(Codec, BatchesReportTheFirstBadStream) {
+  // Streams checked in parallel (large enough for every thread) still report the first bad
+  // stream in order: here stream 3's code above 2^bits - 1, not stream 9's short codes.
+  const size_t heads = 16, rows = 4096, dim = 64;
+  const auto x = test::random_walk(heads * rows, dim, 0.1f, 21);
+  std::vector<CodeStream> streams = quantize_to_codes_batch(x, heads, rows, dim, 3, 32);
+  streams[3].codes[5] = 200;
+  streams[9].codes.pop_back();
+  for (const size_t threads : {size_t{1}, size_t{2}, size_t{4}}) {
+    set_thread_count(threads);
+    for (int round = 0; round < 5; ++round) {
+      try {
+        (void)encode_batch(streams);
+        ADD_FAILURE() << "a bad batch was encoded";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("holds 200"), std::string::npos)
+            << threads << " threads: " << e.what();
+      }
+    }
+  }
+  set_thread_count(0);
+}
+
 // The internal entry for callers that hold the codes' histograms (the lossless tier): the same
 // bytes as encode, padded rows excluded from the counts; counts of another shape are refused.
 TEST(Codec, GivenHistogramsGiveEncodesBytes) {
