@@ -26,12 +26,11 @@ constexpr size_t kSliceElements = 16384;
 // The largest batch (codes) whose delta symbols the encoder keeps from its counts to its
 // payloads (encode_batch_shared): well inside a core's L2.
 constexpr size_t kKeptDeltaBytes = size_t{256} << 10;
-// Decoding below this many elements per thread costs more in waking a pool thread than it
-// saves (threads were started per call before the pool, which needed 2^18).
-constexpr size_t kMinElementsPerThread = size_t{1} << 14;
-// Compact parameters (scale, zero pairs) of a batch worth decoding on several threads: ~30
-// cycles each, a serial chain per channel.
-constexpr size_t kMinParallelParams = 2048;
+// The decoders' work estimates (parallel_for_work), this machine's (Zen 4, 2.6 GHz): a slice's
+// codes ~0.35 ns each, decoded and dequantized; compact parameters (scale, zero pairs) ~12 ns
+// each (~30 cycles, a serial chain per channel).
+constexpr double kDecodeNsPerCode = 0.35;
+constexpr double kParamNs = 12;
 
 // Heads per slice of a shared batch of G heads of n elements: slices of about kSliceElements, or
 // up to twice that where equal slices then come in a multiple of eight (or else of four) —
@@ -180,9 +179,10 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
       throw head_error(at, e);
     }
   };
-  if (framed >= 2 && framed * n_groups * dim >= kMinParallelParams && thread_count() > 1) {
+  const double pair_ns = kParamNs * 2.0 * static_cast<double>(n_groups * dim);
+  if (framed >= 2 && threads_for_work(n_pairs, pair_ns) > 1) {
     std::vector<std::exception_ptr> errors(n_pairs);
-    parallel_for(n_pairs, [&](size_t pair) {
+    parallel_for_work(n_pairs, pair_ns, [&](size_t pair) {
       try {
         decode_params(pair);
       } catch (const Error&) {
@@ -281,10 +281,8 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
   // A thread per run only where runs are long enough to pay for their start, and one run inside
   // an outer parallel loop (a file's chunks), which keeps this one on its thread: longer runs
   // group more payloads in lockstep.
-  const size_t threads = inside_parallel_for()
-                             ? 1
-                             : std::min({n_items, std::max<size_t>(1, thread_count()),
-                                         std::max<size_t>(1, total / kMinElementsPerThread)});
+  const size_t threads = threads_for_work(
+      n_items, kDecodeNsPerCode * static_cast<double>(total) / static_cast<double>(n_items));
   // On several threads, runs of four items (a lockstep quad) that the threads take in turn, where
   // they come out even; otherwise one run per thread, of equal length, each in quads and then a
   // pair or a single item: twelve slices on two threads were runs of 4 + 4 | 4 (one thread

@@ -215,18 +215,33 @@ void decode_head_symbols(const ParsedHead& h, std::span<uint8_t> symbols) {
   rans_decode(h.payload, h.payload_offset, dt, h.stream.dim, h.n_lanes, symbols);
 }
 
-void decode_head_symbols_pair(const ParsedHead& a, std::span<uint8_t> symbols_a,
-                              const ParsedHead& b, std::span<uint8_t> symbols_b) {
-  if (symbols_a.empty() || symbols_b.empty() || a.stream.dim != b.stream.dim) {
-    decode_head_symbols(a, symbols_a);
-    decode_head_symbols(b, symbols_b);
+void decode_heads_symbols(std::span<const ParsedHead* const> heads,
+                          std::span<const std::span<uint8_t>> symbols) {
+  const size_t n = heads.size();
+  bool together = n >= 2 && n <= 4 && symbols.size() == n;
+  for (size_t k = 0; together && k < n; ++k) {
+    together = !symbols[k].empty() && heads[k]->stream.dim == heads[0]->stream.dim;
+  }
+  if (!together) {
+    for (size_t k = 0; k < n; ++k) decode_head_symbols(*heads[k], symbols[k]);
     return;
   }
-  thread_local DecodeTables dt[2];
-  build_head_tables(a, dt[0]);
-  build_head_tables(b, dt[1]);
-  rans_decode_pair({a.payload, a.payload_offset, a.n_lanes, symbols_a}, dt[0],
-                   {b.payload, b.payload_offset, b.n_lanes, symbols_b}, dt[1], a.stream.dim);
+  thread_local DecodeTables dt[4];  // kept per thread: build_decode_tables reuses their storage
+  RansPayload p[4];
+  for (size_t k = 0; k < n; ++k) {
+    const ParsedHead& h = *heads[k];
+    build_head_tables(h, dt[k]);
+    p[k] = RansPayload{h.payload, h.payload_offset, h.n_lanes, symbols[k]};
+  }
+  const size_t dim = heads[0]->stream.dim;
+  if (n == 4) {
+    const DecodeTables* const t[4] = {&dt[0], &dt[1], &dt[2], &dt[3]};
+    rans_decode_quad(p, t, dim);
+    return;
+  }
+  rans_decode_pair(p[0], dt[0], p[1], dt[1], dim);
+  if (n == 3)
+    rans_decode(p[2].payload, p[2].payload_offset, dt[2], dim, p[2].n_lanes, p[2].symbols);
 }
 
 DecodedHead decode_head(std::span<const uint8_t> record, size_t record_offset,

@@ -90,10 +90,11 @@ inline ParsedHead parse_head(std::span<const uint8_t> record, size_t record_offs
 // Decodes the payload to symbols [n_rows * dim].
 void decode_head_symbols(const ParsedHead& head, std::span<uint8_t> symbols);
 
-// Both heads' payloads, decoded together (rans_decode_pair) where their dims agree; the
-// results and errors of decode_head_symbols on a, then b.
-void decode_head_symbols_pair(const ParsedHead& a, std::span<uint8_t> symbols_a,
-                              const ParsedHead& b, std::span<uint8_t> symbols_b);
+// Up to four heads' payloads decoded together (rans_decode_quad, rans_decode_pair: one
+// payload's steps are one dependency chain) where their dims agree: the results and errors of
+// decode_head_symbols on each in order.
+void decode_heads_symbols(std::span<const ParsedHead* const> heads,
+                          std::span<const std::span<uint8_t>> symbols);
 
 // A parsed head record with its symbols, for size reports.
 struct DecodedHead {

@@ -238,10 +238,15 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   run_items(n, thread_count(), fn);
 }
 
-void parallel_for_work(size_t n, double item_ns, const std::function<void(size_t)>& fn) {
+size_t threads_for_work(size_t n, double item_ns) noexcept {
+  if (t_in_item) return 1;  // the pool is busy with the outer loop
   const double shares = static_cast<double>(n) * item_ns / kThreadNs;  // may be huge
   const size_t workers = shares < 1 ? 1 : shares < 4096 ? static_cast<size_t>(shares) : 4096;
-  run_items(n, std::min(thread_count(), workers), fn);
+  return std::max<size_t>(1, std::min({n, thread_count(), workers}));
+}
+
+void parallel_for_work(size_t n, double item_ns, const std::function<void(size_t)>& fn) {
+  run_items(n, threads_for_work(n, item_ns), fn);
 }
 
 }  // namespace cachegen::detail

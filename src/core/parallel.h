@@ -15,9 +15,14 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn);
 // its kernel): on no more threads than have kThreadNs of it each. Handing small work to another
 // core cost more than it saved: the items' data and results move between the cores' caches,
 // and handing items out is ~0.15 us each (stories260K's 164 K codes, ~100 us of work in a few
-// parallel loops, encoded slower on 2 threads than on 1).
-inline constexpr double kThreadNs = 20000;
+// parallel loops, encoded slower on 2 threads than on 1). 12 us a thread, since the pool's
+// helpers spin (20 us: 8 heads of 4,096 codes decoded in 29 us on one thread, 16 on two; the
+// encoders' loops the same at 8, 12 and 20 us).
+inline constexpr double kThreadNs = 12000;
 void parallel_for_work(size_t n, double item_ns, const std::function<void(size_t)>& fn);
+// The threads parallel_for_work(n, item_ns, fn) runs on (1 inside a parallel_for's item), for
+// callers that split their work into one run per thread themselves.
+size_t threads_for_work(size_t n, double item_ns) noexcept;
 
 // True while this thread runs an item of a parallel_for over several threads: a nested
 // parallel_for then runs on this thread alone (the pool is busy with the outer one), so

@@ -66,6 +66,25 @@ inline CodeStream make_stream(const std::vector<uint8_t>& real_codes, size_t n_r
   return s;
 }
 
+// Byte 6 of a batch (after magic, version and a one-byte G) is the layout.
+inline uint8_t batch_layout(const std::vector<uint8_t>& bytes) {
+  return bytes.at(6);
+}
+
+// A batch of independent records (layout 0) written by hand: each stream's record as encode()
+// coded it (magic and version dropped), as FORMAT.md frames a batch.
+inline std::vector<uint8_t> independent_batch(const std::vector<std::vector<uint8_t>>& streams) {
+  std::vector<uint8_t> b = {'C', 'G', 'C', 'B', 1, static_cast<uint8_t>(streams.size()), 0};
+  for (const auto& s : streams) {
+    for (size_t v = s.size() - 5;; v >>= 7) {  // LEB128 length
+      b.push_back(static_cast<uint8_t>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
+      if (v < 0x80) break;
+    }
+  }
+  for (const auto& s : streams) b.insert(b.end(), s.begin() + 5, s.end());
+  return b;
+}
+
 inline void expect_same_stream(const CodeStream& a, const CodeStream& b) {
   EXPECT_EQ(a.n_rows, b.n_rows);
   EXPECT_EQ(a.dim, b.dim);

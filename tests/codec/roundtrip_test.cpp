@@ -259,10 +259,7 @@ TEST(Codec, WideLanesFromGivesThirtyTwoLanes) {
 namespace cachegen {
 namespace {
 
-// Byte 6 of a batch (after magic, version and a one-byte G) is the layout.
-uint8_t batch_layout(const std::vector<uint8_t>& bytes) {
-  return bytes.at(6);
-}
+using test::batch_layout;
 
 TEST(CodecSharedBatch, ShortSameShapeHeadsShareModelsAndRoundTrip) {
   // Real-KV-like: many short heads of 8 channels; slices of 4 heads, G not a multiple of 4.
@@ -344,21 +341,12 @@ TEST(CodecSharedBatch, DecodeIntoBuffersIsTheHalfDecode) {
       const auto x = test::random_walk(heads * rows, dim, 0.1f, static_cast<uint32_t>(dim));
       std::vector<uint8_t> bytes = encode_values_batch(x, heads, rows, dim, 4, 32);
       if (!shared) {  // layout 0 written by hand: each head's record, as encode() codes it
-        std::vector<uint8_t> b = {'C', 'G', 'C', 'B', 1, static_cast<uint8_t>(heads), 0};
         std::vector<std::vector<uint8_t>> records;
         for (size_t h = 0; h < heads; ++h) {
-          const auto one = encode_values(
-              std::span<const float>(x).subspan(h * rows * dim, rows * dim), rows, dim, 4, 32);
-          records.emplace_back(one.begin() + 5, one.end());  // without magic and version
+          records.push_back(encode_values(
+              std::span<const float>(x).subspan(h * rows * dim, rows * dim), rows, dim, 4, 32));
         }
-        for (const auto& r : records) {
-          for (size_t v = r.size();; v >>= 7) {  // LEB128 length
-            b.push_back(static_cast<uint8_t>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
-            if (v < 0x80) break;
-          }
-        }
-        for (const auto& r : records) b.insert(b.end(), r.begin(), r.end());
-        bytes = b;
+        bytes = test::independent_batch(records);
         EXPECT_EQ(batch_layout(bytes), 0);
       }
       SCOPED_TRACE("dim " + std::to_string(dim) + (shared ? " shared" : " independent"));

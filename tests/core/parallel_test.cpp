@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -22,12 +23,20 @@ class ParallelFor : public ::testing::Test {
 };
 
 // Runs a job of `threads` items that each wait until every item has started (so all `threads`
-// threads must be in it at once); returns the items that gave up waiting.
-int items_left_alone(size_t threads) {
+// threads must be in it at once); returns the items that gave up waiting. item_ns: the job's
+// estimate for parallel_for_work, or 0 for parallel_for.
+int items_left_alone(size_t threads, double item_ns = 0) {
   std::atomic<size_t> started{0};
   std::atomic<int> alone{0};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  detail::parallel_for(threads, [&](size_t) {
+  const auto run = [&](size_t n, const std::function<void(size_t)>& fn) {
+    if (item_ns > 0) {
+      detail::parallel_for_work(n, item_ns, fn);
+    } else {
+      detail::parallel_for(n, fn);
+    }
+  };
+  run(threads, [&](size_t) {
     started.fetch_add(1);
     while (started.load() < threads) {
       if (std::chrono::steady_clock::now() > deadline) {
@@ -183,22 +192,21 @@ TEST_F(ParallelFor, SmallWorkStaysOnTheCaller) {
   });
   EXPECT_EQ(sum.load(), size_t{64 * 63 / 2});
   EXPECT_EQ(elsewhere.load(), 0);
-  // Enough work for every thread: all 4 can be in the job at once (items_left_alone's wait, as
-  // parallel_for_work).
-  std::atomic<size_t> started{0};
-  std::atomic<int> alone{0};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  detail::parallel_for_work(4, 2 * detail::kThreadNs, [&](size_t) {
-    started.fetch_add(1);
-    while (started.load() < 4) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        alone.fetch_add(1);
-        return;
-      }
-      std::this_thread::yield();
-    }
-  });
-  EXPECT_EQ(alone.load(), 0);
+  EXPECT_EQ(detail::threads_for_work(64, 100), 1u);
+  // Enough work for every thread: all 4 can be in the job at once.
+  EXPECT_EQ(detail::threads_for_work(4, 2 * detail::kThreadNs), 4u);
+  EXPECT_EQ(items_left_alone(4, 2 * detail::kThreadNs), 0);
+  // As many threads as have a share, no more than there are items or threads.
+  EXPECT_EQ(detail::threads_for_work(64, detail::kThreadNs / 16), 4u);
+  EXPECT_EQ(detail::threads_for_work(64, detail::kThreadNs / 32), 2u);
+  EXPECT_EQ(detail::threads_for_work(3, 10 * detail::kThreadNs), 3u);
+  EXPECT_EQ(detail::threads_for_work(0, detail::kThreadNs), 1u);
+  set_thread_count(2);
+  EXPECT_EQ(detail::threads_for_work(64, detail::kThreadNs), 2u);
+  // Inside a pool job's item, one: the pool is busy with it.
+  std::atomic<size_t> inside{0};
+  detail::parallel_for(2, [&](size_t) { inside.fetch_add(detail::threads_for_work(8, 1e9)); });
+  EXPECT_EQ(inside.load(), 2u);
 }
 
 }  // namespace
