@@ -159,10 +159,13 @@ size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_
                           size_t end, uint8_t* symbols);
 size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, size_t dim,
                             size_t begin, size_t end, uint8_t* symbols);
-// The same for 4-lane payloads (512..4095 elements) of slot-table alphabets (it declines search
-// ones: returns begin); AVX2, also the AVX-512 path's.
+// The same for 4-lane payloads (512..4095 elements); search alphabets on the 8-lane step with
+// half its lanes idle (rans_narrow_search.h), which stops 8 elements short of `end`. Slot
+// tables by AVX2 gathers on both paths.
 size_t rans_decode_avx2_4(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols);
+size_t rans_decode_avx512_4(RansDecodeState& st, const DecodeTables& tables, size_t dim,
+                            size_t begin, size_t end, uint8_t* symbols);
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols);
 // Two 32-lane payloads (a with tables ta, b with tb: equal search alphabets, or two slot-table
@@ -177,6 +180,14 @@ size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, Rans
                                 const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                                 uint8_t* symbols_b);
 size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                              const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                              uint8_t* symbols_b);
+// The same for two 4-lane payloads of one search alphabet (anything else: declined, 0), which
+// stop 8 elements short of `end` (rans_decode_avx2_4).
+size_t rans_decode_avx512_pair4(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                                const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                                uint8_t* symbols_b);
+size_t rans_decode_avx2_pair4(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                               uint8_t* symbols_b);
 // Two 32-lane payloads of slot-table alphabets on AVX2 (search alphabets: declined, 0).

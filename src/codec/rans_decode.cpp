@@ -157,6 +157,7 @@ SimdKernel simd_kernel(int n_lanes) {
   if (n_lanes == 4) {
     switch (simd_path()) {
       case SimdPath::avx512:
+        return rans_decode_avx512_4;
       case SimdPath::avx2:
         return rans_decode_avx2_4;
       default:
@@ -195,7 +196,8 @@ void finish_decode(RansDecodeState& st, size_t payload_offset, size_t payload_si
   if (const SimdKernel kernel = simd_kernel(n_lanes)) {
     done = kernel(st, tables, dim, done, n, symbols.data());
     const size_t left = st.n_words - st.cursor;
-    if (done < n && left < static_cast<size_t>(n_lanes)) {
+    // (The 4-lane search kernel runs on 8 lanes: it wants 8 words left, like the 8-lane ones.)
+    if (done < n && left < std::max<size_t>(static_cast<size_t>(n_lanes), kNarrowLanes)) {
       // A valid stream never reads past its last word; if this attempt does, the stream is
       // damaged and the scalar kernel redoes these steps to report it exactly.
       uint16_t padded[2 * kMaxLanes] = {};
@@ -284,6 +286,10 @@ void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPa
       return rans_decode_avx512_pair8(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
     if (a.n_lanes == static_cast<int>(kNarrowLanes) && path == SimdPath::avx2)
       return rans_decode_avx2_pair8(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
+    if (a.n_lanes == 4 && path == SimdPath::avx512)
+      return rans_decode_avx512_pair4(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
+    if (a.n_lanes == 4 && path == SimdPath::avx2)
+      return rans_decode_avx2_pair4(*st[0], ta, *st[1], tb, dim, end, out[0], out[1]);
     return size_t{0};
   });
 }

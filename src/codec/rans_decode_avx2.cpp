@@ -358,11 +358,14 @@ size_t rans_decode_avx2_8(RansDecodeState& st, const DecodeTables& tables, size_
 
 size_t rans_decode_avx2_4(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols) {
+  // Search alphabets on the 8-lane step, half its lanes idle (narrow_search); slot tables by
   // decode8's steps on a 128-bit vector (the scalar kernel's 4 lanes waited on each other
-  // through the word cursor: ~15 cycles a value); the expansion table's first four entries
+  // through the word cursor: ~15 cycles a value), whose expansion table's first four entries
   // serve 4-lane masks.
   constexpr size_t kLanes = 4;
-  if (tables.uses_search()) return begin;
+  if (const NarrowKernel search = narrow_search_kernel<Search8Avx2, kLanes>(tables.n_syms))
+    return search(st, tables, dim, begin, end, symbols);
+  if (tables.uses_search()) return begin;  // no slot tables
   const LanePattern pattern = make_lane_pattern(tables, dim, begin, kLanes);
   if (pattern.period == 0) return begin;
   const __m128i p = _mm_cvtsi32_si128(tables.precision);
@@ -514,6 +517,12 @@ size_t rans_decode_avx2_pair(RansDecodeState& a, const DecodeTables& ta, RansDec
                                                     : slots_pair32<false>(s, t, pattern, end, out);
 }
 
+size_t rans_decode_avx2_pair4(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                              const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                              uint8_t* symbols_b) {
+  return narrow_search_pair_of<Search8Avx2, 4>(a, ta, b, tb, dim, end, symbols_a, symbols_b);
+}
+
 size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                               uint8_t* symbols_b) {
@@ -523,9 +532,8 @@ size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDe
     uint8_t* const out[2] = {symbols_a, symbols_b};
     return slots_lockstep8<2>(s, t, dim, end, out);
   }
-  const NarrowPairKernel pair = narrow_search_pair_kernel<Search8Avx2>(ta.n_syms);
-  if (!pair || ta.n_syms != tb.n_syms) return 0;  // a search and a slot-table alphabet
-  return pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
+  return narrow_search_pair_of<Search8Avx2, kNarrowLanes>(a, ta, b, tb, dim, end, symbols_a,
+                                                          symbols_b);
 }
 
 size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,

@@ -485,6 +485,13 @@ size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, siz
   return rans_decode_avx2_8(st, tables, dim, begin, end, symbols);  // slot tables: gathers
 }
 
+size_t rans_decode_avx512_4(RansDecodeState& st, const DecodeTables& tables, size_t dim,
+                            size_t begin, size_t end, uint8_t* symbols) {
+  if (const NarrowKernel search = narrow_search_kernel<Search8Avx512, 4>(tables.n_syms))
+    return search(st, tables, dim, begin, end, symbols);
+  return rans_decode_avx2_4(st, tables, dim, begin, end, symbols);  // slot tables: gathers
+}
+
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols) {
   switch (tables.n_syms) {
@@ -550,9 +557,14 @@ size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, Rans
                                 uint8_t* symbols_b) {
   if (!ta.uses_search() && !tb.uses_search())  // slot tables: gathers, as the single kernel
     return rans_decode_avx2_pair8(a, ta, b, tb, dim, end, symbols_a, symbols_b);
-  const NarrowPairKernel pair = narrow_search_pair_kernel<Search8Avx512>(ta.n_syms);
-  if (!pair || ta.n_syms != tb.n_syms) return 0;  // a search and a slot-table alphabet
-  return pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
+  return narrow_search_pair_of<Search8Avx512, kNarrowLanes>(a, ta, b, tb, dim, end, symbols_a,
+                                                            symbols_b);
+}
+
+size_t rans_decode_avx512_pair4(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                                const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                                uint8_t* symbols_b) {
+  return narrow_search_pair_of<Search8Avx512, 4>(a, ta, b, tb, dim, end, symbols_a, symbols_b);
 }
 
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,

@@ -30,20 +30,21 @@ void build_threshold_pattern(const DecodeTables& t, size_t dim, size_t width, Th
   }
 }
 
-void build_narrow_pattern(const DecodeTables& t, size_t dim, ThresholdPattern32& p) {
+void build_narrow_pattern(const DecodeTables& t, size_t dim, size_t lanes, ThresholdPattern32& p) {
   p.period = 0;
-  const size_t period = lane_period(dim, kNarrowLanes);
+  const size_t period = lane_period(dim, lanes);
   if (period == 0) return;
   p.period = period;
   p.n_thresholds = t.n_syms - 1;
   const size_t nt = static_cast<size_t>(p.n_thresholds);
   const size_t stride = static_cast<size_t>(t.n_syms) + 1;
+  const uint32_t top = 1u << t.precision;  // idle lanes' thresholds
   p.thresholds.resize(period * nt * kNarrowLanes);
   for (size_t k = 0, c = 0; k < period; ++k)
     for (size_t l = 0; l < kNarrowLanes; ++l) {
       for (size_t j = 0; j < nt; ++j)
-        p.thresholds[(k * nt + j) * kNarrowLanes + l] = t.cum[c * stride + j + 1];
-      if (++c == dim) c = 0;
+        p.thresholds[(k * nt + j) * kNarrowLanes + l] = l < lanes ? t.cum[c * stride + j + 1] : top;
+      if (l < lanes && ++c == dim) c = 0;
     }
 }
 
@@ -115,10 +116,10 @@ const ThresholdPattern& make_threshold_pattern(const DecodeTables& t, size_t dim
                    [&](ThresholdPattern& p) { build_threshold_pattern(t, dim, width, p); });
 }
 
-const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim) {
+const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim, size_t lanes) {
   thread_local PatternCache<ThresholdPattern32> cache;
-  return cache.get(t, dim, kNarrowLanes,
-                   [&](ThresholdPattern32& p) { build_narrow_pattern(t, dim, p); });
+  return cache.get(t, dim, lanes,
+                   [&](ThresholdPattern32& p) { build_narrow_pattern(t, dim, lanes, p); });
 }
 
 }  // namespace cachegen::detail

@@ -56,6 +56,8 @@ struct ThresholdPattern {
 // The 8-lane search kernels (payloads of 4 K..16 K elements, see choose_lanes): for step k and
 // threshold j, the 8 lanes' cumulative starts cum[channel(lane)][j] as u32 at
 // thresholds[(k * (n_syms - 1) + j - 1) * 8 + lane], lane l of step k decoding element 8k + l.
+// Built for 4-lane payloads (512..4 K elements), the first 4 lanes of step k decode elements
+// 4k + l and the other 4 are idle: thresholds 2^precision.
 struct ThresholdPattern32 {
   size_t period = 0;
   int n_thresholds = 0;
@@ -69,7 +71,8 @@ struct ThresholdPattern32 {
 // different tables keep theirs. A miss replaces the entry used least recently: a reference stays
 // valid until the fourth miss after it.
 const ThresholdPattern& make_threshold_pattern(const DecodeTables& t, size_t dim, size_t width);
-const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim);
+const ThresholdPattern32& make_narrow_pattern(const DecodeTables& t, size_t dim,
+                                              size_t lanes = kNarrowLanes);
 
 // A kernel decoding from element `begin` (a multiple of its lanes) starts at this step of a
 // pattern built from element 0, so the calls that finish a payload find its first call's pattern.

@@ -38,42 +38,58 @@ inline void reduce_interval16(__m256i* lo, __m256i* hi) {
     }
 }
 
-// One 8-lane payload from element begin (rans_decode_avx2_8's contract).
-template <template <int> class Step, int NT>
+// One payload of Lanes (8, or 4) lanes from element begin (rans_decode_avx2_8's and
+// rans_decode_avx2_4's contract). A 4-lane payload runs on the 8-lane step with lanes 4..7 idle:
+// their thresholds are all at the top (one symbol of the whole range), so their state never
+// changes, never falls below kRansLow and reads no words; their symbols, stored past the
+// step's four, are overwritten by the next step's, which is why every step stops 8 elements
+// short of `end` (the scalar kernel's 4 lanes wait on each other through the word cursor: ~16
+// cycles a value, ~3x this).
+template <template <int> class Step, int NT, size_t Lanes = kNarrowLanes>
 size_t narrow_search(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                      size_t end, uint8_t* symbols) {
-  const ThresholdPattern32& pattern = make_narrow_pattern(tables, dim);
+  static_assert(Lanes == kNarrowLanes || Lanes == 4);
+  const ThresholdPattern32& pattern = make_narrow_pattern(tables, dim, Lanes);
   if (pattern.period == 0) return begin;
   const typename Step<NT>::Constants k(tables.precision);
-  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.x));
+  uint32_t lanes[kNarrowLanes];
+  for (size_t l = 0; l < kNarrowLanes; ++l) lanes[l] = l < Lanes ? st.x[l] : kRansLow;
+  __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes));
   const uint16_t* const words = st.words;
   const size_t n_words = st.n_words;
   size_t cursor = st.cursor;
-  size_t i = begin, step = pattern_step(begin, kNarrowLanes, pattern.period);
+  size_t i = begin, step = pattern_step(begin, Lanes, pattern.period);
   while (i + kNarrowLanes <= end && cursor + kNarrowLanes <= n_words) {
     x = Step<NT>::run(x, pattern.thresholds.data() + step * NT * kNarrowLanes, k, words, cursor,
                       symbols + i);
-    i += kNarrowLanes;
+    i += Lanes;
     if (++step == pattern.period) step = 0;
   }
   st.cursor = cursor;
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(st.x), x);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), x);
+  for (size_t l = 0; l < Lanes; ++l) st.x[l] = lanes[l];
   return i;
 }
 
 // Two 8-lane payloads with their own tables from element 0 in lockstep: one payload is one
 // dependency chain of ~20 cycles per step that leaves the core mostly idle; the second chain
-// fills it (rans_decode_avx512_pair8's contract).
-template <template <int> class Step, int NT>
+// fills it (rans_decode_avx512_pair8's contract; two 4-lane payloads each on half the 8-lane
+// step, as narrow_search runs one).
+template <template <int> class Step, int NT, size_t Lanes = kNarrowLanes>
 size_t narrow_search_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                           const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                           uint8_t* symbols_b) {
-  const ThresholdPattern32& pa = make_narrow_pattern(ta, dim);
-  const ThresholdPattern32& pb = make_narrow_pattern(tb, dim);
+  const ThresholdPattern32& pa = make_narrow_pattern(ta, dim, Lanes);
+  const ThresholdPattern32& pb = make_narrow_pattern(tb, dim, Lanes);
   if (pa.period == 0 || pb.period != pa.period) return 0;
   const typename Step<NT>::Constants ka(ta.precision), kb(tb.precision);
-  __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x));
-  __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.x));
+  uint32_t lanes_a[kNarrowLanes], lanes_b[kNarrowLanes];
+  for (size_t l = 0; l < kNarrowLanes; ++l) {
+    lanes_a[l] = l < Lanes ? a.x[l] : kRansLow;
+    lanes_b[l] = l < Lanes ? b.x[l] : kRansLow;
+  }
+  __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes_a));
+  __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes_b));
   const uint16_t* const words_a = a.words;
   const uint16_t* const words_b = b.words;
   size_t cursor_a = a.cursor, cursor_b = b.cursor;
@@ -83,13 +99,17 @@ size_t narrow_search_pair(RansDecodeState& a, const DecodeTables& ta, RansDecode
     const size_t at = step * NT * kNarrowLanes;
     xa = Step<NT>::run(xa, pa.thresholds.data() + at, ka, words_a, cursor_a, symbols_a + i);
     xb = Step<NT>::run(xb, pb.thresholds.data() + at, kb, words_b, cursor_b, symbols_b + i);
-    i += kNarrowLanes;
+    i += Lanes;
     if (++step == pa.period) step = 0;
   }
   a.cursor = cursor_a;
   b.cursor = cursor_b;
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.x), xa);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.x), xb);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes_a), xa);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes_b), xb);
+  for (size_t l = 0; l < Lanes; ++l) {
+    a.x[l] = lanes_a[l];
+    b.x[l] = lanes_b[l];
+  }
   return i;
 }
 
@@ -99,35 +119,46 @@ using NarrowPairKernel = size_t (*)(RansDecodeState&, const DecodeTables&, RansD
                                     const DecodeTables&, size_t, size_t, uint8_t*, uint8_t*);
 
 // The loops for an alphabet of n_syms symbols; nullptr for slot-table alphabets.
-template <template <int> class Step>
+template <template <int> class Step, size_t Lanes = kNarrowLanes>
 NarrowKernel narrow_search_kernel(int n_syms) {
   switch (n_syms) {
     case 2:
-      return narrow_search<Step, 1>;
+      return narrow_search<Step, 1, Lanes>;
     case 4:
-      return narrow_search<Step, 3>;
+      return narrow_search<Step, 3, Lanes>;
     case 8:
-      return narrow_search<Step, 7>;
+      return narrow_search<Step, 7, Lanes>;
     case 16:
-      return narrow_search<Step, 15>;
+      return narrow_search<Step, 15, Lanes>;
     default:
       return nullptr;
   }
 }
-template <template <int> class Step>
+template <template <int> class Step, size_t Lanes = kNarrowLanes>
 NarrowPairKernel narrow_search_pair_kernel(int n_syms) {
   switch (n_syms) {
     case 2:
-      return narrow_search_pair<Step, 1>;
+      return narrow_search_pair<Step, 1, Lanes>;
     case 4:
-      return narrow_search_pair<Step, 3>;
+      return narrow_search_pair<Step, 3, Lanes>;
     case 8:
-      return narrow_search_pair<Step, 7>;
+      return narrow_search_pair<Step, 7, Lanes>;
     case 16:
-      return narrow_search_pair<Step, 15>;
+      return narrow_search_pair<Step, 15, Lanes>;
     default:
       return nullptr;
   }
+}
+
+// Two payloads of one search alphabet on Step in lockstep; declined (0) for slot-table or
+// unequal alphabets.
+template <template <int> class Step, size_t Lanes>
+size_t narrow_search_pair_of(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
+                             const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
+                             uint8_t* symbols_b) {
+  const NarrowPairKernel pair = narrow_search_pair_kernel<Step, Lanes>(ta.n_syms);
+  if (!pair || ta.n_syms != tb.n_syms) return 0;
+  return pair(a, ta, b, tb, dim, end, symbols_a, symbols_b);
 }
 
 }  // namespace

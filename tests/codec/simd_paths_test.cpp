@@ -40,7 +40,15 @@ TEST(CodecSimd, EncodeByDecodePathMatrix) {
                           // periods 1, 3 and 7.
                           {2000, 1, 8},
                           {300, 6, 6},
-                          {129, 7, 5}};
+                          {129, 7, 5},
+                          // 4-lane payloads of every search alphabet (the 8-lane step with
+                          // half its lanes idle): periods 1, 2, 3, 5 and 33.
+                          {256, 8, 3},
+                          {70, 10, 1},
+                          {100, 12, 4},
+                          {150, 20, 2},
+                          {60, 33, 3},
+                          {4095, 1, 2}};
   for (const auto& sh : shapes) {
     const auto x = test::random_walk(sh.rows, sh.dim, 0.15f, static_cast<uint32_t>(sh.dim));
     const CodeStream q = quantize_to_codes(x, sh.rows, sh.dim, sh.bits, 32);
@@ -208,10 +216,10 @@ TEST(CodecSimd, ParallelParameterParseMatchesSequential) {
 }
 
 TEST(CodecSimd, CorruptStreamsFailTheSameOnEveryPath) {
-  // 32-lane, 8-lane and 4-lane payloads (the last of a slot-table alphabet).
-  for (size_t rows : {size_t{4096}, size_t{1024}, size_t{300}}) {
+  // 32-lane, 8-lane and 4-lane payloads (of a slot-table alphabet, and of a search one).
+  for (size_t rows : {size_t{4096}, size_t{1024}, size_t{300}, size_t{301}}) {
     const auto x = test::random_walk(rows, 8, 0.15f, 9);
-    const auto bytes = encode_values(x, rows, 8, rows == 300 ? 8 : 4);
+    const auto bytes = encode_values(x, rows, 8, rows == 300 ? 8 : rows == 301 ? 3 : 4);
     for (size_t i = 20; i < bytes.size(); i += 13) {
       std::vector<uint8_t> bad = bytes;
       bad[i] ^= 0x33;
@@ -243,10 +251,11 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
     int bits;
     bool cubed;
   };
-  const Spec specs[] = {{4, 256, 8, 3, false},  {4, 256, 8, 3, true},   {4, 256, 8, 2, true},
-                        {4, 1024, 8, 3, true},  {2, 300, 24, 4, false}, {2, 300, 24, 4, true},
-                        {1, 512, 8, 3, false},  {4, 256, 8, 5, false},  {1, 256, 128, 3, false},
-                        {1, 256, 128, 3, true}, {1, 256, 128, 4, false}};
+  const Spec specs[] = {{4, 256, 8, 3, false},  {4, 256, 8, 3, true},    {4, 256, 8, 2, true},
+                        {4, 1024, 8, 3, true},  {2, 300, 24, 4, false},  {2, 300, 24, 4, true},
+                        {1, 512, 8, 3, false},  {4, 256, 8, 5, false},   {1, 256, 128, 3, false},
+                        {1, 256, 128, 3, true}, {1, 256, 128, 4, false}, {4, 64, 8, 3, false},
+                        {4, 64, 8, 3, true},    {4, 44, 8, 3, true}};
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<BatchShape> shapes;  // of the batches in bytes
   for (size_t k = 0; k < std::size(specs); ++k) {
@@ -261,9 +270,10 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
   for (const size_t k : {6, 8, 9, 10})
     EXPECT_EQ(test::batch_layout(bytes[k]), 0) << k;  // independent records
   const std::vector<std::vector<size_t>> lists = {
-      {0, 1}, {1, 2},     {0, 3},       {4, 5},    {0, 1, 3, 2},    {6, 0},
-      {0, 7}, {3, 4},     {5},          {0, 6, 1}, {6, 0, 3, 7, 1},  // shared ones together
-      {8, 9}, {8, 9, 10}, {0, 8, 1, 9}, {6, 8},    {8, 0, 9}};       // independent ones paired
+      {0, 1},   {1, 2},           {0, 3},       {4, 5},    {0, 1, 3, 2},    {6, 0},
+      {0, 7},   {3, 4},           {5},          {0, 6, 1}, {6, 0, 3, 7, 1},  // shared ones together
+      {8, 9},   {8, 9, 10},       {0, 8, 1, 9}, {6, 8},    {8, 0, 9},  // independent ones paired
+      {11, 12}, {11, 12, 13, 11}, {12, 0, 13}};  // 4-lane payloads (a short chunk's K and V)
   auto one_at_a_time = [&](const std::vector<size_t>& list,
                            const std::vector<std::vector<uint8_t>>& in) {
     std::vector<std::vector<Half>> out;
@@ -307,7 +317,9 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
                                      std::pair{std::vector<size_t>{0, 6, 1}, size_t{1}},
                                      std::pair{std::vector<size_t>{8, 9}, size_t{8}},
                                      std::pair{std::vector<size_t>{8, 9}, size_t{9}},
-                                     std::pair{std::vector<size_t>{8, 0, 9}, size_t{9}}}) {
+                                     std::pair{std::vector<size_t>{8, 0, 9}, size_t{9}},
+                                     std::pair{std::vector<size_t>{11, 12}, size_t{11}},
+                                     std::pair{std::vector<size_t>{11, 12}, size_t{12}}}) {
     for (size_t i = 8; i < bytes[victim].size(); i += 29) {
       std::vector<std::vector<uint8_t>> bad = bytes;
       bad[victim][i] ^= 0x5a;
@@ -339,12 +351,14 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
 
 TEST(CodecSimd, IndependentHeadsDecodedFourAtATimeMatchEachAlone) {
   // A batch of independent records decodes its heads four at a time (then a pair, then one):
-  // 8-lane payloads of 4,096 codes (stories260K's chunk heads) and 32-lane ones of 128-wide
-  // heads, alternately of two distributions (each head its own tables). Every path, one and two
-  // threads, against each head decoded alone on the scalar path; damage in any head fails as
-  // that head alone does.
-  for (const size_t dim : {size_t{8}, size_t{128}}) {
-    const size_t heads = 7, rows = dim == 8 ? 512 : 256;
+  // 8-lane payloads of 4,096 codes (stories260K's chunk heads), 4-lane ones of 2,048 and
+  // 32-lane ones of 128-wide heads, alternately of two distributions (each head its own
+  // tables). Every path, one and two threads, against each head decoded alone on the scalar
+  // path; damage in any head fails as that head alone does.
+  for (const auto& [dim, rows] :
+       {std::pair<size_t, size_t>{8, 512}, std::pair<size_t, size_t>{8, 256},
+        std::pair<size_t, size_t>{128, 256}}) {
+    const size_t heads = 7;
     std::vector<std::vector<uint8_t>> streams;
     for (size_t h = 0; h < heads; ++h) {
       auto x = test::random_walk(rows, dim, 0.15f, static_cast<uint32_t>(h + 70));
