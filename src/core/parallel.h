@@ -15,10 +15,11 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn);
 // its kernel): on no more threads than have kThreadNs of it each. Handing small work to another
 // core cost more than it saved: the items' data and results move between the cores' caches,
 // and handing items out is ~0.15 us each (stories260K's 164 K codes, ~100 us of work in a few
-// parallel loops, encoded slower on 2 threads than on 1). 12 us a thread, since the pool's
-// helpers spin (20 us: 8 heads of 4,096 codes decoded in 29 us on one thread, 16 on two; the
-// encoders' loops the same at 8, 12 and 20 us).
-inline constexpr double kThreadNs = 12000;
+// parallel loops, encoded slower on 2 threads than on 1). 8 us a thread, since the pool's
+// helpers spin: at 20 us, 8 heads of 4,096 codes decoded in 29 us on one thread (16 on two), and
+// stories260K's counts (16 us) ran on one (its 2-thread encode of codes 70.6 us, 62.5 at 8 us;
+// tinystories-hd64's and the file paths' the same at 6, 8, 12 and 20 us).
+inline constexpr double kThreadNs = 8000;
 void parallel_for_work(size_t n, double item_ns, const std::function<void(size_t)>& fn);
 // The threads parallel_for_work(n, item_ns, fn) runs on (1 inside a parallel_for's item), for
 // callers that split their work into one run per thread themselves.
