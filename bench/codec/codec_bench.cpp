@@ -270,6 +270,16 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
       in.cgkv.empty() ? encode_kv_array(view, in.shape, file_options) : in.cgkv;
   benchmark::RegisterBenchmark("file_decode/1t", read_whole_file(file, 1, profile));
   benchmark::RegisterBenchmark("file_decode/mt", read_whole_file(file, all_threads, profile));
+  // The same KV in chunks of 64 tokens: short chunks' tensors (a context's last chunk, or a
+  // store's small ones) are short payloads, stories260K's of 4 lanes.
+  std::vector<uint8_t> short_chunks;
+  if (in.cgkv.empty()) {
+    KVEncodeOptions short_options = file_options;
+    short_options.chunk_tokens = (64 + o.group_size - 1) / o.group_size * o.group_size;
+    short_chunks = encode_kv_array(view, in.shape, short_options);
+    benchmark::RegisterBenchmark("file_decode_chunks64/1t",
+                                 read_whole_file(short_chunks, 1, profile));
+  }
   // The fused kernel on a quantized file's own data: each chunk's tensors (codec batches,
   // framed as FORMAT.md's chunk payload says) decoded by decode_batch_to_half one after
   // another into one buffer, without the file path's checksums, placement into the caller's
@@ -570,6 +580,11 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   if (!part_heads.empty()) {
     j["file_parts_encode_elems_per_s"] = ips("file_parts_encode/1t");
     j["file_encode_over_parts_encode"] = speed_ratio("file_encode/1t", "file_parts_encode/1t");
+  }
+  if (!short_chunks.empty()) {
+    j["file_decode_chunks64_elems_per_s"] = ips("file_decode_chunks64/1t");
+    j["file_decode_chunks64_over_file_decode"] =
+        speed_ratio("file_decode_chunks64/1t", "file_decode/1t");
   }
   j["file_decode_mt_over_1t"] = speed_ratio("file_decode/mt", "file_decode/1t");
   j["file_encode_mt_over_1t"] = speed_ratio("file_encode/mt", "file_encode/1t");
