@@ -278,6 +278,7 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
     for (size_t i = 0; i < b.slices.size(); ++i) items.push_back(Item{&b, k, i});
   }
   const size_t n_items = items.size();
+  if (n_items == 0) return;
   // A thread per run only where runs are long enough to pay for their start, and one run inside
   // an outer parallel loop (a file's chunks), which keeps this one on its thread: longer runs
   // group more payloads in lockstep.
