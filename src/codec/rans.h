@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 namespace cachegen::detail {
@@ -50,6 +51,25 @@ struct DecodeTables {
   std::vector<uint32_t> shift;  // [dim], p - t_c
   bool uses_search() const noexcept { return n_syms <= kMaxSearchSymbols; }
 };
+
+// f(std::integral_constant<int, NT>{}) for a search alphabet of n_syms = NT + 1 symbols (2, 4,
+// 8 or 16): the kernels take their threshold count as a constant. `otherwise` for any other
+// alphabet (slot tables).
+template <typename R, typename F>
+R with_thresholds(int n_syms, R otherwise, F&& f) {
+  switch (n_syms) {
+    case 2:
+      return f(std::integral_constant<int, 1>{});
+    case 4:
+      return f(std::integral_constant<int, 3>{});
+    case 8:
+      return f(std::integral_constant<int, 7>{});
+    case 16:
+      return f(std::integral_constant<int, 15>{});
+    default:
+      return otherwise;
+  }
+}
 DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int precision);
 // The same into `tables`, reusing its storage.
 void build_decode_tables(std::span<const ChannelTable> channels, int precision,
@@ -130,7 +150,8 @@ void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPa
 // Four payloads of the same dim: the results and errors of four rans_decode calls in order.
 // 8-lane payloads run in lockstep: of one search alphabet on AVX-512 (two pairs packed, see
 // rans_decode_avx512.cpp), of slot-table alphabets on AVX2 and AVX-512 (four gather chains);
-// anything else decodes as two pairs.
+// 4-lane ones of one search alphabet on AVX-512 as two packed pairs; anything else decodes as
+// two pairs.
 void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeTables* const, 4> t,
                       size_t dim);
 
@@ -182,8 +203,9 @@ size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, Rans
 size_t rans_decode_avx2_pair8(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                               const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                               uint8_t* symbols_b);
-// The same for two 4-lane payloads of one search alphabet (anything else: declined, 0), which
-// stop 8 elements short of `end` (rans_decode_avx2_4).
+// The same for two 4-lane payloads of one search alphabet (anything else: declined, 0): on
+// AVX-512 packed into one 8-lane step (the first's lanes, then the second's), on AVX2 each on
+// half an 8-lane step, which stops 8 elements short of `end` (rans_decode_avx2_4).
 size_t rans_decode_avx512_pair4(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                                 const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                                 uint8_t* symbols_b);
@@ -194,6 +216,10 @@ size_t rans_decode_avx2_pair4(RansDecodeState& a, const DecodeTables& ta, RansDe
 size_t rans_decode_avx2_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                              const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                              uint8_t* symbols_b);
+// Four 4-lane payloads of one search alphabet as two packed pairs (rans_decode_avx512_pair4) in
+// flight, the same contract; 0 for anything else.
+size_t rans_decode_avx512_quad4(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                size_t dim, size_t end, uint8_t* const* symbols);
 // Four 8-lane payloads of slot-table alphabets (above 16 symbols; AVX2 gathers, also on the
 // AVX-512 path), the same contract; 0 for anything else. (rans_decode_avx2_pair8 pairs two.)
 size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,

@@ -317,6 +317,15 @@ void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeT
                        });
     return;
   }
+  bool quarter = path == SimdPath::avx512 && search;  // 4-lane search payloads, packed in pairs
+  for (const RansPayload& q : p) quarter = quarter && q.n_lanes == 4;
+  if (quarter) {
+    decode_lockstep<4>(p.data(), t.data(), dim,
+                       [&](RansDecodeState* const* st, size_t end, uint8_t* const* out) {
+                         return rans_decode_avx512_quad4(st, t.data(), dim, end, out);
+                       });
+    return;
+  }
   if (!narrow || !(search || slots)) {
     rans_decode_pair(p[0], *t[0], p[1], *t[1], dim);
     rans_decode_pair(p[2], *t[2], p[3], *t[3], dim);

@@ -466,17 +466,10 @@ void fill_slot_entries_avx2(std::span<const ChannelTable> channels, uint32_t* en
 
 size_t rans_decode_avx2(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                         size_t end, uint8_t* symbols) {
-  switch (tables.n_syms) {
-    case 2:
-      return decode_search<1>(st, tables, dim, begin, end, symbols);
-    case 4:
-      return decode_search<3>(st, tables, dim, begin, end, symbols);
-    case 8:
-      return decode_search<7>(st, tables, dim, begin, end, symbols);
-    case 16:
-      return decode_search<15>(st, tables, dim, begin, end, symbols);
-    default:
-      break;
+  if (tables.uses_search()) {
+    return with_thresholds(tables.n_syms, begin, [&](auto nt) {
+      return decode_search<decltype(nt)::value>(st, tables, dim, begin, end, symbols);
+    });
   }
   const LanePattern pattern = make_lane_pattern(tables, dim, begin);
   if (pattern.period == 0) return begin;

@@ -2,6 +2,7 @@
 // -mavx512f/bw/vl; only called when cachegen::simd_path() says the CPU has them.
 #include <immintrin.h>
 
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -273,18 +274,9 @@ size_t decode_search_lockstep(RansDecodeState* const* s, const DecodeTables* con
                               size_t end, uint8_t* const* out) {
   for (size_t w = 1; w < N; ++w)
     if (t[w]->n_syms != t[0]->n_syms) return 0;
-  switch (t[0]->n_syms) {
-    case 2:
-      return decode_search_lockstep<1, N>(s, t, dim, end, out);
-    case 4:
-      return decode_search_lockstep<3, N>(s, t, dim, end, out);
-    case 8:
-      return decode_search_lockstep<7, N>(s, t, dim, end, out);
-    case 16:
-      return decode_search_lockstep<15, N>(s, t, dim, end, out);
-    default:
-      return 0;  // a slot-table alphabet
-  }
+  return with_thresholds(t[0]->n_syms, size_t{0}, [&](auto nt) {
+    return decode_search_lockstep<decltype(nt)::value, N>(s, t, dim, end, out);
+  });
 }
 
 // Slot-table alphabets of N payloads: one payload's step waits on its gathers and on the word
@@ -366,6 +358,11 @@ struct Search8Avx512 {
   }
 };
 
+// Whether two payloads' search patterns step together: one period, one alphabet.
+bool lockstep_patterns(const ThresholdPattern32& a, const ThresholdPattern32& b) {
+  return a.period != 0 && b.period == a.period && a.thresholds.size() == b.thresholds.size();
+}
+
 // Four 8-lane search payloads in lockstep, two per ymm: a pair's slots packed as 16 u16 (the
 // first payload's lane l in the low half of 32-bit lane l, the second's in the high half), as
 // the 32-lane kernel packs its halves, so that the search costs one payload's uops for two.
@@ -380,8 +377,7 @@ struct PackedPair8 {
   // Interleaves two payloads' patterns (false where their periods differ).
   bool build(const ThresholdPattern32& a, const ThresholdPattern32& b, int precision_a,
              int precision_b) {
-    if (a.period == 0 || b.period != a.period || a.thresholds.size() != b.thresholds.size())
-      return false;
+    if (!lockstep_patterns(a, b)) return false;
     period = a.period;
     thresholds.resize(a.thresholds.size());
     for (size_t i = 0; i < thresholds.size(); ++i)
@@ -476,6 +472,131 @@ size_t search8_quad(RansDecodeState* const* s, const DecodeTables* const* t, siz
   return i;
 }
 
+// N pairs of 4-lane search payloads (N = 1 or 2 in flight), each pair packed into one 8-lane
+// step: the first payload's lanes in lanes 0..3, the second's in 4..7, each renormalised from
+// its own words. On half-idle 8-lane steps (narrow_search) two payloads cost two steps' uops;
+// packed, one. Each payload has its own tables and precision (per-lane masks and shifts).
+struct PackedPair4 {
+  std::vector<uint32_t> thresholds;  // [period][NT][8 lanes]: the first's 4, then the second's
+  size_t period = 0;
+  __m256i mask, top, shift;
+  bool build(const ThresholdPattern32& a, const ThresholdPattern32& b, int precision_a,
+             int precision_b) {
+    if (!lockstep_patterns(a, b)) return false;
+    period = a.period;
+    thresholds.resize(a.thresholds.size());
+    for (size_t i = 0; i < thresholds.size(); i += kNarrowLanes) {
+      for (size_t l = 0; l < 4; ++l) {
+        thresholds[i + l] = a.thresholds[i + l];
+        thresholds[i + 4 + l] = b.thresholds[i + l];
+      }
+    }
+    const auto halves = [](uint32_t first, uint32_t second) {
+      const auto f = static_cast<int>(first), g = static_cast<int>(second);
+      return _mm256_setr_epi32(f, f, f, f, g, g, g, g);
+    };
+    mask = halves((1u << precision_a) - 1, (1u << precision_b) - 1);
+    top = halves(1u << precision_a, 1u << precision_b);
+    shift = halves(static_cast<uint32_t>(precision_a), static_cast<uint32_t>(precision_b));
+    return true;
+  }
+};
+
+// One step of a packed pair: th holds the step's NT thresholds of 8 lanes each.
+template <int NT>
+inline __m256i packed4_step(__m256i x, const uint32_t* th, const PackedPair4& k,
+                            const uint16_t* words_a, size_t& cursor_a, const uint16_t* words_b,
+                            size_t& cursor_b, uint8_t* out_a, uint8_t* out_b) {
+  const __m256i slot = _mm256_and_si256(x, k.mask);
+  __m256i lo, hi, sym;
+  search_interval<LanesYmm<32>, NT>(slot, th, kNarrowLanes, k.top, lo, hi, sym);
+  x = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(hi, lo), _mm256_srlv_epi32(x, k.shift)),
+                       _mm256_sub_epi32(slot, lo));
+  const __mmask8 renorm = _mm256_cmplt_epu32_mask(x, _mm256_set1_epi32(static_cast<int>(kRansLow)));
+  const auto ma = static_cast<__mmask8>(renorm & 15), mb = static_cast<__mmask8>(renorm >> 4);
+  long long wa, wb;  // four words of each payload
+  std::memcpy(&wa, words_a + cursor_a, 8);
+  std::memcpy(&wb, words_b + cursor_b, 8);
+  cursor_a += static_cast<size_t>(__builtin_popcount(ma));
+  cursor_b += static_cast<size_t>(__builtin_popcount(mb));
+  const __m128i ea = _mm_maskz_expand_epi32(ma, _mm_cvtepu16_epi32(_mm_cvtsi64_si128(wa)));
+  const __m128i eb = _mm_maskz_expand_epi32(mb, _mm_cvtepu16_epi32(_mm_cvtsi64_si128(wb)));
+  const __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(ea), eb, 1);
+  x = _mm256_mask_mov_epi32(x, renorm, _mm256_or_si256(_mm256_slli_epi32(x, 16), w));
+  const auto bytes = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_cvtepi32_epi8(sym)));
+  const auto first = static_cast<uint32_t>(bytes), second = static_cast<uint32_t>(bytes >> 32);
+  std::memcpy(out_a, &first, 4);
+  std::memcpy(out_b, &second, 4);
+  return x;
+}
+
+// 2N 4-lane search payloads of one alphabet from element 0 in lockstep, as N packed pairs.
+template <int NT, int N>
+size_t search4_packed(RansDecodeState* const* s, const DecodeTables* const* t, size_t dim,
+                      size_t end, uint8_t* const* out) {
+  thread_local PackedPair4 kept[2];
+  for (int q = 0; q < N; ++q) {
+    // Each pattern reference stays valid until the fourth cache miss after it.
+    const ThresholdPattern32& pa = make_narrow_pattern(*t[2 * q], dim, 4);
+    const ThresholdPattern32& pb = make_narrow_pattern(*t[2 * q + 1], dim, 4);
+    if (!kept[q].build(pa, pb, t[2 * q]->precision, t[2 * q + 1]->precision)) return 0;
+    if (kept[q].period != kept[0].period ||
+        kept[q].thresholds.size() != kept[0].period * NT * kNarrowLanes)
+      return 0;
+  }
+  const size_t period = kept[0].period;
+  __m256i x[N];
+  size_t cursor[2 * N];
+  for (int q = 0; q < N; ++q) {
+    uint32_t lanes[kNarrowLanes];
+    for (size_t l = 0; l < 4; ++l) {
+      lanes[l] = s[2 * q]->x[l];
+      lanes[4 + l] = s[2 * q + 1]->x[l];
+    }
+    x[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes));
+  }
+  for (int p = 0; p < 2 * N; ++p) cursor[p] = s[p]->cursor;
+  const auto in_bounds = [&] {
+    bool ok = true;
+    for (int p = 0; p < 2 * N; ++p) ok = ok && cursor[p] + 4 <= s[p]->n_words;
+    return ok;
+  };
+  size_t i = 0, step = 0;
+  while (i + 4 <= end && in_bounds()) {
+    const size_t at = step * NT * kNarrowLanes;
+#pragma GCC unroll 2
+    for (int q = 0; q < N; ++q) {
+      x[q] = packed4_step<NT>(x[q], kept[q].thresholds.data() + at, kept[q], s[2 * q]->words,
+                              cursor[2 * q], s[2 * q + 1]->words, cursor[2 * q + 1], out[2 * q] + i,
+                              out[2 * q + 1] + i);
+    }
+    i += 4;
+    if (++step == period) step = 0;
+  }
+  for (int q = 0; q < N; ++q) {
+    uint32_t lanes[kNarrowLanes];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), x[q]);
+    for (size_t l = 0; l < 4; ++l) {
+      s[2 * q]->x[l] = lanes[l];
+      s[2 * q + 1]->x[l] = lanes[4 + l];
+    }
+  }
+  for (int p = 0; p < 2 * N; ++p) s[p]->cursor = cursor[p];
+  return i;
+}
+
+// search4_packed for the payloads' alphabet of n_syms symbols; 0 (declined) for slot tables or
+// unequal alphabets.
+template <int N>
+size_t search4_packed_of(RansDecodeState* const* s, const DecodeTables* const* t, size_t dim,
+                         size_t end, uint8_t* const* out) {
+  for (int p = 1; p < 2 * N; ++p)
+    if (t[p]->n_syms != t[0]->n_syms) return 0;
+  return with_thresholds(t[0]->n_syms, size_t{0}, [&](auto nt) {
+    return search4_packed<decltype(nt)::value, N>(s, t, dim, end, out);
+  });
+}
+
 }  // namespace
 
 size_t rans_decode_avx512_8(RansDecodeState& st, const DecodeTables& tables, size_t dim,
@@ -494,17 +615,10 @@ size_t rans_decode_avx512_4(RansDecodeState& st, const DecodeTables& tables, siz
 
 size_t rans_decode_avx512(RansDecodeState& st, const DecodeTables& tables, size_t dim, size_t begin,
                           size_t end, uint8_t* symbols) {
-  switch (tables.n_syms) {
-    case 2:
-      return decode_search<1>(st, tables, dim, begin, end, symbols);
-    case 4:
-      return decode_search<3>(st, tables, dim, begin, end, symbols);
-    case 8:
-      return decode_search<7>(st, tables, dim, begin, end, symbols);
-    case 16:
-      return decode_search<15>(st, tables, dim, begin, end, symbols);
-    default:
-      break;
+  if (tables.uses_search()) {
+    return with_thresholds(tables.n_syms, begin, [&](auto nt) {
+      return decode_search<decltype(nt)::value>(st, tables, dim, begin, end, symbols);
+    });
   }
   const LanePattern pattern = make_lane_pattern(tables, dim, begin);
   if (pattern.period == 0) return begin;
@@ -564,26 +678,24 @@ size_t rans_decode_avx512_pair8(RansDecodeState& a, const DecodeTables& ta, Rans
 size_t rans_decode_avx512_pair4(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                                 const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
                                 uint8_t* symbols_b) {
-  return narrow_search_pair_of<Search8Avx512, 4>(a, ta, b, tb, dim, end, symbols_a, symbols_b);
+  RansDecodeState* const s[2] = {&a, &b};
+  const DecodeTables* const t[2] = {&ta, &tb};
+  uint8_t* const out[2] = {symbols_a, symbols_b};
+  return search4_packed_of<1>(s, t, dim, end, out);
+}
+
+size_t rans_decode_avx512_quad4(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                size_t dim, size_t end, uint8_t* const* symbols) {
+  return search4_packed_of<2>(states, tables, dim, end, symbols);
 }
 
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
                                 size_t dim, size_t end, uint8_t* const* symbols) {
-  const int n_syms = tables[0]->n_syms;
   for (int p = 1; p < 4; ++p)
-    if (tables[p]->n_syms != n_syms) return 0;
-  switch (n_syms) {
-    case 2:
-      return search8_quad<1>(states, tables, dim, end, symbols);
-    case 4:
-      return search8_quad<3>(states, tables, dim, end, symbols);
-    case 8:
-      return search8_quad<7>(states, tables, dim, end, symbols);
-    case 16:
-      return search8_quad<15>(states, tables, dim, end, symbols);
-    default:
-      return 0;  // slot-table alphabets
-  }
+    if (tables[p]->n_syms != tables[0]->n_syms) return 0;
+  return with_thresholds(tables[0]->n_syms, size_t{0}, [&](auto nt) {
+    return search8_quad<decltype(nt)::value>(states, tables, dim, end, symbols);
+  });
 }
 
 }  // namespace cachegen::detail

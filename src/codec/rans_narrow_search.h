@@ -74,7 +74,7 @@ size_t narrow_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
 // Two 8-lane payloads with their own tables from element 0 in lockstep: one payload is one
 // dependency chain of ~20 cycles per step that leaves the core mostly idle; the second chain
 // fills it (rans_decode_avx512_pair8's contract; two 4-lane payloads each on half the 8-lane
-// step, as narrow_search runs one).
+// step, as narrow_search runs one, on AVX2: AVX-512 packs such a pair into one step).
 template <template <int> class Step, int NT, size_t Lanes = kNarrowLanes>
 size_t narrow_search_pair(RansDecodeState& a, const DecodeTables& ta, RansDecodeState& b,
                           const DecodeTables& tb, size_t dim, size_t end, uint8_t* symbols_a,
@@ -121,33 +121,15 @@ using NarrowPairKernel = size_t (*)(RansDecodeState&, const DecodeTables&, RansD
 // The loops for an alphabet of n_syms symbols; nullptr for slot-table alphabets.
 template <template <int> class Step, size_t Lanes = kNarrowLanes>
 NarrowKernel narrow_search_kernel(int n_syms) {
-  switch (n_syms) {
-    case 2:
-      return narrow_search<Step, 1, Lanes>;
-    case 4:
-      return narrow_search<Step, 3, Lanes>;
-    case 8:
-      return narrow_search<Step, 7, Lanes>;
-    case 16:
-      return narrow_search<Step, 15, Lanes>;
-    default:
-      return nullptr;
-  }
+  return with_thresholds(n_syms, NarrowKernel{nullptr}, [](auto nt) {
+    return NarrowKernel{narrow_search<Step, decltype(nt)::value, Lanes>};
+  });
 }
 template <template <int> class Step, size_t Lanes = kNarrowLanes>
 NarrowPairKernel narrow_search_pair_kernel(int n_syms) {
-  switch (n_syms) {
-    case 2:
-      return narrow_search_pair<Step, 1, Lanes>;
-    case 4:
-      return narrow_search_pair<Step, 3, Lanes>;
-    case 8:
-      return narrow_search_pair<Step, 7, Lanes>;
-    case 16:
-      return narrow_search_pair<Step, 15, Lanes>;
-    default:
-      return nullptr;
-  }
+  return with_thresholds(n_syms, NarrowPairKernel{nullptr}, [](auto nt) {
+    return NarrowPairKernel{narrow_search_pair<Step, decltype(nt)::value, Lanes>};
+  });
 }
 
 // Two payloads of one search alphabet on Step in lockstep; declined (0) for slot-table or
