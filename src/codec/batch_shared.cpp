@@ -515,7 +515,6 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   const bool codes_in_place = heads_per_slice == 1 && !any_delta;
   parallel_for_work(n_slices, 0.33 * static_cast<double>(heads_per_slice * n), [&](size_t i) {
     const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
-    payloads[i].clear();
     // Every byte is written by stream_symbols.
     uint8_t* const symbols =
         codes_in_place ? nullptr : scratch_bytes((h1 - h0) * n, Scratch::symbols);
@@ -539,7 +538,7 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     }
     rans_encode(std::span<const uint8_t>(codes_in_place ? streams[h0].codes.data() : symbols,
                                          (h1 - h0) * n),
-                dim, tables, precision, choose_lanes((h1 - h0) * n), payloads[i]);
+                dim, tables, precision, choose_lanes((h1 - h0) * n), payloads[i], 0);
   });
 
   BitWriter bits;

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "codec/params_codec.h"
@@ -105,72 +106,116 @@ bool round_params_compact_avx512(const float* mins, const float* maxs, size_t n,
   return true;
 }
 
+namespace {
+
+// Rows r[0..15] of a 16 x 16 matrix of 32-bit values become its columns.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+}  // namespace
+
 bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_groups, size_t dim,
                               const CompactGrid& g, int64_t* scale_res, int64_t* zero_res) {
   // Parameter i = gi * dim + c is predicted from i - dim (a later group) or i - 1 (group 0's
-  // channels after the first); its residuals go to c * n_groups + gi (coding order), 16
-  // channels of one group per vector. The portable test for a parameter on the grid, lane by
-  // lane: a scale index of a positive normal float that gives back the scale's bits; a zero
-  // index k (the quotient by the step, rounded) with k * step giving back the zero's bits.
-  // Below 2^22 the fp32 quotient rounds to the portable double quotient's nearest integer,
-  // and the prediction's quotient rounds as predict_index's does.
+  // channels after the first); its residuals go to c * n_groups + gi (coding order). They are
+  // made 16 parameters a vector in the parameters' order, in 32 bits (below), then transposed.
+  // The portable test for a parameter on the grid, lane by lane: a scale index of a positive
+  // normal float that gives back the scale's bits; a zero index k (the quotient by the step,
+  // rounded) with k * step giving back the zero's bits. Below 2^22 the fp32 quotient rounds to
+  // the portable double quotient's nearest integer, and the prediction's quotient rounds as
+  // predict_index's does.
   const __m128i shift = _mm_cvtsi32_si128(23 - g.scale_mantissa_bits);
   const __m512i low_bits =
       _mm512_set1_epi32(static_cast<int>((1u << (23 - g.scale_mantissa_bits)) - 1));
   const __m512i one = _mm512_set1_epi32(1), exponents = _mm512_set1_epi32(254);
   const __m512 to_step = _mm512_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2));
   const __m512 magic = _mm512_set1_ps(12582912.0f), near = _mm512_set1_ps(4194304.0f);
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i groups = _mm512_set1_epi32(static_cast<int>(n_groups));
-  for (size_t gi = 0; gi < n_groups; ++gi) {
-    for (size_t c0 = 0; c0 < dim; c0 += 16) {
-      const __mmask16 lanes =
-          static_cast<__mmask16>(dim - c0 >= 16 ? 0xffff : (1u << (dim - c0)) - 1);
-      const size_t i = gi * dim + c0;
-      const __m512i bits = _mm512_maskz_loadu_epi32(lanes, scale + i);
-      const __m512 z = _mm512_maskz_loadu_ps(lanes, zero + i);
-      // The predicting parameters: none for parameter 0.
-      const __mmask16 has_prev = static_cast<__mmask16>(i == 0 ? lanes & ~1u : lanes);
-      // (The first vector's loads start at parameter 0, one lane up after the expand.)
-      const size_t from = gi > 0 ? i - dim : (i > 0 ? i - 1 : 0);
-      const __m512i prev_bits = _mm512_maskz_loadu_epi32(lanes, scale + from);
-      const __m512 prev_zero = _mm512_maskz_loadu_ps(lanes, zero + from);
-      const __m512i pb = i == 0 ? _mm512_maskz_expand_epi32(has_prev, prev_bits) : prev_bits;
-      const __m512 pzv = i == 0 ? _mm512_maskz_expand_ps(has_prev, prev_zero) : prev_zero;
-      const __m512i s = _mm512_srl_epi32(bits, shift);
-      const __mmask16 on_scale =
-          _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, low_bits), _mm512_setzero_si512()) &
-          _mm512_cmple_epu32_mask(_mm512_sub_epi32(_mm512_srli_epi32(bits, 23), one),
-                                  _mm512_sub_epi32(exponents, one));
-      const __m512 step = _mm512_mul_ps(_mm512_castsi512_ps(bits), to_step);
-      const __m512 q = _mm512_div_ps(z, step);
-      const __m512 qp = _mm512_div_ps(pzv, step);
-      const __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(q), near, _CMP_LT_OQ) &
-                              _mm512_cmp_ps_mask(_mm512_abs_ps(qp), near, _CMP_LT_OQ);
-      const __m512i k = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(q, magic), magic));
-      const __m512i kp = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(qp, magic), magic));
-      const __mmask16 on_zero = _mm512_cmpeq_epi32_mask(
-          _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(k), step)), _mm512_castps_si512(z));
-      if ((lanes & ~(on_scale & small & on_zero)) != 0) return false;
-      // Residuals in 64 bits (scale indices reach 2^31), scattered to coding order.
-      const __m512i p = _mm512_add_epi32(
-          _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(c0)), lane),
-                             groups),
-          _mm512_set1_epi32(static_cast<int>(gi)));
-      const __m512i sp = _mm512_srl_epi32(pb, shift);
-      const __m512i dz = _mm512_sub_epi32(k, kp);  // |k|, |kp| < 2^22 + 1
-      for (int h = 0; h < 2; ++h) {
-        const __mmask8 m = static_cast<__mmask8>(lanes >> (8 * h));
-        const __m256i ph = h ? _mm512_extracti64x4_epi64(p, 1) : _mm512_castsi512_si256(p);
-        const __m256i sh = h ? _mm512_extracti64x4_epi64(s, 1) : _mm512_castsi512_si256(s);
-        const __m256i sph = h ? _mm512_extracti64x4_epi64(sp, 1) : _mm512_castsi512_si256(sp);
-        const __m256i dzh = h ? _mm512_extracti64x4_epi64(dz, 1) : _mm512_castsi512_si256(dz);
-        _mm512_mask_i32scatter_epi64(
-            scale_res, m, ph,
-            _mm512_sub_epi64(_mm512_cvtepu32_epi64(sh), _mm512_cvtepu32_epi64(sph)), 8);
-        _mm512_mask_i32scatter_epi64(zero_res, m, ph, _mm512_cvtepi32_epi64(dzh), 8);
-      }
+  const size_t n = n_groups * dim;
+  thread_local std::vector<int32_t> flat;  // scale residuals, then zero residuals
+  if (flat.size() < 2 * n) flat.resize(2 * n);
+  int32_t* const ds = flat.data();
+  int32_t* const dz = ds + n;
+  // Parameters i.. (lanes) predicted from `from`.. (or, for i == 0, lane l from l - 1, lane 0
+  // from nothing).
+  auto residuals = [&](size_t i, __mmask16 lanes, size_t from) {
+    const __m512i bits = _mm512_maskz_loadu_epi32(lanes, scale + i);
+    const __m512 z = _mm512_maskz_loadu_ps(lanes, zero + i);
+    __m512i pb = _mm512_maskz_loadu_epi32(lanes, scale + from);
+    __m512 pzv = _mm512_maskz_loadu_ps(lanes, zero + from);
+    if (i == 0) {  // (the loads started at parameter 0: one lane up)
+      pb = _mm512_maskz_expand_epi32(static_cast<__mmask16>(lanes & ~1u), pb);
+      pzv = _mm512_maskz_expand_ps(static_cast<__mmask16>(lanes & ~1u), pzv);
     }
+    const __mmask16 on_scale =
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, low_bits), _mm512_setzero_si512()) &
+        _mm512_cmple_epu32_mask(_mm512_sub_epi32(_mm512_srli_epi32(bits, 23), one),
+                                _mm512_sub_epi32(exponents, one));
+    const __m512 step = _mm512_mul_ps(_mm512_castsi512_ps(bits), to_step);
+    const __m512 q = _mm512_div_ps(z, step);
+    const __m512 qp = _mm512_div_ps(pzv, step);
+    const __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(q), near, _CMP_LT_OQ) &
+                            _mm512_cmp_ps_mask(_mm512_abs_ps(qp), near, _CMP_LT_OQ);
+    const __m512i k = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(q, magic), magic));
+    const __m512i kp = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(qp, magic), magic));
+    const __mmask16 on_zero = _mm512_cmpeq_epi32_mask(
+        _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(k), step)), _mm512_castps_si512(z));
+    // The residuals fit 32 bits: scale indices of positive floats (bits < 2^31; the predicting
+    // one also a checked parameter, or 0), zero indices below 2^22 + 1.
+    _mm512_mask_storeu_epi32(
+        ds + i, lanes,
+        _mm512_sub_epi32(_mm512_srl_epi32(bits, shift), _mm512_srl_epi32(pb, shift)));
+    _mm512_mask_storeu_epi32(dz + i, lanes, _mm512_sub_epi32(k, kp));
+    return (lanes & ~(on_scale & small & on_zero)) == 0;
+  };
+  auto first_lanes = [](size_t left) {
+    return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
+  };
+  bool ok = true;
+  for (size_t c0 = 0; c0 < dim && c0 < n; c0 += 16)
+    ok &= residuals(c0, first_lanes(dim - c0), c0 == 0 ? 0 : c0 - 1);
+  for (size_t i = dim; i < n; i += 16) ok &= residuals(i, first_lanes(n - i), i - dim);
+  if (!ok) return false;
+  // Coding order, widened: blocks of 16 groups x 16 channels transposed in registers, the
+  // rest one by one.
+  const size_t whole_groups = n_groups / 16 * 16, whole_channels = dim / 16 * 16;
+  for (const auto& [from, to] : {std::pair{ds, scale_res}, std::pair{dz, zero_res}}) {
+    for (size_t gi = 0; gi < whole_groups; gi += 16) {
+      for (size_t c = 0; c < whole_channels; c += 16) {
+        __m512i r[16];
+        for (size_t k = 0; k < 16; ++k) r[k] = _mm512_loadu_si512(from + (gi + k) * dim + c);
+        transpose16(r);
+        for (size_t k = 0; k < 16; ++k) {
+          int64_t* const out = to + (c + k) * n_groups + gi;
+          _mm512_storeu_si512(out, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(r[k])));
+          _mm512_storeu_si512(out + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(r[k], 1)));
+        }
+      }
+      for (size_t c = whole_channels; c < dim; ++c)
+        for (size_t k = gi; k < gi + 16; ++k) to[c * n_groups + k] = from[k * dim + c];
+    }
+    for (size_t c = 0; c < dim; ++c)
+      for (size_t k = whole_groups; k < n_groups; ++k) to[c * n_groups + k] = from[k * dim + c];
   }
   return true;
 }

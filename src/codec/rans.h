@@ -86,11 +86,18 @@ inline uint32_t pack_entry(uint32_t sym, uint32_t freq_t, uint32_t cum_t) {
   return sym | ((freq_t - 1) << 8) | (cum_t << 20);
 }
 
-// Encodes symbols [n_rows * dim] (row-major); appends n_lanes little-endian u32 final states
-// and then the 16-bit words to `out`.
+// Encodes symbols [n_rows * dim] (row-major): n_lanes little-endian u32 final states and then
+// the 16-bit words, written to `out` from byte `at` (at <= out.size()), which then ends there.
+// (A kept buffer reused from 0 is not zero-filled again where its old bytes reach.)
 void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                  std::span<const ChannelTable> channels, int precision, int n_lanes,
-                 std::vector<uint8_t>& out);
+                 std::vector<uint8_t>& out, size_t at);
+// The same, appended to `out`.
+inline void rans_encode(std::span<const uint8_t> symbols, size_t dim,
+                        std::span<const ChannelTable> channels, int precision, int n_lanes,
+                        std::vector<uint8_t>& out) {
+  rans_encode(symbols, dim, channels, precision, n_lanes, out, out.size());
+}
 
 // The SIMD encoders' view of the models, entry [channel * n_syms + symbol] at precision p.
 // The AVX-512 encoders' entries (narrow) are 64-bit: m - 2^32 | (2^p - f) << 32 | start << 45 |

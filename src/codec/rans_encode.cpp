@@ -8,6 +8,7 @@
 #include "codec/rans.h"
 #include "codec/rans_lane_pattern.h"
 #include "codec/scratch.h"
+#include "core/checks.h"
 #include "core/wire.h"
 
 namespace cachegen::detail {
@@ -68,7 +69,8 @@ const uint64_t* narrow_bases() {
 
 void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                  std::span<const ChannelTable> channels, int precision, int n_lanes,
-                 std::vector<uint8_t>& out) {
+                 std::vector<uint8_t>& out, size_t at) {
+  if (at > out.size()) invalid("rans_encode: at past the output");
   const size_t n = symbols.size();
   const size_t n_syms = channels.empty() ? 0 : channels[0].freq.size();
   const size_t n_entries = dim * n_syms;
@@ -172,7 +174,6 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                 : rans_encode_avx512_lanes8(t, symbols.data(), dim, scalar_end, x, words, w_pos);
   }
   const size_t n_words = words_end - w_pos;
-  const size_t at = out.size();
   out.resize(at + static_cast<size_t>(n_lanes) * 4 + n_words * 2);
   uint8_t* o = out.data() + at;
   for (int l = 0; l < n_lanes; ++l, o += 4) wire::store_le(o, x[l], 4);

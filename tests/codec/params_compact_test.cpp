@@ -355,12 +355,13 @@ TEST(ParamsCompact, RoundingIsTheSameOnEveryPath) {
 
 // The encoder's plan (residuals in coding order, orders, bits) is the same on every path, for
 // parameters of every kind (the AVX-512 residuals' fast path and its fallbacks: quotients past
-// 2^22, scale indices far apart) and for parameters off the grid (false on every path).
+// 2^22, scale indices far apart) and for parameters off the grid (false on every path); shapes
+// with and without whole blocks of 16 groups x 16 channels (the AVX-512 transpose's) and rests.
 TEST(ParamsCompact, PlanIsTheSameOnEveryPath) {
   std::mt19937 rng(17);
   for (const CompactGrid& g : {CompactGrid{6, 4}, CompactGrid{23, 0}, CompactGrid{1, 8}}) {
-    for (const size_t dim : {1u, 5u, 16u, 17u, 64u}) {
-      for (const size_t n_groups : {1u, 2u, 9u}) {
+    for (const size_t dim : {1u, 5u, 8u, 16u, 17u, 40u, 64u}) {
+      for (const size_t n_groups : {1u, 2u, 9u, 16u, 33u}) {
         for (int kind = 0; kind < 5; ++kind) {
           Params p = random_params(n_groups, dim, kind % 4, g, static_cast<uint32_t>(rng()));
           if (kind == 4) {  // one parameter off the grid, anywhere
