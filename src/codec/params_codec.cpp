@@ -273,6 +273,23 @@ void write_params_compact(BitWriter& w, std::span<const float> scale, std::span<
   write_params_compact(w, code);
 }
 
+uint64_t residual_rows_part(const int64_t* res, size_t n_groups, size_t dim, size_t g0, size_t g1,
+                            size_t c0, size_t c1, int32_t* ds, int32_t* dz) {
+  uint64_t far = 0;
+  for (size_t gi = g0; gi < g1; ++gi) {
+    for (size_t c = c0; c < c1; ++c) {
+      const size_t p = c * n_groups + gi;
+      const int64_t a = res[2 * p], b = res[2 * p + 1];
+      // Within +-2^30 exactly when adding 2^30 (mod 2^64) leaves a value below 2^31.
+      far |= (static_cast<uint64_t>(a) + (uint64_t{1} << 30)) |
+             (static_cast<uint64_t>(b) + (uint64_t{1} << 30));
+      ds[gi * dim + c] = static_cast<int32_t>(a);
+      dz[gi * dim + c] = static_cast<int32_t>(b);
+    }
+  }
+  return far;
+}
+
 namespace {
 
 // Parameter i from its residuals and the parameter it is predicted from (`prev`, none for the
@@ -310,19 +327,10 @@ bool later_groups_simd(size_t n_groups, size_t dim, const int64_t* res, const Co
   rows.resize(2 * n);
   int32_t* ds = rows.data();
   int32_t* dz = ds + n;
-  uint64_t far = 0;
-  for (size_t gi = 0; gi < n_groups; ++gi) {
-    for (size_t c = 0; c < dim; ++c) {
-      const size_t p = c * n_groups + gi;
-      const int64_t a = res[2 * p], b = res[2 * p + 1];
-      // Within +-2^30 exactly when adding 2^30 (mod 2^64) leaves a value below 2^31.
-      far |= (static_cast<uint64_t>(a) + (uint64_t{1} << 30)) |
-             (static_cast<uint64_t>(b) + (uint64_t{1} << 30));
-      ds[gi * dim + c] = static_cast<int32_t>(a);
-      dz[gi * dim + c] = static_cast<int32_t>(b);
-    }
-  }
-  if (far >> 31) return false;
+  if (path == SimdPath::avx512
+          ? !residual_rows_avx512(res, n_groups, dim, ds, dz)
+          : residual_rows_part(res, n_groups, dim, 0, n_groups, 0, dim, ds, dz) >> 31)
+    return false;
   return path == SimdPath::avx512
              ? compact_later_groups_avx512(n_groups, dim, ds, dz, g, scale, zero)
              : compact_later_groups_avx2(n_groups, dim, ds, dz, g, scale, zero);

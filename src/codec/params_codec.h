@@ -87,6 +87,16 @@ void read_params_compact_pair(BitReader& ra, size_t n_groups_a, size_t dim_a, co
                               std::vector<float>& scale_b, std::vector<float>& zero_b,
                               const char* section, int& failing);
 
+// The residuals of read_params_compact (pairs: scale then zero residual of each parameter in
+// coding order, channel by channel) of groups [g0, g1) and channels [c0, c1), laid out
+// [n_groups, dim] as 32-bit integers for compact_later_groups_*; returns the OR of every
+// residual + 2^30 (mod 2^64): some residual is beyond +-2^30 where that is 2^31 or more.
+uint64_t residual_rows_part(const int64_t* res, size_t n_groups, size_t dim, size_t g0, size_t g1,
+                            size_t c0, size_t c1, int32_t* ds, int32_t* dz);
+// All of them, blocks of 8 groups x 16 channels transposed on AVX-512: false where some
+// residual is beyond +-2^30 (ds and dz then hold nothing usable).
+bool residual_rows_avx512(const int64_t* res, size_t n_groups, size_t dim, int32_t* ds,
+                          int32_t* dz);
 // The AVX-512 part of read_params_compact: groups 1.. of every channel from the group above
 // (group 0 already in scale/zero), from residuals laid out [n_groups, dim] as 32-bit integers
 // (each within +-2^30). False if some parameter is invalid or its prediction's quotient (the

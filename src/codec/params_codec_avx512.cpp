@@ -135,6 +135,40 @@ inline void transpose16(__m512i r[16]) {
 
 }  // namespace
 
+bool residual_rows_avx512(const int64_t* res, size_t n_groups, size_t dim, int32_t* ds,
+                          int32_t* dz) {
+  // A residual is within +-2^30 exactly when adding 2^30 (mod 2^64) leaves a value below 2^31.
+  const __m512i half_range = _mm512_set1_epi64(int64_t{1} << 30);
+  __m512i far = _mm512_setzero_si512();
+  // A channel's 8 pairs (2 vectors of 64-bit lanes a0 b0 a1 b1 ...): the low halves of its 8
+  // a's, then of its 8 b's. 16 channels' of them transposed give the 8 groups' rows of scale
+  // residuals, then their 8 rows of zero residuals.
+  const __m512i split = _mm512_set_epi32(30, 26, 22, 18, 14, 10, 6, 2, 28, 24, 20, 16, 12, 8, 4, 0);
+  const size_t whole_groups = n_groups / 8 * 8, whole_channels = dim / 16 * 16;
+  for (size_t gi = 0; gi < whole_groups; gi += 8) {
+    for (size_t c = 0; c < whole_channels; c += 16) {
+      __m512i r[16];
+      for (size_t k = 0; k < 16; ++k) {
+        const int64_t* const from = res + 2 * ((c + k) * n_groups + gi);
+        const __m512i v0 = _mm512_loadu_si512(from), v1 = _mm512_loadu_si512(from + 8);
+        far = _mm512_or_si512(far, _mm512_or_si512(_mm512_add_epi64(v0, half_range),
+                                                   _mm512_add_epi64(v1, half_range)));
+        r[k] = _mm512_permutex2var_epi32(v0, split, v1);
+      }
+      transpose16(r);
+      for (size_t k = 0; k < 8; ++k) {
+        _mm512_storeu_si512(ds + (gi + k) * dim + c, r[k]);
+        _mm512_storeu_si512(dz + (gi + k) * dim + c, r[k + 8]);
+      }
+    }
+  }
+  const uint64_t far_rest =
+      residual_rows_part(res, n_groups, dim, 0, whole_groups, whole_channels, dim, ds, dz) |
+      residual_rows_part(res, n_groups, dim, whole_groups, n_groups, 0, dim, ds, dz);
+  return _mm512_test_epi64_mask(far, _mm512_set1_epi64(~int64_t{0x7fffffff})) == 0 &&
+         (far_rest >> 31) == 0;
+}
+
 bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_groups, size_t dim,
                               const CompactGrid& g, int64_t* scale_res, int64_t* zero_res) {
   // Parameter i = gi * dim + c is predicted from i - dim (a later group) or i - 1 (group 0's

@@ -260,6 +260,57 @@ TEST(ParamsCompact, ScaleExponentEdgesInALaterGroup) {
   set_simd_path(best_supported_simd_path());
 }
 
+// Residuals past +-2^30 (the vector paths take 32-bit ones) in a later group, inside a block of
+// 8 groups x 16 channels (the AVX-512 transpose's) and in the rest: the same parameters, or
+// the same error, on every path (a zero index of 2^32 is valid; a 32-bit residual would lose it).
+// Zero residuals in a last group (in an earlier one, the next group's prediction past 2^22
+// sends the whole section to the portable code anyway); scale residuals also in an early one.
+TEST(ParamsCompact, FarResidualsDecodeAlikeOnEveryPath) {
+  const CompactGrid g{6, 4};
+  const int64_t one = int64_t{127} << g.scale_mantissa_bits;  // the index of scale 1.0
+  struct Case {
+    size_t n_groups, dim, group, channel;
+  };
+  int valid = 0, errors = 0;
+  for (const Case& c : {Case{8, 16, 7, 7}, Case{16, 32, 7, 25}, Case{16, 16, 2, 5},
+                        Case{18, 20, 17, 3}, Case{18, 20, 4, 18}}) {
+    for (const bool scale_side : {false, true}) {
+      for (const int64_t far : {int64_t{1} << 32, -(int64_t{1} << 32), (int64_t{1} << 31) + 5}) {
+        BitWriter w;
+        w.put(0, 5);
+        w.put(0, 5);
+        for (size_t ch = 0; ch < c.dim; ++ch) {
+          for (size_t gi = 0; gi < c.n_groups; ++gi) {
+            const bool here = ch == c.channel && gi == c.group;
+            w.signed_exp_golomb(ch == 0 && gi == 0 ? one : (here && scale_side ? far : 0), 0);
+            w.signed_exp_golomb(here && !scale_side ? far : 0, 0);
+          }
+        }
+        const std::vector<uint8_t> bytes = w.finish();
+        set_simd_path(SimdPath::scalar);
+        Params want;
+        const std::string want_error = read_back(bytes, c.n_groups, c.dim, g, want);
+        (want_error.empty() ? valid : errors) += 1;
+        for (const SimdPath path : test::supported_simd_paths()) {
+          set_simd_path(path);
+          Params got;
+          const std::string where =
+              std::string(simd_path_name(path)) + " shape " + std::to_string(c.n_groups) + "x" +
+              std::to_string(c.dim) + " at " + std::to_string(c.group) + "," +
+              std::to_string(c.channel) + (scale_side ? " scale " : " zero ") + std::to_string(far);
+          ASSERT_EQ(read_back(bytes, c.n_groups, c.dim, g, got), want_error) << where;
+          if (!want_error.empty()) continue;
+          ASSERT_TRUE(same_bits(got.scale, want.scale)) << where;
+          ASSERT_TRUE(same_bits(got.zero, want.zero)) << where;
+        }
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+  EXPECT_GT(valid, 0);
+  EXPECT_GT(errors, 0);
+}
+
 TEST(ParamsCompact, DamagedBitsFailAlikeOnEveryPath) {
   const CompactGrid g{6, 4};
   const size_t n_groups = 8, dim = 48;
