@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 namespace cachegen::detail::CACHEGEN_EXP_GOLOMB_NS {
 
@@ -22,25 +23,49 @@ static inline uint64_t window_at(const uint8_t* in, size_t pos) noexcept {
   return __builtin_bswap64(w) << (pos & 7);
 }
 
-// One code from the top of w, which holds 57 - used bits of input (then zeros): false, with
-// nothing changed, if it does not end within them. A prefix running past them (counting the
-// zeros shifted in, or w == 0) gives a total past them too.
-// (Signed: zigzag-decoded.)
-template <class T>
-static inline bool take_code(uint64_t& w, size_t& used, int order, T& out) noexcept {
-  const size_t zeros = static_cast<size_t>(__builtin_clzll(w | 1));
-  const size_t total = 2 * zeros + 1 + static_cast<size_t>(order);
+// The leading zeros of w; 64 or more for w == 0 (LZCNT gives 64; without it, w | 1 counts 63,
+// which makes any code's total run past the window as well).
+static inline size_t leading_zeros(uint64_t w) noexcept {
+#ifdef __LZCNT__
+  return static_cast<size_t>(__builtin_ia32_lzcnt_u64(w));
+#else
+  return static_cast<size_t>(__builtin_clzll(w | 1));
+#endif
+}
+
+// One code from the top of w, which holds 57 - used bits of input (then zeros), as its raw
+// value v + 2^order (order_bits: order + 1): false, with nothing changed, if it does not end
+// within them. A prefix running past them (counting the zeros shifted in, or w == 0) gives a
+// total past them too. The order's offset and the signed map are taken off afterwards, the
+// whole run at once (finish_codes): the chain from one code's length to the next is the loop.
+static inline bool take_code(uint64_t& w, size_t& used, size_t order_bits, uint64_t& raw) noexcept {
+  const size_t total = 2 * leading_zeros(w) + order_bits;
   if (used + total > 57) [[unlikely]]
     return false;
-  const uint64_t z = (w >> (64 - total)) - (uint64_t{1} << order);
-  if constexpr (std::is_signed_v<T>) {
-    out = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
-  } else {
-    out = z;
-  }
-  w <<= total;  // total <= 57
+  raw = w >> ((0 - total) & 63);  // w >> (64 - total): one negation for SHRX's count
+  w <<= total;                    // total <= 57
   used += total;
   return true;
+}
+
+// out[0..n) from raw values to codes of orders k[0], k[1], ... (signed: zigzag-decoded).
+template <class T>
+static void finish_codes(T* out, size_t n, const int k[2]) noexcept {
+  const uint64_t off[2] = {uint64_t{1} << k[0], uint64_t{1} << k[1]};
+  const auto one = [](uint64_t raw, uint64_t offset) {
+    const uint64_t z = raw - offset;
+    if constexpr (std::is_signed_v<T>) {
+      return static_cast<T>(static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1));
+    } else {
+      return static_cast<T>(z);
+    }
+  };
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    out[i] = one(static_cast<uint64_t>(out[i]), off[0]);
+    out[i + 1] = one(static_cast<uint64_t>(out[i + 1]), off[1]);
+  }
+  if (i < n) out[i] = one(static_cast<uint64_t>(out[i]), off[0]);
 }
 
 // Up to n codes of orders k[0], k[1], ... from bit position pos (advanced) while it is below
@@ -48,16 +73,32 @@ static inline bool take_code(uint64_t& w, size_t& used, int order, T& out) noexc
 template <class T>
 static size_t code_run(const uint8_t* in, size_t limit, size_t& pos_io, T* out, size_t n,
                        const int k[2]) noexcept {
+  uint64_t* const raw = reinterpret_cast<uint64_t*>(out);
+  const size_t order_bits[2] = {static_cast<size_t>(k[0]) + 1, static_cast<size_t>(k[1]) + 1};
   size_t pos = pos_io, i = 0;
   while (i < n && pos < limit) {
     uint64_t w = window_at(in, pos);
     size_t used = 0;
     const size_t start = i;
-    while (i < n && take_code(w, used, k[i & 1], out[i])) ++i;
+    // Two codes a step, of orders in turn (the run's parity from i).
+    const size_t bits_a = order_bits[i & 1], bits_b = order_bits[(i + 1) & 1];
+    for (;;) {
+      if (i + 2 > n) {
+        if (i < n && take_code(w, used, bits_a, raw[i])) ++i;
+        break;
+      }
+      if (!take_code(w, used, bits_a, raw[i])) break;
+      if (!take_code(w, used, bits_b, raw[i + 1])) {
+        ++i;
+        break;
+      }
+      i += 2;
+    }
     pos += used;
     if (i == start) break;  // a long code, for signed_exp_golomb
   }
   pos_io = pos;
+  finish_codes(out, i, k);
   return i;
 }
 
@@ -73,17 +114,35 @@ static size_t unsigned_run(const uint8_t* in, size_t limit, size_t& pos, uint64_
 // Two readers' signed runs, their codes taken in turn; each stops where its own run would.
 static void signed_runs_pair(const BitRunSide& a, size_t& pos_a_io, size_t& got_a,
                              const BitRunSide& b, size_t& pos_b_io, size_t& got_b) noexcept {
+  uint64_t* const raw_a = reinterpret_cast<uint64_t*>(a.out);
+  uint64_t* const raw_b = reinterpret_cast<uint64_t*>(b.out);
+  const size_t bits_a[2] = {static_cast<size_t>(a.k[0]) + 1, static_cast<size_t>(a.k[1]) + 1};
+  const size_t bits_b[2] = {static_cast<size_t>(b.k[0]) + 1, static_cast<size_t>(b.k[1]) + 1};
   size_t pos_a = pos_a_io, pos_b = pos_b_io, i = 0, j = 0;
   while (i < a.n && j < b.n && pos_a < a.limit && pos_b < b.limit) {
     uint64_t wa = window_at(a.in, pos_a), wb = window_at(b.in, pos_b);
     size_t used_a = 0, used_b = 0;
     const size_t start_a = i, start_b = j;
-    for (;;) {
-      const bool more_a = i < a.n && take_code(wa, used_a, a.k[i & 1], a.out[i]);
+    // Two codes of each a step while both have two more (their orders in turn; a code that
+    // does not fit ends the window), then one of each while both have one.
+    const size_t a0 = bits_a[i & 1], a1 = bits_a[(i + 1) & 1];
+    const size_t b0 = bits_b[j & 1], b1 = bits_b[(j + 1) & 1];
+    bool fit = true;
+    while (fit && i + 2 <= a.n && j + 2 <= b.n) {
+      const bool first_a = take_code(wa, used_a, a0, raw_a[i]);
+      const bool first_b = take_code(wb, used_b, b0, raw_b[j]);
+      const bool second_a = first_a && take_code(wa, used_a, a1, raw_a[i + 1]);
+      const bool second_b = first_b && take_code(wb, used_b, b1, raw_b[j + 1]);
+      i += size_t{first_a} + size_t{second_a};
+      j += size_t{first_b} + size_t{second_b};
+      fit = first_a & first_b & second_a & second_b;
+    }
+    while (fit) {
+      const bool more_a = i < a.n && take_code(wa, used_a, bits_a[i & 1], raw_a[i]);
       i += more_a;
-      const bool more_b = j < b.n && take_code(wb, used_b, b.k[j & 1], b.out[j]);
+      const bool more_b = j < b.n && take_code(wb, used_b, bits_b[j & 1], raw_b[j]);
       j += more_b;
-      if (!(more_a & more_b)) break;
+      fit = more_a & more_b;
     }
     pos_a += used_a;
     pos_b += used_b;
@@ -91,6 +150,8 @@ static void signed_runs_pair(const BitRunSide& a, size_t& pos_a_io, size_t& got_
   }
   pos_a_io = pos_a;
   pos_b_io = pos_b;
+  finish_codes(a.out, i, a.k);
+  finish_codes(b.out, j, b.k);
   got_a += i;
   got_b += j;
 }
