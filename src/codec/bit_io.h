@@ -8,6 +8,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/checks.h"
@@ -21,6 +22,12 @@ namespace cachegen::detail {
 // one 8-byte big-endian store of the accumulator into a buffer kept 8 bytes ahead.
 class BitWriter {
  public:
+  BitWriter() = default;
+  // Writes into `storage`'s memory (its bytes are dropped; a buffer reused from one section to
+  // the next is not allocated again).
+  explicit BitWriter(std::vector<uint8_t>&& storage) : bytes_(std::move(storage)) {
+    bytes_.resize(bytes_.capacity());
+  }
   void put(uint64_t value, int n_bits) {  // n_bits in 0..57
     if (n_bits > 56) [[unlikely]] {
       put(value >> 28, n_bits - 28);

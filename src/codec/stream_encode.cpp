@@ -195,7 +195,7 @@ ParamPrecision exact_param_precision(const CodeStream& s, const EncodeOptions& o
     if (code.bits + 16 <= best_bits) best = ParamPrecision::compact;
     return best;
   }
-  BitWriter bits;
+  BitWriter bits(std::move(compact_section->bytes));
   write_params_compact(bits, code);
   if (bits.bit_count() + 16 <= best_bits) {
     best = ParamPrecision::compact;

@@ -195,6 +195,36 @@ TEST(ParamsCompact, FinishedBitsAppendAsWritten) {
   }
 }
 
+// A writer on reused storage (an earlier section's bytes, all ones, shorter or longer than
+// this one) writes what a fresh writer does: through put, the pairs' runs and put_codes.
+TEST(ParamsCompact, WriterOnReusedStorageWritesTheSameBits) {
+  std::mt19937_64 rng(29);
+  for (const size_t old_size : {0u, 3u, 40u, 5000u}) {
+    for (const size_t n : {1u, 17u, 700u}) {
+      std::vector<int64_t> a(n), b(n);
+      for (size_t i = 0; i < n; ++i) {
+        a[i] = static_cast<int64_t>(rng() % 200) - 100;
+        b[i] = static_cast<int64_t>(rng() % 9) - 4;
+      }
+      const auto write = [&](BitWriter& w) {
+        w.put(0x15, 5);
+        w.signed_exp_golomb_pairs(a.data(), b.data(), n, 2, 0);
+        CompactCode code;
+        code.scale_res = a;
+        code.zero_res = b;
+        code.ks = 3;
+        code.kz = 1;
+        write_params_compact(w, code);
+        return w.finish();
+      };
+      BitWriter fresh;
+      std::vector<uint8_t> storage(old_size, 0xff);
+      BitWriter reused(std::move(storage));
+      ASSERT_EQ(write(reused), write(fresh)) << old_size << " " << n;
+    }
+  }
+}
+
 TEST(ParamsCompact, RoundTripOnEveryPath) {
   const CompactGrid grids[] = {{6, 4}, {23, 0}, {1, 8}};
   for (const CompactGrid& g : grids) {
