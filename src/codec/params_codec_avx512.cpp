@@ -4,7 +4,6 @@
 #include <immintrin.h>
 
 #include <optional>
-#include <utility>
 #include <vector>
 
 #include "codec/params_codec.h"
@@ -230,27 +229,36 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
     ok &= residuals(c0, first_lanes(dim - c0), c0 == 0 ? 0 : c0 - 1);
   for (size_t i = dim; i < n; i += 16) ok &= residuals(i, first_lanes(n - i), i - dim);
   if (!ok) return false;
-  // Coding order, widened: blocks of 16 groups x 16 channels transposed in registers, the
-  // rest one by one.
-  const size_t whole_groups = n_groups / 16 * 16, whole_channels = dim / 16 * 16;
-  for (const auto& [from, to] : {std::pair{ds, scale_res}, std::pair{dz, zero_res}}) {
-    for (size_t gi = 0; gi < whole_groups; gi += 16) {
-      for (size_t c = 0; c < whole_channels; c += 16) {
-        __m512i r[16];
-        for (size_t k = 0; k < 16; ++k) r[k] = _mm512_loadu_si512(from + (gi + k) * dim + c);
-        transpose16(r);
-        for (size_t k = 0; k < 16; ++k) {
-          int64_t* const out = to + (c + k) * n_groups + gi;
-          _mm512_storeu_si512(out, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(r[k])));
-          _mm512_storeu_si512(out + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(r[k], 1)));
-        }
+  // Coding order, widened: blocks of 8 groups x 16 channels, the scale residuals' 8 rows and
+  // the zero residuals' 8 transposed together (a channel's 8 of each per row), the rest one by
+  // one.
+  const size_t whole_groups = n_groups / 8 * 8, whole_channels = dim / 16 * 16;
+  for (size_t gi = 0; gi < whole_groups; gi += 8) {
+    for (size_t c = 0; c < whole_channels; c += 16) {
+      __m512i r[16];
+      for (size_t k = 0; k < 8; ++k) {
+        r[k] = _mm512_loadu_si512(ds + (gi + k) * dim + c);
+        r[k + 8] = _mm512_loadu_si512(dz + (gi + k) * dim + c);
       }
-      for (size_t c = whole_channels; c < dim; ++c)
-        for (size_t k = gi; k < gi + 16; ++k) to[c * n_groups + k] = from[k * dim + c];
+      transpose16(r);
+      for (size_t k = 0; k < 16; ++k) {
+        _mm512_storeu_si512(scale_res + (c + k) * n_groups + gi,
+                            _mm512_cvtepi32_epi64(_mm512_castsi512_si256(r[k])));
+        _mm512_storeu_si512(zero_res + (c + k) * n_groups + gi,
+                            _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(r[k], 1)));
+      }
     }
-    for (size_t c = 0; c < dim; ++c)
-      for (size_t k = whole_groups; k < n_groups; ++k) to[c * n_groups + k] = from[k * dim + c];
   }
+  const auto rest = [&](size_t g0, size_t g1, size_t c0) {
+    for (size_t c = c0; c < dim; ++c) {
+      for (size_t gi = g0; gi < g1; ++gi) {
+        scale_res[c * n_groups + gi] = ds[gi * dim + c];
+        zero_res[c * n_groups + gi] = dz[gi * dim + c];
+      }
+    }
+  };
+  rest(0, whole_groups, whole_channels);
+  rest(whole_groups, n_groups, 0);
   return true;
 }
 

@@ -437,7 +437,7 @@ TEST(ParamsCompact, RoundingIsTheSameOnEveryPath) {
 // The encoder's plan (residuals in coding order, orders, bits) is the same on every path, for
 // parameters of every kind (the AVX-512 residuals' fast path and its fallbacks: quotients past
 // 2^22, scale indices far apart) and for parameters off the grid (false on every path); shapes
-// with and without whole blocks of 16 groups x 16 channels (the AVX-512 transpose's) and rests.
+// with and without whole blocks of 8 groups x 16 channels (the AVX-512 transpose's) and rests.
 TEST(ParamsCompact, PlanIsTheSameOnEveryPath) {
   std::mt19937 rng(17);
   for (const CompactGrid& g : {CompactGrid{6, 4}, CompactGrid{23, 0}, CompactGrid{1, 8}}) {
