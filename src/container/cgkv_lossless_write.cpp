@@ -32,6 +32,12 @@ constexpr double kLowStreamEntropy = 7.9;
 // 0.045 bits at 4,096 near-uniform bytes, whose estimate then varies by ~0.004 bits).
 constexpr size_t kLowSampleValues = 4096;
 constexpr double kLowSampleMargin = 0.05;
+// Below this ratio of the high bytes' estimated bits (per-channel tables over one pooled table),
+// only the per-channel form is coded: its coded size came at 0.57-0.84 of the pooled table's
+// where the estimate said 0.69-0.92 (the bench's synthetic set; per-channel models may code
+// token deltas, which the estimate leaves out), and coding the pooled table too was a fifth of
+// that set's lossless encode.
+constexpr double kPerChannelSure = 0.95;
 
 std::vector<uint8_t> planes_zstd(std::span<const Half> values, int zstd_level) {
   const size_t n = values.size();
@@ -173,13 +179,13 @@ double symbol_bits(const Log2Table& lg, uint64_t n, double log2_total) {
   return n ? 6 + static_cast<double>(n) * (log2_total - lg(n)) : 0.0;
 }
 
-// Estimated bits of the anchored high bytes under one pooled table and under a table per channel
-// (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried where it
-// may win, as choosing a model per channel costs more time than coding the symbols. A channel's
-// symbol histogram is its high-byte histogram permuted (high_symbol), which leaves its bits as
-// they are; their sum, the pooled table's histogram, is left in `pooled`.
-bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> anchor,
-                         std::vector<uint32_t>& pooled) {
+// Estimated bits of the anchored high bytes under a table per channel over those under one pooled
+// table (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried
+// where it may win, as choosing a model per channel costs more time than coding the symbols. A
+// channel's symbol histogram is its high-byte histogram permuted (high_symbol), which leaves its
+// bits as they are; their sum, the pooled table's histogram, is left in `pooled`.
+double per_channel_over_pooled(const ByteHistograms& h, std::span<const uint8_t> anchor,
+                               std::vector<uint32_t>& pooled) {
   double per_channel = 0;
   const Log2Table& lg = log2_counts();
   const double log2_rows = lg(h.n_rows);  // each channel's histogram sums to n_rows
@@ -245,7 +251,7 @@ bool per_channel_may_win(const ByteHistograms& h, std::span<const uint8_t> ancho
   double pooled_bits = 0;
   const double log2_all = lg(uint64_t{h.n_rows} * h.width);
   for (const uint32_t n : pooled) pooled_bits += symbol_bits(lg, n, log2_all);
-  return per_channel < pooled_bits;
+  return pooled_bits > 0 ? per_channel / pooled_bits : 1.0;
 }
 
 // Each channel's anchor: the 90th percentile of its magnitudes.
@@ -516,15 +522,30 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   const auto symbol = [a = anchor.data()](Half h, size_t c) { return high_symbol(h, a[c]); };
   // One table for the tensor, unless a table per channel is smaller (channels whose anchored
   // shapes differ, as in synthetic data; real KV picks the pooled table).
+  // Where the estimate puts the per-channel tables well ahead, the pooled table is not coded.
   std::vector<uint32_t> pooled;
-  const bool per_channel_tried = per_channel_may_win(stats, anchor, pooled) && width > 1;
-  std::vector<uint8_t> hi =
-      encode_counted(plane_stream(distinct, width, 1, symbol), plane_options(true), pooled);
+  const double estimate = width > 1 ? per_channel_over_pooled(stats, anchor, pooled) : 1.0;
+  std::vector<uint8_t> hi;
   uint8_t high_form = kHighPooled;
-  if (per_channel_tried) {
-    std::vector<uint8_t> per_channel =
-        encode(plane_stream(distinct, width, width, symbol), plane_options(false));
-    if (per_channel.size() < hi.size()) {
+  if (estimate >= kPerChannelSure) {
+    hi = encode_counted(plane_stream(distinct, width, 1, symbol), plane_options(true), pooled);
+  }
+  if (estimate < 1.0) {
+    // The channels' symbol histograms are their high-byte histograms permuted (no rows padded:
+    // a stream of fewer than kMaxGroupSize rows is one group).
+    CodeStream stream = plane_stream(distinct, width, width, symbol);
+    std::vector<uint32_t> counts;
+    if (stream.codes.size() == distinct.size()) {
+      counts.resize(width * 256);
+      for (size_t c = 0; c < width; ++c) {
+        for (unsigned b = 0; b < 256; ++b) {
+          counts[c * 256 + high_symbol(Half{static_cast<uint16_t>(b << 8)}, anchor[c])] =
+              stats.high[c * 256 + b];
+        }
+      }
+    }
+    std::vector<uint8_t> per_channel = encode_counted(stream, plane_options(false), counts);
+    if (hi.empty() || per_channel.size() < hi.size()) {
       hi.swap(per_channel);
       high_form = kHighPerChannel;
     }

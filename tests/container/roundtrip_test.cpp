@@ -389,6 +389,42 @@ TEST(Container, LosslessLowBytesCountedPastTheirSample) {
   EXPECT_LT(packed.size(), 50000u);  // raw low bytes alone: 65536
 }
 
+// Channels of different scales (random walks, as in the bench's synthetic set) among i.i.d.
+// ones. All of them: a high-byte table per channel, estimated well ahead of one pooled table, is
+// the only form coded, from the writer's byte counts permuted to each channel's symbols. Half:
+// the estimate comes near the pooled table's, both forms are coded, and the per-channel one,
+// smaller here, is kept. A quarter: the pooled table. The values come back exactly each time.
+TEST(Container, LosslessPerChannelHighBytesRoundTrip) {
+  const size_t rows = 1024, width = 64;
+  const struct {
+    size_t walks;  // channels 0..walks-1 random walks of their own scale, the rest N(0, 1)
+    uint8_t form;  // the high plane's form: 1 per channel, 0 pooled
+  } cases[] = {{width, 1}, {width / 2, 1}, {width / 4, 0}};
+  for (const auto& k : cases) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<Half> v(rows * width);
+    for (size_t c = 0; c < width; ++c) {
+      const float amp = 0.01f + static_cast<float>(c % 7) * 3.0f;
+      float walk = 0;
+      for (size_t r = 0; r < rows; ++r) {
+        walk += 0.1f * nd(rng);
+        v[r * width + c] = float_to_half(c < k.walks ? amp * (walk + 0.3f * nd(rng)) : nd(rng));
+      }
+    }
+    const std::vector<uint8_t> packed = detail::pack_fp16_lossless(v, width, 0);
+    // Method 2, no rotated rows, no repeated rows, the low plane's form, the high plane's form.
+    ASSERT_GT(packed.size(), 5u);
+    ASSERT_EQ(packed[0], 2);
+    ASSERT_EQ(packed[1], 0);
+    ASSERT_EQ(packed[2], 0);
+    EXPECT_EQ(packed[4], k.form) << k.walks << " walks";
+    std::vector<Half> out(v.size());
+    detail::unpack_fp16_lossless(packed, out, width, "test");
+    EXPECT_EQ(0, std::memcmp(out.data(), v.data(), v.size() * 2)) << k.walks << " walks";
+  }
+}
+
 TEST(Container, LosslessRotatedRowsRoundTripAndShrink) {
   const size_t rows = 120, period = 40;
   const std::vector<Half> v = with_rotations(rows, period, 12);
