@@ -177,8 +177,63 @@ static bool minmax_columns(const T* x, size_t rows, size_t stride, float* mn, fl
   return finite;
 }
 
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
+// minmax_columns of rows of 8 (head_dim 8), two rows a 512-bit vector: even rows in the low
+// half, odd ones in the high half, joined at the end. Equal values differ only as -0 and +0;
+// where the halves' results are such a pair, which came first is not known here, and the
+// caller is told to run the one-row loop instead (false in *decided). An odd last row joins
+// after the halves, in order.
+template <bool kFirst, typename T>
+static bool minmax_rows8_paired(const T* x, size_t rows, float* mn, float* mx, bool* decided) {
+  const auto widen16 = [](const T* p) {
+    if constexpr (sizeof(T) == 2) {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    } else {
+      return _mm512_loadu_ps(p);
+    }
+  };
+  __m512 lo = widen16(x), hi = lo, nan = _mm512_sub_ps(lo, lo);
+  size_t r = 2;
+  for (; r + 2 <= rows; r += 2) {
+    const __m512 a = widen16(x + r * 8);
+    nan = _mm512_add_ps(nan, _mm512_sub_ps(a, a));
+    lo = kFirst ? _mm512_min_ps(a, lo) : _mm512_min_ps(lo, a);
+    hi = kFirst ? _mm512_max_ps(a, hi) : _mm512_max_ps(hi, a);
+  }
+  const auto half = [](__m512 v, int k) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), k));
+  };
+  const __m256 lo_e = half(lo, 0), lo_o = half(lo, 1), hi_e = half(hi, 0), hi_o = half(hi, 1);
+  // Equal as floats, unequal as bits: -0 against +0.
+  const auto split = [](__m256 a, __m256 b) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)) &
+           ~_mm256_movemask_ps(_mm256_castsi256_ps(
+               _mm256_cmpeq_epi32(_mm256_castps_si256(a), _mm256_castps_si256(b))));
+  };
+  *decided = (split(lo_e, lo_o) | split(hi_e, hi_o)) == 0;
+  __m256 lo8 = _mm256_min_ps(lo_e, lo_o), hi8 = _mm256_max_ps(hi_e, hi_o);
+  __m256 nan8 = _mm256_add_ps(half(nan, 0), half(nan, 1));
+  if (r < rows) {  // the odd last row
+    const __m256 a = widen8(x + r * 8);
+    nan8 = _mm256_add_ps(nan8, _mm256_sub_ps(a, a));
+    lo8 = kFirst ? _mm256_min_ps(a, lo8) : _mm256_min_ps(lo8, a);
+    hi8 = kFirst ? _mm256_max_ps(a, hi8) : _mm256_max_ps(hi8, a);
+  }
+  _mm256_storeu_ps(mn, lo8);
+  _mm256_storeu_ps(mx, hi8);
+  return _mm256_movemask_ps(_mm256_cmp_ps(nan8, _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0xff;
+}
+#endif
+
 template <bool kFirst, typename T>
 static bool minmax_rows_keeping(const T* x, size_t rows, size_t dim, float* mn, float* mx) {
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
+  if (dim == 8 && rows >= 2) {
+    bool decided = false;
+    const bool finite = minmax_rows8_paired<kFirst>(x, rows, mn, mx, &decided);
+    if (decided || !finite) return finite;
+  }
+#endif
   bool finite = true;
   size_t c = 0;
   for (; c + 16 <= dim; c += 16)

@@ -330,56 +330,60 @@ TEST(SimdPaths, MaxF16MagnitudeIgnoresTheSign) {
   }
 }
 
-// The two min/max kernels on every path (dims taking each width of columns: 16, 8, 4, 1): the
-// same ranges, the first (minmax_rows_first) or the last (minmax_rows) of equal -0 and +0, and
+// The two min/max kernels on every path (dims taking each width of columns: 16, 8, 4, 1; rows
+// of 8 two a vector): the same ranges, the first (minmax_rows_first) or the last (minmax_rows)
+// of equal -0 and +0, as minima among positive values and as maxima among negative ones, and
 // false for any NaN or infinity. The fp16 kernel gives minmax_rows_first's results on the
 // values' widenings.
 TEST(SimdPaths, MinMaxKeepTheFirstOrTheLastOfEqualValues) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(3);
   for (const size_t dim : {1u, 7u, 8u, 12u, 16u, 24u, 33u, 64u}) {
-    for (const size_t rows : {1u, 2u, 5u, 32u}) {
-      std::vector<float> x(rows * dim);
-      // Zeros of both signs among positive fp16 values.
-      for (float& v : x) {
-        v = (rng() % 3 == 0) ? ((rng() & 1) ? -0.0f : 0.0f)
-                             : half_to_float(Half{static_cast<uint16_t>(rng() % 0x7c00)});
-      }
-      for (int bad = 0; bad < 3; ++bad) {
-        std::vector<float> y = x;
-        if (bad == 1) y[rng() % y.size()] = NAN;
-        if (bad == 2) y[rng() % y.size()] = -INFINITY;
-        std::vector<uint16_t> yh(y.size());
-        for (size_t i = 0; i < y.size(); ++i) yh[i] = float_to_half(y[i]).bits;
-        for (const detail::QuantKernels* k : tables) {
-          std::vector<float> mn_h(dim), mx_h(dim), mn(dim), mx(dim);
-          const bool ok_h =
-              k->minmax_rows_first_f16(yh.data(), rows, dim, mn_h.data(), mx_h.data());
-          ASSERT_EQ(ok_h, bad == 0) << "fp16 dim " << dim << " rows " << rows;
-          ASSERT_EQ(k->minmax_rows_first(y.data(), rows, dim, mn.data(), mx.data()), ok_h);
-          if (ok_h) {
-            ASSERT_EQ(0, std::memcmp(mn_h.data(), mn.data(), dim * sizeof(float)));
-            ASSERT_EQ(0, std::memcmp(mx_h.data(), mx.data(), dim * sizeof(float)));
-          }
-          for (const bool first : {true, false}) {
-            std::vector<float> mn(dim), mx(dim);
-            const bool ok = (first ? k->minmax_rows_first : k->minmax_rows)(y.data(), rows, dim,
-                                                                            mn.data(), mx.data());
-            ASSERT_EQ(ok, bad == 0) << "dim " << dim << " rows " << rows;
-            if (!ok) continue;
-            for (size_t c = 0; c < dim; ++c) {
-              // The wanted values: the smallest and largest, and among equal ones the first or
-              // the last row's (signs of zeros compared through their bits).
-              float lo = y[c], hi = y[c];
-              for (size_t r = 1; r < rows; ++r) {
-                const float v = y[r * dim + c];
-                if (v < lo || (!first && v == lo)) lo = v;
-                if (v > hi || (!first && v == hi)) hi = v;
+    for (const size_t rows : {1u, 2u, 5u, 32u, 33u}) {
+      for (const uint16_t sign : {0x0000, 0x8000}) {
+        std::vector<float> x(rows * dim);
+        // Zeros of both signs among positive (or negative) fp16 values.
+        for (float& v : x) {
+          v = (rng() % 3 == 0)
+                  ? ((rng() & 1) ? -0.0f : 0.0f)
+                  : half_to_float(Half{static_cast<uint16_t>(sign | (rng() % 0x7c00))});
+        }
+        for (int bad = 0; bad < 3; ++bad) {
+          std::vector<float> y = x;
+          if (bad == 1) y[rng() % y.size()] = NAN;
+          if (bad == 2) y[rng() % y.size()] = -INFINITY;
+          std::vector<uint16_t> yh(y.size());
+          for (size_t i = 0; i < y.size(); ++i) yh[i] = float_to_half(y[i]).bits;
+          for (const detail::QuantKernels* k : tables) {
+            std::vector<float> mn_h(dim), mx_h(dim), mn(dim), mx(dim);
+            const bool ok_h =
+                k->minmax_rows_first_f16(yh.data(), rows, dim, mn_h.data(), mx_h.data());
+            ASSERT_EQ(ok_h, bad == 0) << "fp16 dim " << dim << " rows " << rows;
+            ASSERT_EQ(k->minmax_rows_first(y.data(), rows, dim, mn.data(), mx.data()), ok_h);
+            if (ok_h) {
+              ASSERT_EQ(0, std::memcmp(mn_h.data(), mn.data(), dim * sizeof(float)));
+              ASSERT_EQ(0, std::memcmp(mx_h.data(), mx.data(), dim * sizeof(float)));
+            }
+            for (const bool first : {true, false}) {
+              std::vector<float> mn(dim), mx(dim);
+              const bool ok = (first ? k->minmax_rows_first : k->minmax_rows)(y.data(), rows, dim,
+                                                                              mn.data(), mx.data());
+              ASSERT_EQ(ok, bad == 0) << "dim " << dim << " rows " << rows;
+              if (!ok) continue;
+              for (size_t c = 0; c < dim; ++c) {
+                // The wanted values: the smallest and largest, and among equal ones the first or
+                // the last row's (signs of zeros compared through their bits).
+                float lo = y[c], hi = y[c];
+                for (size_t r = 1; r < rows; ++r) {
+                  const float v = y[r * dim + c];
+                  if (v < lo || (!first && v == lo)) lo = v;
+                  if (v > hi || (!first && v == hi)) hi = v;
+                }
+                ASSERT_EQ(std::signbit(mn[c]), std::signbit(lo)) << "first " << first;
+                ASSERT_EQ(mn[c], lo);
+                ASSERT_EQ(std::signbit(mx[c]), std::signbit(hi)) << "first " << first;
+                ASSERT_EQ(mx[c], hi);
               }
-              ASSERT_EQ(std::signbit(mn[c]), std::signbit(lo)) << "first " << first;
-              ASSERT_EQ(mn[c], lo);
-              ASSERT_EQ(std::signbit(mx[c]), std::signbit(hi)) << "first " << first;
-              ASSERT_EQ(mx[c], hi);
             }
           }
         }
