@@ -202,6 +202,16 @@ void compute_delta_symbols_avx512(const uint8_t* codes, size_t n_rows, size_t di
 
 void select_deltas_avx512(const uint8_t* codes, const uint8_t* delta, const uint8_t* use_delta,
                           size_t len, size_t n, uint8_t* symbols) {
+  if (len == 64) {  // rows of a divisor of 64: the mask in a register (not reloaded per block)
+    const __m512i use = _mm512_loadu_si512(use_delta);
+    for (size_t j = 0; j < n; j += 64) {
+      const __mmask64 k = first_bytes(n - j);
+      const __m512i code = _mm512_maskz_loadu_epi8(k, codes + j);
+      const __m512i d = _mm512_maskz_loadu_epi8(k, delta + j);
+      _mm512_mask_storeu_epi8(symbols + j, k, _mm512_ternarylogic_epi32(use, d, code, 0xca));
+    }
+    return;
+  }
   for (size_t b = 0; b < n; b += len) {
     const size_t m = std::min(len, n - b);
     for (size_t j = 0; j < m; j += 64) {
