@@ -333,6 +333,9 @@ std::optional<ExpGolombOrder> best_eg_order_avx512(const int64_t* residuals, siz
   const __m512i one = _mm512_set1_epi32(1);
   ExpGolombOrder best;
   for (int k = 0; k <= last_k; ++k) {
+    // Every order from k up costs at least count * (k + 1) bits (each code's k + 1 fixed
+    // bits): none of them can beat the best once that does not (an earlier order wins ties).
+    if (count * static_cast<uint64_t>(k + 1) >= best.bits) break;
     if ((largest >> k) + 1 >= (uint64_t{1} << (max_prefix + 1))) continue;
     const __m128i shift = _mm_cvtsi32_si128(k);
     __m512i sum = _mm512_setzero_si512();
