@@ -163,16 +163,42 @@ bool residual_rows_avx512(const int64_t* res, size_t n_groups, size_t dim, int32
   // residuals, then their 8 rows of zero residuals.
   const __m512i split = _mm512_set_epi32(30, 26, 22, 18, 14, 10, 6, 2, 28, 24, 20, 16, 12, 8, 4, 0);
   const size_t whole_groups = n_groups / 8 * 8, whole_channels = dim / 16 * 16;
+  // Channel `channel`'s 8 groups from gi as a split row (below), the far test taken.
+  const auto split_row = [&](size_t channel, size_t gi) {
+    const int64_t* const from = res + 2 * (channel * n_groups + gi);
+    const __m512i v0 = _mm512_loadu_si512(from), v1 = _mm512_loadu_si512(from + 8);
+    far = _mm512_or_si512(
+        far, _mm512_or_si512(_mm512_add_epi64(v0, half_range), _mm512_add_epi64(v1, half_range)));
+    return _mm512_permutex2var_epi32(v0, split, v1);
+  };
+  if (dim == 8) {
+    // Rows of 8 channels (head_dim 8): two blocks of 8 groups in one transpose, channel k's
+    // first block in row k and its second in row 8 + k, so that each column holds a group's
+    // row of the first block in its low half and one of the second's in its high half.
+    for (size_t gi = 0; gi < whole_groups; gi += 16) {
+      const bool two = gi + 16 <= whole_groups;
+      __m512i r[16];
+      for (size_t k = 0; k < 16; ++k)
+        r[k] = k < 8 || two ? split_row(k % 8, gi + k / 8 * 8) : _mm512_setzero_si512();
+      transpose16(r);
+      const auto half = [](__m512i v, int h) { return _mm512_extracti64x4_epi64(v, h); };
+      for (size_t j = 0; j < 8; ++j) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds + (gi + j) * 8), half(r[j], 0));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dz + (gi + j) * 8), half(r[8 + j], 0));
+        if (!two) continue;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds + (gi + 8 + j) * 8), half(r[j], 1));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dz + (gi + 8 + j) * 8), half(r[8 + j], 1));
+      }
+    }
+    const uint64_t far_rest =
+        residual_rows_part(res, n_groups, dim, whole_groups, n_groups, 0, dim, ds, dz);
+    return _mm512_test_epi64_mask(far, _mm512_set1_epi64(~int64_t{0x7fffffff})) == 0 &&
+           (far_rest >> 31) == 0;
+  }
   for (size_t gi = 0; gi < whole_groups; gi += 8) {
     for (size_t c = 0; c < whole_channels; c += 16) {
       __m512i r[16];
-      for (size_t k = 0; k < 16; ++k) {
-        const int64_t* const from = res + 2 * ((c + k) * n_groups + gi);
-        const __m512i v0 = _mm512_loadu_si512(from), v1 = _mm512_loadu_si512(from + 8);
-        far = _mm512_or_si512(far, _mm512_or_si512(_mm512_add_epi64(v0, half_range),
-                                                   _mm512_add_epi64(v1, half_range)));
-        r[k] = _mm512_permutex2var_epi32(v0, split, v1);
-      }
+      for (size_t k = 0; k < 16; ++k) r[k] = split_row(c + k, gi);
       transpose16(r);
       for (size_t k = 0; k < 8; ++k) {
         _mm512_storeu_si512(ds + (gi + k) * dim + c, r[k]);

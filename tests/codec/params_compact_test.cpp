@@ -228,8 +228,8 @@ TEST(ParamsCompact, WriterOnReusedStorageWritesTheSameBits) {
 TEST(ParamsCompact, RoundTripOnEveryPath) {
   const CompactGrid grids[] = {{6, 4}, {23, 0}, {1, 8}};
   for (const CompactGrid& g : grids) {
-    for (const size_t dim : {1u, 5u, 16u, 64u, 100u}) {
-      for (const size_t n_groups : {1u, 2u, 8u, 33u}) {
+    for (const size_t dim : {1u, 5u, 8u, 16u, 64u, 100u}) {
+      for (const size_t n_groups : {1u, 2u, 8u, 16u, 24u, 33u}) {
         for (int kind = 0; kind < 4; ++kind) {
           const Params p = random_params(n_groups, dim, kind, g, static_cast<uint32_t>(dim + kind));
           BitWriter w;
@@ -291,7 +291,8 @@ TEST(ParamsCompact, ScaleExponentEdgesInALaterGroup) {
 }
 
 // Residuals past +-2^30 (the vector paths take 32-bit ones) in a later group, inside a block of
-// 8 groups x 16 channels (the AVX-512 transpose's) and in the rest: the same parameters, or
+// 8 groups x 16 channels (the AVX-512 transpose's; rows of 8 channels: either block of a pair,
+// or a last block alone) and in the rest: the same parameters, or
 // the same error, on every path (a zero index of 2^32 is valid; a 32-bit residual would lose it).
 // Zero residuals in a last group (in an earlier one, the next group's prediction past 2^22
 // sends the whole section to the portable code anyway); scale residuals also in an early one.
@@ -303,7 +304,8 @@ TEST(ParamsCompact, FarResidualsDecodeAlikeOnEveryPath) {
   };
   int valid = 0, errors = 0;
   for (const Case& c : {Case{8, 16, 7, 7}, Case{16, 32, 7, 25}, Case{16, 16, 2, 5},
-                        Case{18, 20, 17, 3}, Case{18, 20, 4, 18}}) {
+                        Case{18, 20, 17, 3}, Case{18, 20, 4, 18}, Case{16, 8, 15, 3},
+                        Case{16, 8, 6, 7}, Case{24, 8, 23, 5}, Case{9, 8, 8, 2}}) {
     for (const bool scale_side : {false, true}) {
       for (const int64_t far : {int64_t{1} << 32, -(int64_t{1} << 32), (int64_t{1} << 31) + 5}) {
         BitWriter w;
