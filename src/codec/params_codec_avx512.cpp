@@ -278,6 +278,44 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
   // the zero residuals' 8 transposed together (a channel's 8 of each per row), the rest one by
   // one.
   const size_t whole_groups = n_groups / 8 * 8, whole_channels = dim / 16 * 16;
+  const auto rest = [&](size_t g0, size_t g1, size_t c0) {
+    for (size_t c = c0; c < dim; ++c) {
+      for (size_t gi = g0; gi < g1; ++gi) {
+        scale_res[c * n_groups + gi] = ds[gi * dim + c];
+        zero_res[c * n_groups + gi] = dz[gi * dim + c];
+      }
+    }
+  };
+  const auto widen = [](__m512i v, int h) {
+    return _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, h));
+  };
+  if (dim == 8) {
+    // Rows of 8 channels (head_dim 8): two blocks of 8 groups in one transpose, group gi + k's
+    // row in row k's low half and gi + 8 + k's in its high half (residual_rows_avx512's
+    // layout, inverted).
+    for (size_t gi = 0; gi < whole_groups; gi += 16) {
+      const bool two = gi + 16 <= whole_groups;
+      const auto rows = [&](const int32_t* from, size_t k) {
+        const auto row = [&](size_t g) {
+          return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + g * 8));
+        };
+        return _mm512_inserti64x4(_mm512_castsi256_si512(row(gi + k)),
+                                  two ? row(gi + 8 + k) : _mm256_setzero_si256(), 1);
+      };
+      __m512i r[16];
+      for (size_t k = 0; k < 8; ++k) r[k] = rows(ds, k), r[k + 8] = rows(dz, k);
+      transpose16(r);
+      for (size_t c = 0; c < 8; ++c) {
+        _mm512_storeu_si512(scale_res + c * n_groups + gi, widen(r[c], 0));
+        _mm512_storeu_si512(zero_res + c * n_groups + gi, widen(r[c], 1));
+        if (!two) continue;
+        _mm512_storeu_si512(scale_res + c * n_groups + gi + 8, widen(r[8 + c], 0));
+        _mm512_storeu_si512(zero_res + c * n_groups + gi + 8, widen(r[8 + c], 1));
+      }
+    }
+    rest(whole_groups, n_groups, 0);
+    return true;
+  }
   for (size_t gi = 0; gi < whole_groups; gi += 8) {
     for (size_t c = 0; c < whole_channels; c += 16) {
       __m512i r[16];
@@ -287,21 +325,11 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
       }
       transpose16(r);
       for (size_t k = 0; k < 16; ++k) {
-        _mm512_storeu_si512(scale_res + (c + k) * n_groups + gi,
-                            _mm512_cvtepi32_epi64(_mm512_castsi512_si256(r[k])));
-        _mm512_storeu_si512(zero_res + (c + k) * n_groups + gi,
-                            _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(r[k], 1)));
+        _mm512_storeu_si512(scale_res + (c + k) * n_groups + gi, widen(r[k], 0));
+        _mm512_storeu_si512(zero_res + (c + k) * n_groups + gi, widen(r[k], 1));
       }
     }
   }
-  const auto rest = [&](size_t g0, size_t g1, size_t c0) {
-    for (size_t c = c0; c < dim; ++c) {
-      for (size_t gi = g0; gi < g1; ++gi) {
-        scale_res[c * n_groups + gi] = ds[gi * dim + c];
-        zero_res[c * n_groups + gi] = dz[gi * dim + c];
-      }
-    }
-  };
   rest(0, whole_groups, whole_channels);
   rest(whole_groups, n_groups, 0);
   return true;
