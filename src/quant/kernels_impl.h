@@ -82,6 +82,14 @@ static inline __m256 widen8(const uint16_t* x) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
 }
 #endif
+#if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
+static inline __m512 widen16(const float* x) {
+  return _mm512_loadu_ps(x);
+}
+static inline __m512 widen16(const uint16_t* x) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+}
+#endif
 
 // Columns [0, kW) of rows x[r * stride] (fp32, or fp16 widened): their minima and maxima into
 // mn, mx (kFirst: of equal values, -0 and +0, the first is kept, else the last); false when a
@@ -96,13 +104,6 @@ static bool minmax_columns(const T* x, size_t rows, size_t stride, float* mn, fl
     // The same operations 16 columns a vector (as the quantizer's, the loop's instruction
     // count bounded it on Zen 4, not the vector width).
     constexpr size_t kV = kW / 16;
-    const auto widen16 = [](const T* p) {
-      if constexpr (sizeof(T) == 2) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      } else {
-        return _mm512_loadu_ps(p);
-      }
-    };
     __m512 lo[kV], hi[kV], nan[kV];
     for (size_t v = 0; v < kV; ++v) {
       lo[v] = hi[v] = widen16(x + 16 * v);
@@ -185,13 +186,6 @@ static bool minmax_columns(const T* x, size_t rows, size_t stride, float* mn, fl
 // after the halves, in order.
 template <bool kFirst, typename T>
 static bool minmax_rows8_paired(const T* x, size_t rows, float* mn, float* mx, bool* decided) {
-  const auto widen16 = [](const T* p) {
-    if constexpr (sizeof(T) == 2) {
-      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    } else {
-      return _mm512_loadu_ps(p);
-    }
-  };
   __m512 lo = widen16(x), hi = lo, nan = _mm512_sub_ps(lo, lo);
   size_t r = 2;
   for (; r + 2 <= rows; r += 2) {
@@ -297,10 +291,6 @@ struct Quantize16 {
     const __m512 c = _mm512_min_ps(max, _mm512_max_ps(v, _mm512_setzero_ps()));
     const __m512i q = _mm512_cvt_roundps_epi32(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(q));
-  }
-  static __m512 widen16(const float* x) { return _mm512_loadu_ps(x); }
-  static __m512 widen16(const uint16_t* x) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
   }
 };
 #endif
@@ -639,9 +629,6 @@ static void rope_f16(uint16_t* k, size_t rows, size_t n_heads, size_t head_dim, 
     y = _mm512_max_ps(_mm512_min_ps(y, hi16), lo16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(to),
                         _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  };
-  const auto widen16 = [](const uint16_t* from) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from)));
   };
   // x * cc + swapped(x) * ss, the angles c and s (in their low lanes) placed by `idx`.
   const auto rotate_adjacent16 = [&](uint16_t* v, __m512 c, __m512 s, __m512i idx) {
