@@ -181,13 +181,15 @@ bool residual_rows_avx512(const int64_t* res, size_t n_groups, size_t dim, int32
       for (size_t k = 0; k < 16; ++k)
         r[k] = k < 8 || two ? split_row(k % 8, gi + k / 8 * 8) : _mm512_setzero_si512();
       transpose16(r);
-      const auto half = [](__m512i v, int h) { return _mm512_extracti64x4_epi64(v, h); };
+      const auto store = [](int32_t* to, __m256i v) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), v);
+      };
       for (size_t j = 0; j < 8; ++j) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds + (gi + j) * 8), half(r[j], 0));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dz + (gi + j) * 8), half(r[8 + j], 0));
+        store(ds + (gi + j) * 8, _mm512_castsi512_si256(r[j]));
+        store(dz + (gi + j) * 8, _mm512_castsi512_si256(r[8 + j]));
         if (!two) continue;
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds + (gi + 8 + j) * 8), half(r[j], 1));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dz + (gi + 8 + j) * 8), half(r[8 + j], 1));
+        store(ds + (gi + 8 + j) * 8, _mm512_extracti64x4_epi64(r[j], 1));
+        store(dz + (gi + 8 + j) * 8, _mm512_extracti64x4_epi64(r[8 + j], 1));
       }
     }
     const uint64_t far_rest =
@@ -286,8 +288,10 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
       }
     }
   };
-  const auto widen = [](__m512i v, int h) {
-    return _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, h));
+  // A row's halves widened (the extract's index a constant, as clang requires).
+  const auto widen_low = [](__m512i v) { return _mm512_cvtepi32_epi64(_mm512_castsi512_si256(v)); };
+  const auto widen_high = [](__m512i v) {
+    return _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1));
   };
   if (dim == 8) {
     // Rows of 8 channels (head_dim 8): two blocks of 8 groups in one transpose, group gi + k's
@@ -306,11 +310,11 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
       for (size_t k = 0; k < 8; ++k) r[k] = rows(ds, k), r[k + 8] = rows(dz, k);
       transpose16(r);
       for (size_t c = 0; c < 8; ++c) {
-        _mm512_storeu_si512(scale_res + c * n_groups + gi, widen(r[c], 0));
-        _mm512_storeu_si512(zero_res + c * n_groups + gi, widen(r[c], 1));
+        _mm512_storeu_si512(scale_res + c * n_groups + gi, widen_low(r[c]));
+        _mm512_storeu_si512(zero_res + c * n_groups + gi, widen_high(r[c]));
         if (!two) continue;
-        _mm512_storeu_si512(scale_res + c * n_groups + gi + 8, widen(r[8 + c], 0));
-        _mm512_storeu_si512(zero_res + c * n_groups + gi + 8, widen(r[8 + c], 1));
+        _mm512_storeu_si512(scale_res + c * n_groups + gi + 8, widen_low(r[8 + c]));
+        _mm512_storeu_si512(zero_res + c * n_groups + gi + 8, widen_high(r[8 + c]));
       }
     }
     rest(whole_groups, n_groups, 0);
@@ -325,8 +329,8 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
       }
       transpose16(r);
       for (size_t k = 0; k < 16; ++k) {
-        _mm512_storeu_si512(scale_res + (c + k) * n_groups + gi, widen(r[k], 0));
-        _mm512_storeu_si512(zero_res + (c + k) * n_groups + gi, widen(r[k], 1));
+        _mm512_storeu_si512(scale_res + (c + k) * n_groups + gi, widen_low(r[k]));
+        _mm512_storeu_si512(zero_res + (c + k) * n_groups + gi, widen_high(r[k]));
       }
     }
   }

@@ -194,10 +194,12 @@ static bool minmax_rows8_paired(const T* x, size_t rows, float* mn, float* mx, b
     lo = kFirst ? _mm512_min_ps(a, lo) : _mm512_min_ps(lo, a);
     hi = kFirst ? _mm512_max_ps(a, hi) : _mm512_max_ps(hi, a);
   }
-  const auto half = [](__m512 v, int k) {
-    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), k));
+  // The halves (the extract's index a constant, as clang requires).
+  const auto low = [](__m512 v) { return _mm512_castps512_ps256(v); };
+  const auto high = [](__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
   };
-  const __m256 lo_e = half(lo, 0), lo_o = half(lo, 1), hi_e = half(hi, 0), hi_o = half(hi, 1);
+  const __m256 lo_e = low(lo), lo_o = high(lo), hi_e = low(hi), hi_o = high(hi);
   // Equal as floats, unequal as bits: -0 against +0.
   const auto split = [](__m256 a, __m256 b) {
     return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)) &
@@ -206,7 +208,7 @@ static bool minmax_rows8_paired(const T* x, size_t rows, float* mn, float* mx, b
   };
   *decided = (split(lo_e, lo_o) | split(hi_e, hi_o)) == 0;
   __m256 lo8 = _mm256_min_ps(lo_e, lo_o), hi8 = _mm256_max_ps(hi_e, hi_o);
-  __m256 nan8 = _mm256_add_ps(half(nan, 0), half(nan, 1));
+  __m256 nan8 = _mm256_add_ps(low(nan), high(nan));
   if (r < rows) {  // the odd last row
     const __m256 a = widen8(x + r * 8);
     nan8 = _mm256_add_ps(nan8, _mm256_sub_ps(a, a));
