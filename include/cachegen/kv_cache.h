@@ -196,7 +196,7 @@ class LayerKVCache {
   // at base + h * head_stride + r * row_stride.
   void quantize_groups(int kind, const Half* base, size_t head_stride, size_t row_stride,
                        size_t rows);
-  void seal_block(int kind);
+  void seal_blocks();  // the pending K and V rows as one block each
   std::vector<Half> fetch(int kind, size_t begin, size_t end) const;  // as stored (pre-RoPE)
   void rotate_keys(std::vector<Half>& x, size_t n_tokens, size_t first, bool inverse) const;
   KVSizeStats plane_stats(int kind) const;

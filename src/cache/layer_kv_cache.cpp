@@ -1,5 +1,6 @@
 // LayerKVCache: append, quantize completed groups, seal blocks, fetch, statistics.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
 #include "codec/params_codec.h"
+#include "codec/stream_format.h"
 #include "core/checks.h"
 #include "quant/kernels.h"
 #include "transform/rope_kept.h"
@@ -238,8 +240,7 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
       pending_rows_ += gs;
     }
     if (pending_rows_ == config_.block_tokens) {
-      seal_block(0);
-      seal_block(1);
+      seal_blocks();
       pending_rows_ = 0;
     }
   }
@@ -274,7 +275,7 @@ void LayerKVCache::quantize_groups(int kind, const Half* base, size_t head_strid
     }
     CodeStream& dst = p.pending[h];
     const bool first = dst.n_rows == 0;
-    if (first) {  // room for a block (up to 4,096 rows), kept by seal_block
+    if (first) {  // room for a block (up to 4,096 rows), kept by seal_blocks
       const size_t block = std::min<size_t>(config_.block_tokens, 4096);
       dst.codes.reserve(block * dim_);
       dst.scale.reserve(block / gs * dim_);
@@ -295,29 +296,48 @@ void LayerKVCache::quantize_groups(int kind, const Half* base, size_t head_strid
   }
 }
 
-CompressedBlock detail::code_block(const std::vector<CodeStream>& streams, size_t token_begin,
-                                   const KVCacheConfig& config) {
+namespace {
+
+// A block of `streams` at token_begin whose bytes are coded.
+CompressedBlock block_of(const std::vector<CodeStream>& streams, size_t token_begin,
+                         const KVCacheConfig& config, std::vector<uint8_t> bytes) {
   CompressedBlock b;
   b.token_begin = token_begin;
   b.n_tokens = streams.empty() ? 0 : streams[0].n_rows;
-  EncodeOptions opt;
-  opt.allow_delta = config.use_delta;
-  b.bytes = encode_batch(streams, opt);
+  b.bytes = std::move(bytes);
   if (config.size_estimate)
     b.estimated_bytes = entropy_coded_bytes_batch(streams, config.use_delta, config.per_channel);
   b.fixed_bytes = fixed_width_bytes_batch(streams);
   return b;
 }
 
-void LayerKVCache::seal_block(int kind) {
-  PlaneState& p = plane_[kind];
+EncodeOptions block_options(const KVCacheConfig& config) {
+  EncodeOptions opt;
+  opt.allow_delta = config.use_delta;
+  return opt;
+}
+
+}  // namespace
+
+CompressedBlock detail::code_block(const std::vector<CodeStream>& streams, size_t token_begin,
+                                   const KVCacheConfig& config) {
+  return block_of(streams, token_begin, config, encode_batch(streams, block_options(config)));
+}
+
+void LayerKVCache::seal_blocks() {
+  // K's and V's blocks coded together: their short payloads in lockstep (encode_batch_pair).
   const size_t begin = n_tokens_ - residual_rows_ - pending_rows_;
-  p.blocks.push_back(detail::code_block(p.pending, begin, config_));
-  for (CodeStream& s : p.pending) {  // emptied, its buffers kept for the next block
-    s.n_rows = 0;
-    s.codes.clear();
-    s.scale.clear();
-    s.zero.clear();
+  std::array<std::vector<uint8_t>, 2> bytes =
+      detail::encode_batch_pair(plane_[0].pending, plane_[1].pending, block_options(config_));
+  for (int kind = 0; kind < 2; ++kind) {
+    PlaneState& p = plane_[kind];
+    p.blocks.push_back(block_of(p.pending, begin, config_, std::move(bytes[kind])));
+    for (CodeStream& s : p.pending) {  // emptied, its buffers kept for the next block
+      s.n_rows = 0;
+      s.codes.clear();
+      s.scale.clear();
+      s.zero.clear();
+    }
   }
 }
 

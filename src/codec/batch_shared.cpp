@@ -4,6 +4,7 @@
 // give SIMD decoders 32 lanes however short a head is, while keeping slices independent so
 // that threads decode them in parallel.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -12,6 +13,7 @@
 
 #include "cachegen/runtime.h"
 #include "codec/rans.h"
+#include "codec/rans_lane_pattern.h"
 #include "codec/scratch.h"
 #include "codec/stream_format.h"
 #include "codec/token_delta_transform.h"
@@ -365,11 +367,65 @@ void decode_slices(const SharedBatch& b, Fn&& fn) {
                 [&](size_t, size_t h, const uint8_t* codes) { fn(h, codes); });
 }
 
-}  // namespace
+// A shared batch being encoded: planned (its heads counted, its models chosen, the layout
+// decided), its slices coded (on any threads), then written. Its buffers are kept from batch to
+// batch (fresh ones page-faulted on every batch; a few allocations per channel were ~8% of a
+// file encode's short batches): two per thread (thread_encoder), for two batches at once.
+class SharedEncoder {
+ public:
+  // False (nothing kept) where the heads cannot or should not share (encode_batch_shared).
+  bool plan(std::span<const CodeStream> streams, std::span<const ParamPrecision> precisions,
+            const EncodeOptions& options, std::span<const CompactSection> compact_sections);
+  size_t n_slices() const { return n_slices_; }
+  int slice_lanes(size_t i) const { return choose_lanes(slice_heads_of(i) * n_); }
+  // The coder's work estimate a slice (parallel_for_work), this machine's (Zen 4, 2.6 GHz):
+  // ~0.33 ns a code.
+  double slice_ns() const { return 0.33 * static_cast<double>(heads_per_slice_ * n_); }
+  // Slice i's symbols (in `slot` of this thread's scratch, or its codes in place) and its heads'
+  // parameter blocks made: its rANS payload's job.
+  RansJob slice(size_t i, Scratch slot);
+  void write(std::vector<uint8_t>& out);
 
-bool encode_batch_shared(std::span<const CodeStream> streams,
+ private:
+  size_t slice_heads_of(size_t i) const {
+    return std::min(G_, (i + 1) * heads_per_slice_) - i * heads_per_slice_;
+  }
+  std::span<const uint8_t> section_of(size_t h) const {
+    return compact_sections_.empty() ? std::span<const uint8_t>()
+                                     : std::span<const uint8_t>(compact_sections_[h].bytes);
+  }
+  // A head's parameter block is its compact section behind three bytes where the precision
+  // choice left one: copied into the output by write(). The others are written by each
+  // slice's task (writing compact parameters is otherwise the largest serial part of the
+  // batch) into kept blocks (a fresh vector per head, grown byte by byte, was 200 of a
+  // stories260K batch's 235 allocations: 4% of its encode on 1 thread, 7% on 2).
+  bool block_written(size_t h) const {
+    return precisions_[h] != ParamPrecision::compact || section_of(h).empty();
+  }
+
+  std::span<const CodeStream> streams_;
+  std::span<const ParamPrecision> precisions_;
+  std::span<const CompactSection> compact_sections_;
+  CompactGrid grid_;
+  size_t G_ = 0, n_ = 0, dim_ = 0, heads_per_slice_ = 0, n_slices_ = 0;
+  int bits_ = 0, precision_ = 0;
+  bool any_delta_ = false, codes_in_place_ = false;
+  uint8_t* kept_ = nullptr;  // head h's delta symbols at h * n_, or null (not kept)
+  std::vector<uint8_t> kept_delta_;
+  std::vector<std::vector<uint32_t>> raw_counts_, delta_counts_;
+  std::vector<uint64_t> head_cost_, head_fp_, channel_bound_;
+  std::vector<ChannelModel> models_;
+  std::vector<ChannelTable> tables_;
+  std::vector<std::vector<uint8_t>> payloads_, param_blocks_;
+};
+
+SharedEncoder& thread_encoder(int which) {
+  thread_local SharedEncoder encoders[2];
+  return encoders[which];
+}
+
+bool SharedEncoder::plan(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
-                         std::vector<uint8_t>& out,
                          std::span<const CompactSection> compact_sections) {
   const size_t G = streams.size();
   if (G < 2) return false;
@@ -381,6 +437,14 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   }
   const size_t n = first.n_rows * first.dim, dim = first.dim;
   if (n == 0) return false;
+  streams_ = streams;
+  precisions_ = precisions;
+  compact_sections_ = compact_sections;
+  grid_ = CompactGrid{options.scale_mantissa_bits, options.zero_step_log2};
+  G_ = G;
+  n_ = n;
+  dim_ = dim;
+  bits_ = first.bits;
   const size_t n_syms = size_t{1} << first.bits;
   const bool allow_delta = options.allow_delta;
   // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
@@ -392,27 +456,22 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
   // payloads below; a larger batch's are made in each thread's scratch, counted and dropped,
   // and made again where channels code them (the synthetic set's 8 MiB, kept, were written out
   // of cache: made again instead, its encode of codes is ~10% faster; stories260K's 5% slower).
-  // They and the payloads are kept per calling thread: fresh ones page-faulted on every batch.
-  // (Named through references: a lambda names a thread_local directly, i.e. each pool
-  // thread's own instance.)
-  // So are the histograms, the models and their tables (a few allocations per channel were
-  // ~8% of a file encode's short batches).
-  thread_local std::vector<std::vector<uint8_t>> kept_payloads;
-  thread_local std::vector<uint8_t> kept_delta;
-  thread_local std::vector<std::vector<uint32_t>> kept_raw_counts, kept_delta_counts;
-  thread_local std::vector<ChannelModel> kept_models;
-  thread_local std::vector<ChannelTable> kept_tables;
-  thread_local std::vector<std::vector<uint8_t>> kept_param_blocks;
-  std::vector<std::vector<uint8_t>>& payloads = kept_payloads;
+  // (The members are named through references: a lambda names a thread_local directly, i.e.
+  // each pool thread's own instance; these are the calling thread's.)
   const bool keep_delta = allow_delta && G * n <= kKeptDeltaBytes;
-  if (keep_delta && kept_delta.size() < G * n) kept_delta.resize(G * n);
-  uint8_t* const kept = keep_delta ? kept_delta.data() : nullptr;  // head h's at h * n
-  std::vector<std::vector<uint32_t>>& raw_counts = kept_raw_counts;
-  std::vector<std::vector<uint32_t>>& delta_counts = kept_delta_counts;
+  if (keep_delta && kept_delta_.size() < G * n) kept_delta_.resize(G * n);
+  uint8_t* const kept = kept_ = keep_delta ? kept_delta_.data() : nullptr;
+  std::vector<std::vector<uint32_t>>& raw_counts = raw_counts_;
+  std::vector<std::vector<uint32_t>>& delta_counts = delta_counts_;
   if (raw_counts.size() < G) raw_counts.resize(G), delta_counts.resize(G);
-  std::vector<uint64_t> head_cost(G), head_fp(G), channel_bound(G * dim);
+  std::vector<uint64_t>& head_cost = head_cost_;
+  std::vector<uint64_t>& head_fp = head_fp_;
+  std::vector<uint64_t>& channel_bound = channel_bound_;
+  head_cost.assign(G, 0);
+  head_fp.assign(G, 0);
+  channel_bound.assign(G * dim, 0);
   // The loops' work estimates (parallel_for_work) are this machine's (Zen 4, 2.6 GHz): the
-  // counts ~0.11 ns a code, an exact estimate ~4 ns a symbol, the coder ~0.33 ns a code.
+  // counts ~0.11 ns a code, an exact estimate ~4 ns a symbol.
   const auto histograms = quant_kernels().channel_histograms;
   parallel_for_work(G, 0.11 * static_cast<double>(n), [&](size_t h) {
     const CodeStream& s = streams[h];
@@ -445,16 +504,12 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     for (size_t i = 0; i < del.size(); ++i) del[i] += delta_counts[h][i];
   }
   const size_t total_rows = G * first.n_rows;
-  std::vector<ChannelModel>& models = kept_models;
   choose_models(raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits,
-                models);
-  const size_t heads_per_slice = slice_heads(G, n);
-  const size_t n_slices = (G + heads_per_slice - 1) / heads_per_slice;
-  uint64_t shared = fp_bytes(model_cost_fp(models)) + 4;
-  for (size_t i = 0; i < n_slices; ++i) {
-    const size_t heads = std::min(G, (i + 1) * heads_per_slice) - i * heads_per_slice;
-    shared += 4 * static_cast<uint64_t>(choose_lanes(heads * n)) + 4;
-  }
+                models_);
+  heads_per_slice_ = slice_heads(G, n);
+  n_slices_ = (G + heads_per_slice_ - 1) / heads_per_slice_;
+  uint64_t shared = fp_bytes(model_cost_fp(models_)) + 4;
+  for (size_t i = 0; i < n_slices_; ++i) shared += 4 * static_cast<uint64_t>(slice_lanes(i)) + 4;
   // The independent records' lower bounds settle the choice when the shared batch is no larger
   // than even those (the usual case: the estimate's model search per head and channel was
   // most of the encoder's model search); the search runs only when they do not.
@@ -496,95 +551,131 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
     if (shared > bound.load()) return false;
   }
 
-  int precision = 1;
-  std::vector<ChannelTable>& tables = kept_tables;  // copy-assignment reuses their storage
-  tables.resize(dim);
+  precision_ = 1;
+  tables_.resize(dim);  // copy-assignment reuses their storage
   for (size_t c = 0; c < dim; ++c) {
-    precision = std::max(precision, models[c].table.t);
-    tables[c] = models[c].table;
+    precision_ = std::max(precision_, models_[c].table.t);
+    tables_[c] = models_[c].table;
   }
-  // A head's parameter block is its compact section behind three bytes where the precision
-  // choice left one: copied into the output below. The others are written by each slice's
-  // task (writing compact parameters is otherwise the largest serial part of the batch), into
-  // blocks kept per calling thread (a fresh vector per head, grown byte by byte, was 200 of a
-  // stories260K batch's 235 allocations: 4% of its encode on 1 thread, 7% on 2).
-  const CompactGrid grid{options.scale_mantissa_bits, options.zero_step_log2};
-  if (payloads.size() < n_slices) payloads.resize(n_slices);
-  const auto section_of = [&](size_t h) {
-    return compact_sections.empty() ? std::span<const uint8_t>()
-                                    : std::span<const uint8_t>(compact_sections[h].bytes);
-  };
-  const auto block_written = [&](size_t h) {  // by its slice's task
-    return precisions[h] != ParamPrecision::compact || section_of(h).empty();
-  };
-  std::vector<std::vector<uint8_t>>& param_blocks = kept_param_blocks;
-  if (param_blocks.size() < G) param_blocks.resize(G);
+  if (payloads_.size() < n_slices_) payloads_.resize(n_slices_);
+  if (param_blocks_.size() < G) param_blocks_.resize(G);
   // Where every channel codes its codes, a slice of one head (heads of 16K elements or more)
   // codes them in place: no copy (3% of encoding tinystories-hd64's codes).
-  const bool any_delta = std::any_of(models.begin(), models.end(), [](const auto& m) {
-    return m.kind == ChannelKind::delta_table;
-  });
-  const bool codes_in_place = heads_per_slice == 1 && !any_delta;
-  parallel_for_work(n_slices, 0.33 * static_cast<double>(heads_per_slice * n), [&](size_t i) {
-    const size_t h0 = i * heads_per_slice, h1 = std::min(G, h0 + heads_per_slice);
-    // Every byte is written by stream_symbols.
-    uint8_t* const symbols =
-        codes_in_place ? nullptr : scratch_bytes((h1 - h0) * n, Scratch::symbols);
-    for (size_t h = h0; h < h1; ++h) {
-      if (!codes_in_place) {
-        const CodeStream& s = streams[h];
-        std::span<uint8_t> delta;
-        if (any_delta && keep_delta) {
-          delta = std::span<uint8_t>(kept + h * n, n);
-        } else if (any_delta) {
-          delta = std::span<uint8_t>(scratch_bytes(n, Scratch::delta), n);
-          compute_delta_symbols(s.codes.data(), s.n_rows, dim, s.bits, s.group_size, s.scale,
-                                s.zero, delta.data());
-        }
-        stream_symbols(s, models, delta, symbols + (h - h0) * n);
-      }
-      if (block_written(h)) {
-        param_blocks[h].clear();
-        write_param_block(streams[h], precisions[h], grid, param_blocks[h], section_of(h));
-      }
-    }
-    rans_encode(std::span<const uint8_t>(codes_in_place ? streams[h0].codes.data() : symbols,
-                                         (h1 - h0) * n),
-                dim, tables, precision, choose_lanes((h1 - h0) * n), payloads[i], 0);
-  });
+  any_delta_ = std::any_of(models_.begin(), models_.end(),
+                           [](const auto& m) { return m.kind == ChannelKind::delta_table; });
+  codes_in_place_ = heads_per_slice_ == 1 && !any_delta_;
+  return true;
+}
 
+RansJob SharedEncoder::slice(size_t i, Scratch slot) {
+  const size_t h0 = i * heads_per_slice_, h1 = h0 + slice_heads_of(i), n = n_;
+  // Every byte is written by stream_symbols.
+  uint8_t* const symbols = codes_in_place_ ? nullptr : scratch_bytes((h1 - h0) * n, slot);
+  for (size_t h = h0; h < h1; ++h) {
+    if (!codes_in_place_) {
+      const CodeStream& s = streams_[h];
+      std::span<uint8_t> delta;
+      if (any_delta_ && kept_ != nullptr) {
+        delta = std::span<uint8_t>(kept_ + h * n, n);
+      } else if (any_delta_) {
+        delta = std::span<uint8_t>(scratch_bytes(n, Scratch::delta), n);
+        compute_delta_symbols(s.codes.data(), s.n_rows, dim_, s.bits, s.group_size, s.scale, s.zero,
+                              delta.data());
+      }
+      stream_symbols(s, models_, delta, symbols + (h - h0) * n);
+    }
+    if (block_written(h)) {
+      param_blocks_[h].clear();
+      write_param_block(streams_[h], precisions_[h], grid_, param_blocks_[h], section_of(h));
+    }
+  }
+  return RansJob{std::span<const uint8_t>(codes_in_place_ ? streams_[h0].codes.data() : symbols,
+                                          (h1 - h0) * n),
+                 dim_,
+                 tables_,
+                 precision_,
+                 slice_lanes(i),
+                 &payloads_[i],
+                 0};
+}
+
+void SharedEncoder::write(std::vector<uint8_t>& out) {
   BitWriter bits;
-  for (const auto& m : models) write_channel_model(bits, m, first.bits);
+  for (const auto& m : models_) write_channel_model(bits, m, bits_);
   const std::vector<uint8_t> side = bits.finish();
   // The output grows once (each regrowth copied and page-faulted the whole batch again).
-  size_t total = out.size() + 64 + side.size() + 12 * n_slices;
-  for (size_t h = 0; h < G; ++h)
-    total += block_written(h) ? param_blocks[h].size() : 3 + 10 + section_of(h).size();
-  for (size_t i = 0; i < n_slices; ++i) total += payloads[i].size();
+  size_t total = out.size() + 64 + side.size() + 12 * n_slices_;
+  for (size_t h = 0; h < G_; ++h)
+    total += block_written(h) ? param_blocks_[h].size() : 3 + 10 + section_of(h).size();
+  for (size_t i = 0; i < n_slices_; ++i) total += payloads_[i].size();
   out.reserve(total);
   wire::Writer w(out);
+  const CodeStream& first = streams_[0];
   w.varint(first.n_rows);
-  w.varint(dim);
+  w.varint(dim_);
   w.varint(first.group_size);
-  w.u8(static_cast<uint8_t>(first.bits));
-  for (size_t h = 0; h < G; ++h) {
+  w.u8(static_cast<uint8_t>(bits_));
+  for (size_t h = 0; h < G_; ++h) {
     if (block_written(h)) {
-      w.bytes(param_blocks[h]);
+      w.bytes(param_blocks_[h]);
     } else {
-      write_param_block(streams[h], precisions[h], grid, out, section_of(h));
+      write_param_block(streams_[h], precisions_[h], grid_, out, section_of(h));
     }
   }
-  w.u8(static_cast<uint8_t>(precision));
+  w.u8(static_cast<uint8_t>(precision_));
   w.varint(side.size());
   w.bytes(side);
-  w.varint(heads_per_slice);
-  for (size_t i = 0; i < n_slices; ++i) {
-    const size_t heads = std::min(G, (i + 1) * heads_per_slice) - i * heads_per_slice;
-    w.u8(static_cast<uint8_t>(choose_lanes(heads * n)));
-    w.varint(payloads[i].size());
+  w.varint(heads_per_slice_);
+  for (size_t i = 0; i < n_slices_; ++i) {
+    w.u8(static_cast<uint8_t>(slice_lanes(i)));
+    w.varint(payloads_[i].size());
   }
-  for (size_t i = 0; i < n_slices; ++i) w.bytes(payloads[i]);
+  for (size_t i = 0; i < n_slices_; ++i) w.bytes(payloads_[i]);
+}
+
+// The planned batch's slices on the pool's threads.
+void code_slices(SharedEncoder& e) {
+  parallel_for_work(e.n_slices(), e.slice_ns(), [&](size_t i) {
+    const RansJob job = e.slice(i, Scratch::symbols);
+    rans_encode(job.symbols, job.dim, job.channels, job.precision, job.n_lanes, *job.out, job.at);
+  });
+}
+
+}  // namespace
+
+bool encode_batch_shared(std::span<const CodeStream> streams,
+                         std::span<const ParamPrecision> precisions, const EncodeOptions& options,
+                         std::vector<uint8_t>& out,
+                         std::span<const CompactSection> compact_sections) {
+  SharedEncoder& e = thread_encoder(0);
+  if (!e.plan(streams, precisions, options, compact_sections)) return false;
+  code_slices(e);
+  e.write(out);
   return true;
+}
+
+std::array<bool, 2> encode_batch_shared_pair(std::span<const SharedBatchInput, 2> batches,
+                                             const EncodeOptions& options,
+                                             std::span<std::vector<uint8_t>* const, 2> out) {
+  SharedEncoder* const e[2] = {&thread_encoder(0), &thread_encoder(1)};
+  std::array<bool, 2> shared{};
+  for (int k = 0; k < 2; ++k) {
+    shared[k] =
+        e[k]->plan(batches[k].streams, batches[k].precisions, options, batches[k].compact_sections);
+  }
+  // Two batches of one 8-lane slice each (a chunk's short K and V): coded in lockstep.
+  if (shared[0] && shared[1] && e[0]->n_slices() == 1 && e[1]->n_slices() == 1 &&
+      e[0]->slice_lanes(0) == static_cast<int>(kNarrowLanes) &&
+      e[1]->slice_lanes(0) == static_cast<int>(kNarrowLanes)) {
+    const RansJob a = e[0]->slice(0, Scratch::symbols);
+    rans_encode_pair(a, e[1]->slice(0, Scratch::symbols_pair));
+  } else {
+    for (int k = 0; k < 2; ++k)
+      if (shared[k]) code_slices(*e[k]);
+  }
+  for (int k = 0; k < 2; ++k)
+    if (shared[k]) e[k]->write(*out[k]);
+  return shared;
 }
 
 std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,

@@ -1,5 +1,6 @@
 // Public entry points of the codec layer (cachegen/codec.h).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -153,25 +154,40 @@ std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> by
   return records;
 }
 
-// Shared layout when the heads share a shape and it is estimated smaller, else G records.
-// compact_sections: per head, the compact parameter bits the precision choice kept, or none.
-std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
-                                     std::span<const ParamPrecision> precisions,
-                                     const EncodeOptions& options,
-                                     std::span<const detail::CompactSection> compact_sections) {
+// A batch's magic, head count and layout byte (shared: write_independent changes it).
+std::vector<uint8_t> batch_start(size_t n_heads) {
   std::vector<uint8_t> out = with_magic(detail::kBatchMagic);
   wire::Writer w(out);
-  w.varint(streams.size());
+  w.varint(n_heads);
   w.u8(detail::kBatchShared);
-  if (detail::encode_batch_shared(streams, precisions, options, out, compact_sections)) return out;
+  return out;
+}
+
+// The batch started in `out` as G independent head records.
+void write_independent(std::span<const CodeStream> streams,
+                       std::span<const ParamPrecision> precisions, const EncodeOptions& options,
+                       std::span<const detail::CompactSection> compact_sections,
+                       std::vector<uint8_t>& out) {
   out.back() = detail::kBatchIndependent;
   std::vector<std::vector<uint8_t>> heads(streams.size());
   detail::parallel_for(streams.size(), [&](size_t i) {
     detail::encode_head(streams[i], precisions[i], options, heads[i], {},
                         compact_sections.empty() ? nullptr : &compact_sections[i]);
   });
+  wire::Writer w(out);
   for (const auto& h : heads) w.varint(h.size());
   for (const auto& h : heads) w.bytes(h);
+}
+
+// Shared layout when the heads share a shape and it is estimated smaller, else G records.
+// compact_sections: per head, the compact parameter bits the precision choice kept, or none.
+std::vector<uint8_t> encode_batch_of(std::span<const CodeStream> streams,
+                                     std::span<const ParamPrecision> precisions,
+                                     const EncodeOptions& options,
+                                     std::span<const detail::CompactSection> compact_sections) {
+  std::vector<uint8_t> out = batch_start(streams.size());
+  if (!detail::encode_batch_shared(streams, precisions, options, out, compact_sections))
+    write_independent(streams, precisions, options, compact_sections, out);
   return out;
 }
 
@@ -363,11 +379,14 @@ std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOpt
   return out;
 }
 
-std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
-                                  const EncodeOptions& options) {
-  check_options(options);
-  std::vector<ParamPrecision> precisions(streams.size());
-  std::vector<detail::CompactSection> sections(streams.size());
+namespace {
+
+// encode_batch's checks of its streams, and their parameters' precisions and compact sections.
+void check_and_pick(std::span<const CodeStream> streams, const EncodeOptions& options,
+                    std::vector<ParamPrecision>& precisions,
+                    std::vector<detail::CompactSection>& sections) {
+  precisions.resize(streams.size());
+  sections.resize(streams.size());
   // Each stream checked (its codes read once more: ~0.05 ns a code) and its parameters' precision
   // found (~0.01 ns a code), on one thread but for large batches (parallel_for_work); the first
   // bad stream's error is the one thrown, as a sequential check reports it. (The checks ran one
@@ -386,7 +405,35 @@ std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
   });
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
+                                  const EncodeOptions& options) {
+  check_options(options);
+  std::vector<ParamPrecision> precisions;
+  std::vector<detail::CompactSection> sections;
+  check_and_pick(streams, options, precisions, sections);
   return encode_batch_of(streams, precisions, options, sections);
+}
+
+std::array<std::vector<uint8_t>, 2> detail::encode_batch_pair(std::span<const CodeStream> a,
+                                                              std::span<const CodeStream> b,
+                                                              const EncodeOptions& options) {
+  check_options(options);
+  const std::span<const CodeStream> streams[2] = {a, b};
+  std::vector<ParamPrecision> precisions[2];
+  std::vector<detail::CompactSection> sections[2];
+  for (int k = 0; k < 2; ++k) check_and_pick(streams[k], options, precisions[k], sections[k]);
+  std::array<std::vector<uint8_t>, 2> out = {batch_start(a.size()), batch_start(b.size())};
+  const detail::SharedBatchInput inputs[2] = {{a, precisions[0], sections[0]},
+                                              {b, precisions[1], sections[1]}};
+  std::vector<uint8_t>* const outs[2] = {&out[0], &out[1]};
+  const std::array<bool, 2> shared = detail::encode_batch_shared_pair(inputs, options, outs);
+  for (int k = 0; k < 2; ++k)
+    if (!shared[k]) write_independent(streams[k], precisions[k], options, sections[k], out[k]);
+  return out;
 }
 
 namespace {

@@ -99,6 +99,21 @@ inline void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   rans_encode(symbols, dim, channels, precision, n_lanes, out, out.size());
 }
 
+// rans_encode's arguments, for the pair below.
+struct RansJob {
+  std::span<const uint8_t> symbols;
+  size_t dim = 0;
+  std::span<const ChannelTable> channels;
+  int precision = 0, n_lanes = 0;
+  std::vector<uint8_t>* out = nullptr;
+  size_t at = 0;
+};
+// rans_encode of two payloads, the same bytes. An 8-lane payload is one vector whose steps are
+// one dependency chain (a step's multiplies and shifts wait on the last step's states), so two
+// of them are coded in lockstep on AVX-512: a chunk's short tensors (stories260K's 256-token
+// K and V: 8,192 codes each).
+void rans_encode_pair(const RansJob& a, const RansJob& b);
+
 // The SIMD encoders' view of the models, entry [channel * n_syms + symbol] at precision p.
 // The AVX-512 encoders' entries (narrow) are 64-bit: m - 2^32 | (2^p - f) << 32 | start << 45 |
 // L << 58 with L = ceil(log2 f) and m = ceil(2^(32+L) / f), so 2^32 <= m < 2^33. After
@@ -128,6 +143,13 @@ size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, siz
 // The same for an 8-lane payload (end a multiple of 8, states x[8]).
 size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbols, size_t dim,
                                  size_t end, uint32_t* x, uint16_t* words, size_t w_pos);
+
+// Two of them in lockstep (each its own tables; x and w_pos of each updated).
+void rans_encode_avx512_lanes8_pair(const RansEncodeTables& ta, const uint8_t* symbols_a,
+                                    size_t dim_a, size_t end_a, uint32_t* x_a, uint16_t* words_a,
+                                    size_t& w_pos_a, const RansEncodeTables& tb,
+                                    const uint8_t* symbols_b, size_t dim_b, size_t end_b,
+                                    uint32_t* x_b, uint16_t* words_b, size_t& w_pos_b);
 
 // AVX2: elements [0, end) of a 32- or 8-lane payload (end a multiple of n_lanes), as above.
 size_t rans_encode_avx2(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,

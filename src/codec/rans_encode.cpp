@@ -1,5 +1,6 @@
 // Scalar rANS encoder. There is one encoder for every SIMD path: decoders must match its
 // bytes, so the output is path-independent by construction.
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <memory>
@@ -65,20 +66,24 @@ const uint64_t* narrow_bases() {
   return table.v;
 }
 
-}  // namespace
+// One payload as rans_encode codes it: its partial step at the end (coded first) by begin(),
+// its full steps by a SIMD kernel (simd_steps, or a pair's), its bytes written by finish().
+struct Payload {
+  std::span<const uint8_t> symbols;
+  size_t dim = 0;
+  std::span<const ChannelTable> channels;
+  int precision = 0, n_lanes = 0;
+  size_t n_syms = 0, n_entries = 0;
+  bool simd = false;      // its full steps for a SIMD kernel
+  size_t scalar_end = 0;  // where the scalar loop stops (the kernels' end)
+  uint16_t* words = nullptr;
+  size_t words_end = 0, w_pos = 0;
+  uint32_t x[kMaxLanes];
 
-void rans_encode(std::span<const uint8_t> symbols, size_t dim,
-                 std::span<const ChannelTable> channels, int precision, int n_lanes,
-                 std::vector<uint8_t>& out, size_t at) {
-  if (at > out.size()) invalid("rans_encode: at past the output");
-  const size_t n = symbols.size();
-  const size_t n_syms = channels.empty() ? 0 : channels[0].freq.size();
-  const size_t n_entries = dim * n_syms;
-  const uint64_t x_max_unit = static_cast<uint64_t>(kRansLow >> precision) << 16;
-  const uint64_t* const rcp = reciprocals();
   // Calls f(entry, frequency, start) for every (channel, symbol) entry at `precision`
   // (frequency 0: absent, never coded).
-  const auto for_each_entry = [&](auto&& f) {
+  template <typename F>
+  void for_each_entry(F&& f) const {
     for (size_t c = 0; c < dim; ++c) {
       const int up = precision - channels[c].t;
       const uint16_t* const freq = channels[c].freq.data();
@@ -88,44 +93,76 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
           static_cast<uint32_t>(cum[s]) << up);
       }
     }
-  };
-  const auto enc_symbol = [&](uint32_t f, uint32_t start) {
-    if (f == 0) return EncSymbol{0, 0, 0, 0};  // absent: never coded
-    // f <= 2^precision <= 2^kMaxPrecision
-    return EncSymbol{rcp[f], x_max_unit * f, start, (1u << precision) - f};
-  };
+  }
+  // The AVX-512 kernels' 64-bit entries (RansEncodeTables::narrow), not zero-filled first:
+  // every entry is written once (absent ones, never read, as 0).
+  std::unique_ptr<uint64_t[]> narrow_entries() const {
+    const uint64_t* const bases = narrow_bases();
+    auto narrow = std::make_unique_for_overwrite<uint64_t[]>(n_entries);
+    for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
+      narrow[i] =
+          f == 0 ? 0 : bases[f] | uint64_t{(1u << precision) - f} << 32 | uint64_t{start} << 45;
+    });
+    return narrow;
+  }
+};
+
+// The entry of frequency f and cumulative start at `precision` (rcp: reciprocals()).
+EncSymbol enc_symbol(const uint64_t* rcp, uint32_t f, uint32_t start, int precision) {
+  if (f == 0) return EncSymbol{0, 0, 0, 0};  // absent: never coded
+  // f <= 2^precision <= 2^kMaxPrecision
+  const uint64_t x_max_unit = static_cast<uint64_t>(kRansLow >> precision) << 16;
+  return EncSymbol{rcp[f], x_max_unit * f, start, (1u << precision) - f};
+}
+
+// Sets the payload up and codes what no SIMD kernel takes: its partial step at the end (coded
+// first), or all of it without a kernel. Its words go to `slot` of this thread's scratch.
+void begin(Payload& p, Scratch slot) {
+  const size_t n = p.symbols.size();
+  p.n_syms = p.channels.empty() ? 0 : p.channels[0].freq.size();
+  p.n_entries = p.dim * p.n_syms;
   // 32- and 8-lane payloads: an AVX-512 or AVX2 encoder takes every full step of n_lanes
   // elements from its own tables, built straight from the channels; the scalar loop below
   // codes the partial step at the end (coded first) with entries made as it goes. Without
   // one, the scalar loop codes everything from a table of every entry.
-  const auto lanes = static_cast<size_t>(n_lanes);
+  const auto lanes = static_cast<size_t>(p.n_lanes);
   const SimdPath path = simd_path();
-  const bool simd = (lanes == kMaxLanes || lanes == kNarrowLanes) && n >= lanes &&
-                    (path == SimdPath::avx512 || path == SimdPath::avx2);
-  const size_t scalar_end = simd ? n - n % lanes : 0;
+  p.simd = (lanes == kMaxLanes || lanes == kNarrowLanes) && n >= lanes &&
+           (path == SimdPath::avx512 || path == SimdPath::avx2);
+  p.scalar_end = p.simd ? n - n % lanes : 0;
+  const uint64_t* const rcp = reciprocals();
   std::unique_ptr<EncSymbol[]> table;
-  if (!simd) {
-    table = std::make_unique_for_overwrite<EncSymbol[]>(n_entries);
-    for_each_entry([&](size_t i, uint32_t f, uint32_t start) { table[i] = enc_symbol(f, start); });
+  if (!p.simd) {
+    table = std::make_unique_for_overwrite<EncSymbol[]>(p.n_entries);
+    p.for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
+      table[i] = enc_symbol(rcp, f, start, p.precision);
+    });
   }
-  uint32_t x[kMaxLanes];
-  for (int l = 0; l < n_lanes; ++l) x[l] = kRansLow;
+  std::fill(p.x, p.x + kMaxLanes, kRansLow);
   // Words are written backwards into a buffer of the worst-case size (one word per element)
   // and then copied once, already in decoding order. Per-thread scratch, not zero-filled:
-  // the slots the copy below reads have all been written.
+  // the slots the copy in finish() reads have all been written.
   uint16_t* const words =
-      reinterpret_cast<uint16_t*>(scratch_bytes((n + 1) * sizeof(uint16_t), Scratch::rans_words));
-  const size_t words_end = n + 1;
-  size_t w_pos = words_end;
-  size_t lane = n == 0 ? 0 : (n - 1) % static_cast<size_t>(n_lanes);
+      reinterpret_cast<uint16_t*>(scratch_bytes((n + 1) * sizeof(uint16_t), slot));
+  p.words = words;
+  p.words_end = n + 1;
+  // (The loop on locals: the words' stores may alias p's members.)
+  const uint8_t* const symbols = p.symbols.data();
+  const ChannelTable* const channels = p.channels.data();
+  const size_t dim = p.dim, n_syms = p.n_syms, scalar_end = p.scalar_end;
+  const int precision = p.precision;
+  uint32_t x[kMaxLanes];
+  std::copy(p.x, p.x + kMaxLanes, x);
+  size_t w_pos = p.words_end;
+  size_t lane = n == 0 ? 0 : (n - 1) % lanes;
   size_t channel = n == 0 ? 0 : (n - 1) % dim;
   for (size_t i = n; i-- > scalar_end;) {
     const size_t sym = symbols[i];
     const ChannelTable& ch = channels[channel];
     const int up = precision - ch.t;
     const EncSymbol e = table ? table[channel * n_syms + sym]
-                              : enc_symbol(static_cast<uint32_t>(ch.freq[sym]) << up,
-                                           static_cast<uint32_t>(ch.cum[sym]) << up);
+                              : enc_symbol(rcp, static_cast<uint32_t>(ch.freq[sym]) << up,
+                                           static_cast<uint32_t>(ch.cum[sym]) << up, precision);
     uint32_t s = x[lane];
     // Branch-free renormalisation: whether a lane emits a word is data-dependent (about one
     // symbol in ten), so a branch mispredicts often. The slot below w_pos always exists.
@@ -135,19 +172,27 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
     s >>= 16 * emit;
     const uint32_t q = static_cast<uint32_t>((static_cast<unsigned __int128>(s) * e.rcp) >> 44);
     x[lane] = s + e.bias + q * e.cmpl;
-    lane = lane == 0 ? static_cast<size_t>(n_lanes) - 1 : lane - 1;
+    lane = lane == 0 ? lanes - 1 : lane - 1;
     channel = channel == 0 ? dim - 1 : channel - 1;
   }
-  // The SIMD tables, not zero-filled first: every entry is written once (absent ones, never
-  // read, as 0).
-  const uint64_t* const bases = simd ? narrow_bases() : nullptr;
+  std::copy(x, x + kMaxLanes, p.x);
+  p.w_pos = w_pos;
+}
+
+// The payload's full steps [0, scalar_end) on its SIMD kernel.
+void simd_steps(Payload& p) {
+  if (!p.simd) return;
+  const auto lanes = static_cast<size_t>(p.n_lanes);
+  const SimdPath path = simd_path();
+  const uint8_t* const symbols = p.symbols.data();
   // AVX2 tables, also the AVX-512 encoder's for most 32-lane payloads (see its 16-lane kernel).
-  const bool lanes16 = simd && path == SimdPath::avx512 && lanes == kMaxLanes &&
-                       rans_encode_avx512_takes16(dim, static_cast<int>(n_syms));
-  if (simd && (path == SimdPath::avx2 || lanes16)) {
-    const auto entry = std::make_unique_for_overwrite<uint32_t[]>(n_entries);
-    const auto magic = std::make_unique_for_overwrite<uint32_t[]>(n_entries);
-    for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
+  const bool lanes16 = path == SimdPath::avx512 && lanes == kMaxLanes &&
+                       rans_encode_avx512_takes16(p.dim, static_cast<int>(p.n_syms));
+  if (path == SimdPath::avx2 || lanes16) {
+    const uint64_t* const bases = narrow_bases();
+    const auto entry = std::make_unique_for_overwrite<uint32_t[]>(p.n_entries);
+    const auto magic = std::make_unique_for_overwrite<uint32_t[]>(p.n_entries);
+    p.for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
       if (f == 0) {
         entry[i] = magic[i] = 0;
         return;
@@ -157,27 +202,73 @@ void rans_encode(std::span<const uint8_t> symbols, size_t dim,
       entry[i] = f | start << 13 | (L > 0 ? L - 1 : 0) << 25;
       magic[i] = static_cast<uint32_t>(base);
     });
-    const RansEncodeTables t{nullptr, static_cast<int>(n_syms), precision, entry.get(),
+    const RansEncodeTables t{nullptr, static_cast<int>(p.n_syms), p.precision, entry.get(),
                              magic.get()};
-    w_pos = lanes16
-                ? rans_encode_avx512_16(t, symbols.data(), dim, scalar_end, x, words, w_pos)
-                : rans_encode_avx2(t, symbols.data(), dim, scalar_end, n_lanes, x, words, w_pos);
-  } else if (simd) {
-    const auto narrow = std::make_unique_for_overwrite<uint64_t[]>(n_entries);
-    for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
-      narrow[i] =
-          f == 0 ? 0 : bases[f] | uint64_t{(1u << precision) - f} << 32 | uint64_t{start} << 45;
-    });
-    const RansEncodeTables t{narrow.get(), static_cast<int>(n_syms), precision};
-    w_pos = lanes == kMaxLanes
-                ? rans_encode_avx512(t, symbols.data(), dim, scalar_end, x, words, w_pos)
-                : rans_encode_avx512_lanes8(t, symbols.data(), dim, scalar_end, x, words, w_pos);
+    p.w_pos =
+        lanes16
+            ? rans_encode_avx512_16(t, symbols, p.dim, p.scalar_end, p.x, p.words, p.w_pos)
+            : rans_encode_avx2(t, symbols, p.dim, p.scalar_end, p.n_lanes, p.x, p.words, p.w_pos);
+  } else {
+    const auto narrow = p.narrow_entries();
+    const RansEncodeTables t{narrow.get(), static_cast<int>(p.n_syms), p.precision};
+    p.w_pos =
+        lanes == kMaxLanes
+            ? rans_encode_avx512(t, symbols, p.dim, p.scalar_end, p.x, p.words, p.w_pos)
+            : rans_encode_avx512_lanes8(t, symbols, p.dim, p.scalar_end, p.x, p.words, p.w_pos);
   }
-  const size_t n_words = words_end - w_pos;
-  out.resize(at + static_cast<size_t>(n_lanes) * 4 + n_words * 2);
+}
+
+// The final states and the words, in decoding order, into out from byte `at`.
+void finish(const Payload& p, std::vector<uint8_t>& out, size_t at) {
+  const size_t n_words = p.words_end - p.w_pos;
+  out.resize(at + static_cast<size_t>(p.n_lanes) * 4 + n_words * 2);
   uint8_t* o = out.data() + at;
-  for (int l = 0; l < n_lanes; ++l, o += 4) wire::store_le(o, x[l], 4);
-  wire::store_le16_array(o, words + w_pos, n_words);
+  for (int l = 0; l < p.n_lanes; ++l, o += 4) wire::store_le(o, p.x[l], 4);
+  wire::store_le16_array(o, p.words + p.w_pos, n_words);
+}
+
+Payload payload_of(const RansJob& job) {
+  if (job.at > job.out->size()) invalid("rans_encode: at past the output");
+  Payload p;
+  p.symbols = job.symbols;
+  p.dim = job.dim;
+  p.channels = job.channels;
+  p.precision = job.precision;
+  p.n_lanes = job.n_lanes;
+  return p;
+}
+
+}  // namespace
+
+void rans_encode(std::span<const uint8_t> symbols, size_t dim,
+                 std::span<const ChannelTable> channels, int precision, int n_lanes,
+                 std::vector<uint8_t>& out, size_t at) {
+  Payload p = payload_of(RansJob{symbols, dim, channels, precision, n_lanes, &out, at});
+  begin(p, Scratch::rans_words);
+  simd_steps(p);
+  finish(p, out, at);
+}
+
+void rans_encode_pair(const RansJob& a, const RansJob& b) {
+  Payload p[2] = {payload_of(a), payload_of(b)};
+  begin(p[0], Scratch::rans_words);
+  begin(p[1], Scratch::rans_words_pair);
+  // Two 8-lane payloads on AVX-512 in lockstep (each one dependency chain), else one by one.
+  if (simd_path() == SimdPath::avx512 && p[0].simd && p[1].simd &&
+      p[0].n_lanes == static_cast<int>(kNarrowLanes) &&
+      p[1].n_lanes == static_cast<int>(kNarrowLanes)) {
+    const auto narrow_a = p[0].narrow_entries(), narrow_b = p[1].narrow_entries();
+    const RansEncodeTables ta{narrow_a.get(), static_cast<int>(p[0].n_syms), p[0].precision};
+    const RansEncodeTables tb{narrow_b.get(), static_cast<int>(p[1].n_syms), p[1].precision};
+    rans_encode_avx512_lanes8_pair(ta, p[0].symbols.data(), p[0].dim, p[0].scalar_end, p[0].x,
+                                   p[0].words, p[0].w_pos, tb, p[1].symbols.data(), p[1].dim,
+                                   p[1].scalar_end, p[1].x, p[1].words, p[1].w_pos);
+  } else {
+    simd_steps(p[0]);
+    simd_steps(p[1]);
+  }
+  finish(p[0], *a.out, a.at);
+  finish(p[1], *b.out, b.at);
 }
 
 }  // namespace cachegen::detail

@@ -474,6 +474,89 @@ __attribute__((noinline)) size_t encode_lanes8(const Step8<false> step, Entries 
   return w_pos;
 }
 
+// An 8-lane payload being coded: its elements [0, end) left, its states and words so far.
+struct Lanes8 {
+  const RansEncodeTables& t;
+  const Step8<false> step;
+  const uint8_t* symbols;
+  size_t dim, end;
+  uint32_t* x;
+  uint16_t* words;
+  size_t& w_pos;
+};
+
+// Two 8-lane payloads in lockstep, while both have steps left (their ends step down to where
+// they stop): two chains, each of one vector, where one payload alone waits on its chain's
+// latency. The entries are copies, as encode_lanes8's (see encode_lanes32), written back as
+// far as they went.
+template <class Entries>
+__attribute__((noinline)) void encode_lanes8_pair(Lanes8& a, Entries& entries_a, Lanes8& b,
+                                                  Entries& entries_b) {
+  Entries ea = entries_a, eb = entries_b;
+  const Step8<false> step_a = a.step, step_b = b.step;
+  const uint8_t* const symbols_a = a.symbols;
+  const uint8_t* const symbols_b = b.symbols;
+  uint16_t* const words_a = a.words;
+  uint16_t* const words_b = b.words;
+  __m512i xa = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x)));
+  __m512i xb = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.x)));
+  size_t ia = a.end, ib = b.end, wa = a.w_pos, wb = b.w_pos;
+  const auto store = [](__mmask8 emit, __m512i before, uint16_t* words, size_t& w_pos) {
+    const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
+    const __m128i packed = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, before));
+    w_pos -= static_cast<size_t>(n_emit);
+    _mm_mask_storeu_epi16(words + w_pos, static_cast<__mmask8>((1u << n_emit) - 1), packed);
+  };
+  for (; ia >= 8 && ib >= 8; ia -= 8, ib -= 8) {
+    const __m512i e_a = ea.next8(symbols_a + ia - 8);
+    const __m512i e_b = eb.next8(symbols_b + ib - 8);
+    const __m512i before_a = xa, before_b = xb;
+    const __mmask8 emit_a = step_a(xa, e_a);
+    const __mmask8 emit_b = step_b(xb, e_b);
+    store(emit_a, before_a, words_a, wa);
+    store(emit_b, before_b, words_b, wb);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.x), _mm512_cvtepi64_epi32(xa));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.x), _mm512_cvtepi64_epi32(xb));
+  entries_a = ea;
+  entries_b = eb;
+  a.end = ia;
+  b.end = ib;
+  a.w_pos = wa;
+  b.w_pos = wb;
+}
+
+// A payload's steps left, alone.
+template <class Entries>
+void encode_rest(Lanes8& p, Entries* entries) {
+  p.w_pos = entries ? encode_lanes8(p.step, *entries, p.symbols, p.end, p.x, p.words, p.w_pos)
+                    : encode_lanes8(p.step, GatheredEntries8(p.t, p.dim, p.end), p.symbols, p.end,
+                                    p.x, p.words, p.w_pos);
+}
+
+// Payloads of different kinds of entries: one after the other.
+template <class EA, class EB>
+void encode_both(Lanes8& a, EA* ea, Lanes8& b, EB* eb) {
+  encode_rest(a, ea);
+  encode_rest(b, eb);
+}
+
+// Of the same kind (a chunk's K and V mostly are): in lockstep, then each one's rest alone.
+template <class Entries>
+void encode_both(Lanes8& a, Entries* ea, Lanes8& b, Entries* eb) {
+  if (ea != nullptr && eb != nullptr) {
+    encode_lanes8_pair(a, *ea, b, *eb);
+  } else if (ea == nullptr && eb == nullptr) {  // both gathered
+    GatheredEntries8 ga(a.t, a.dim, a.end), gb(b.t, b.dim, b.end);
+    encode_lanes8_pair(a, ga, b, gb);
+    a.w_pos = encode_lanes8(a.step, ga, a.symbols, a.end, a.x, a.words, a.w_pos);
+    b.w_pos = encode_lanes8(b.step, gb, b.symbols, b.end, b.x, b.words, b.w_pos);
+    return;
+  }
+  encode_rest(a, ea);
+  encode_rest(b, eb);
+}
+
 }  // namespace
 
 size_t rans_encode_avx512(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,
@@ -516,6 +599,21 @@ size_t rans_encode_avx512_lanes8(const RansEncodeTables& t, const uint8_t* symbo
   return with_entries(t, dim, end, [&](auto* entries) {
     if (entries) return encode_lanes8(step, *entries, symbols, end, x, words, w_pos);
     return encode_lanes8(step, GatheredEntries8(t, dim, end), symbols, end, x, words, w_pos);
+  });
+}
+
+void rans_encode_avx512_lanes8_pair(const RansEncodeTables& ta, const uint8_t* symbols_a,
+                                    size_t dim_a, size_t end_a, uint32_t* x_a, uint16_t* words_a,
+                                    size_t& w_pos_a, const RansEncodeTables& tb,
+                                    const uint8_t* symbols_b, size_t dim_b, size_t end_b,
+                                    uint32_t* x_b, uint16_t* words_b, size_t& w_pos_b) {
+  Lanes8 a{ta, Step8<false>(ta.precision), symbols_a, dim_a, end_a, x_a, words_a, w_pos_a};
+  Lanes8 b{tb, Step8<false>(tb.precision), symbols_b, dim_b, end_b, x_b, words_b, w_pos_b};
+  with_entries(ta, dim_a, end_a, [&](auto* ea) {
+    return with_entries(tb, dim_b, end_b, [&](auto* eb) {
+      encode_both(a, ea, b, eb);
+      return size_t{0};
+    });
   });
 }
 

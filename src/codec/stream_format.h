@@ -2,6 +2,7 @@
 // stream").
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -154,6 +155,21 @@ bool encode_batch_shared(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
                          std::vector<uint8_t>& out,
                          std::span<const CompactSection> compact_sections = {});
+// encode_batch_shared of two batches at once (each's bytes and result the same): where each is
+// one slice of 8 lanes (a chunk's short K and V), their payloads are coded in lockstep.
+struct SharedBatchInput {
+  std::span<const CodeStream> streams;
+  std::span<const ParamPrecision> precisions;
+  std::span<const CompactSection> compact_sections;
+};
+std::array<bool, 2> encode_batch_shared_pair(std::span<const SharedBatchInput, 2> batches,
+                                             const EncodeOptions& options,
+                                             std::span<std::vector<uint8_t>* const, 2> out);
+// encode_batch of two batches, the same bytes: a chunk's K and V blocks (the cache's), whose
+// short payloads are then coded in lockstep (encode_batch_shared_pair).
+std::array<std::vector<uint8_t>, 2> encode_batch_pair(std::span<const CodeStream> a,
+                                                      std::span<const CodeStream> b,
+                                                      const EncodeOptions& options);
 // `body` starts after the layout byte; offsets are relative to the batch start.
 std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
                                             size_t n_heads, const DecodeOptions& options);

@@ -1,5 +1,6 @@
 // The rANS kernels below the stream level. rans_encode writes the same bytes on every SIMD
-// path, for every lane count, precision mix and frequency (1 .. 2^12). rans_decode_pair with
+// path, for every lane count, precision mix and frequency (1 .. 2^12), and rans_encode_pair
+// the bytes of two rans_encode calls. rans_decode_pair with
 // two payloads of their own tables (a layer's K and V decoded together): every lane count,
 // alphabet and SIMD path decodes both exactly as two rans_decode calls, and a damaged payload
 // fails as rans_decode fails on it. (Batch-level callers fall back to one batch at a time after
@@ -132,6 +133,52 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
     const std::span<const uint8_t> payload(reference.data() + 1, reference.size() - 1);
     rans_decode(payload, 0, build_decode_tables(tables, precision), c.dim, c.lanes, back);
     EXPECT_EQ(back, symbols);
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
+TEST(RansEncode, PairWritesTheBytesOfTwoSingleEncodes) {
+  struct Case {
+    size_t dim_a, n_a, dim_b, n_b;
+    int bits_a, bits_b, lanes_a, lanes_b;
+  };
+  // Two 8-lane payloads of the same kind of entries run in lockstep on AVX-512, each's rest
+  // alone (either longer, partial steps at the ends), both gathered too; any other pair one
+  // after the other: kinds that differ, 32 lanes, too short for a step, no SIMD path.
+  const Case cases[] = {
+      {8, 8192, 8, 8192, 3, 3, 8, 8},    // a chunk's K and V (rows held in registers)
+      {8, 8192, 8, 3000, 3, 3, 8, 8},    // b shorter
+      {8, 2003, 8, 8197, 2, 2, 8, 8},    // a shorter, partial steps
+      {40, 8000, 16, 4096, 3, 3, 8, 8},  // blocks of 8 channels loaded, different dims
+      {24, 7205, 24, 4096, 4, 4, 8, 8},  // 16 symbols over 24 channels: both gathered
+      {24, 4096, 24, 7205, 4, 4, 8, 8},  // b longer
+      {8, 8192, 8, 8192, 3, 1, 8, 8},    // different kinds of entries
+      {24, 7205, 8, 8192, 4, 3, 8, 8},   // gathered and held
+      {8, 8192, 8, 8192, 3, 3, 32, 8},   // a 32-lane payload
+      {8, 8192, 8, 8192, 3, 3, 32, 32},  // two
+      {8, 7, 8, 8192, 3, 3, 8, 8},       // a partial step only
+      {8, 2000, 8, 2000, 3, 3, 4, 4},    // 4 lanes: no SIMD kernel
+  };
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    const int t_a = 10 + static_cast<int>(seed % 3), t_b = 12 - static_cast<int>(seed % 2);
+    const auto ta = random_tables(c.dim_a, c.bits_a, t_a, seed++);
+    const auto tb = random_tables(c.dim_b, c.bits_b, t_b, seed++);
+    const auto sa = draw(ta, c.n_a, seed++), sb = draw(tb, c.n_b, seed++);
+    std::vector<uint8_t> want_a = {1, 2, 3}, want_b;  // a from byte 1, past the old end
+    rans_encode(sa, c.dim_a, ta, t_a, c.lanes_a, want_a, 1);
+    rans_encode(sb, c.dim_b, tb, t_b, c.lanes_b, want_b);
+    for (SimdPath p : test::supported_simd_paths()) {
+      set_simd_path(p);
+      SCOPED_TRACE(std::string(simd_path_name(p)) + " n " + std::to_string(c.n_a) + ", " +
+                   std::to_string(c.n_b) + " lanes " + std::to_string(c.lanes_a) + ", " +
+                   std::to_string(c.lanes_b));
+      std::vector<uint8_t> got_a = {1, 2, 3}, got_b;
+      rans_encode_pair(RansJob{sa, c.dim_a, ta, t_a, c.lanes_a, &got_a, 1},
+                       RansJob{sb, c.dim_b, tb, t_b, c.lanes_b, &got_b, 0});
+      EXPECT_EQ(got_a, want_a);
+      EXPECT_EQ(got_b, want_b);
+    }
   }
   set_simd_path(best_supported_simd_path());
 }

@@ -289,6 +289,44 @@ TEST(CodecSharedBatch, ShortSameShapeHeadsShareModelsAndRoundTrip) {
   }
 }
 
+TEST(CodecSharedBatch, PairsOfBatchesWriteEachOnesBytes) {
+  // A cache's K and V blocks coded together (detail::encode_batch_pair): short shared batches
+  // of one 8-lane slice each (in lockstep), either of them or both of several slices, of
+  // independent records (mixed shapes, one head) or empty, on every SIMD path.
+  struct Side {
+    size_t heads, rows, dim;
+    int bits;
+  };
+  const std::pair<Side, Side> cases[] = {
+      {{4, 256, 8, 3}, {4, 256, 8, 3}},  {{4, 256, 8, 3}, {2, 512, 8, 2}},
+      {{2, 64, 64, 3}, {2, 64, 64, 3}},  {{40, 512, 8, 3}, {4, 256, 8, 3}},
+      {{4, 256, 8, 3}, {1, 256, 8, 3}},  {{0, 256, 8, 3}, {4, 256, 8, 3}},
+      {{4, 256, 8, 3}, {40, 512, 8, 3}}, {{3, 96, 8, 4}, {5, 96, 16, 1}},
+  };
+  uint32_t seed = 40;
+  for (const auto& [a, b] : cases) {
+    std::vector<CodeStream> streams[2];
+    int k = 0;
+    for (const Side& side : {a, b}) {
+      const auto x = test::random_walk(side.heads * side.rows, side.dim, 0.1f, seed++);
+      streams[k++] = quantize_to_codes_batch(x, side.heads, side.rows, side.dim, side.bits, 32);
+    }
+    if (a.heads == 4 && b.heads == 1) {  // mixed shapes: independent records
+      streams[0][1] = quantize_to_codes(test::random_walk(128, 8, 0.1f, seed++), 128, 8, 3, 32);
+    }
+    SCOPED_TRACE("heads " + std::to_string(a.heads) + ", " + std::to_string(b.heads) + " rows " +
+                 std::to_string(a.rows) + ", " + std::to_string(b.rows));
+    const std::vector<uint8_t> want[2] = {encode_batch(streams[0]), encode_batch(streams[1])};
+    for (SimdPath p : test::supported_simd_paths()) {
+      set_simd_path(p);
+      const auto got = detail::encode_batch_pair(streams[0], streams[1], EncodeOptions{});
+      EXPECT_EQ(got[0], want[0]) << simd_path_name(p);
+      EXPECT_EQ(got[1], want[1]) << simd_path_name(p);
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
 TEST(CodecSharedBatch, CloseChoicesCountEveryExactEstimate) {
   // Two independent walks at 5 bits over 64 channels: the per-channel lower bounds leave the
   // choice open, and the shared layout wins by 0.2% only once most channels' exact estimates
