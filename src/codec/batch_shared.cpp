@@ -417,6 +417,7 @@ class SharedEncoder {
   std::vector<ChannelModel> models_;
   std::vector<ChannelTable> tables_;
   std::vector<std::vector<uint8_t>> payloads_, param_blocks_;
+  std::vector<uint8_t> side_;  // the models' bits
 };
 
 SharedEncoder& thread_encoder(int which) {
@@ -600,9 +601,10 @@ RansJob SharedEncoder::slice(size_t i, Scratch slot) {
 }
 
 void SharedEncoder::write(std::vector<uint8_t>& out) {
-  BitWriter bits;
+  BitWriter bits(std::move(side_));
   for (const auto& m : models_) write_channel_model(bits, m, bits_);
-  const std::vector<uint8_t> side = bits.finish();
+  side_ = bits.finish();
+  const std::vector<uint8_t>& side = side_;
   // The output grows once (each regrowth copied and page-faulted the whole batch again).
   size_t total = out.size() + 64 + side.size() + 12 * n_slices_;
   for (size_t h = 0; h < G_; ++h)
