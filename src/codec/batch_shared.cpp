@@ -373,7 +373,8 @@ void decode_slices(const SharedBatch& b, Fn&& fn) {
 // file encode's short batches): two per thread (thread_encoder), for two batches at once.
 class SharedEncoder {
  public:
-  // False (nothing kept) where the heads cannot or should not share (encode_batch_shared).
+  // False where the heads cannot or should not share (encode_batch_shared): nothing to slice
+  // or write then.
   bool plan(std::span<const CodeStream> streams, std::span<const ParamPrecision> precisions,
             const EncodeOptions& options, std::span<const CompactSection> compact_sections);
   size_t n_slices() const { return n_slices_; }
@@ -457,8 +458,6 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
   // payloads below; a larger batch's are made in each thread's scratch, counted and dropped,
   // and made again where channels code them (the synthetic set's 8 MiB, kept, were written out
   // of cache: made again instead, its encode of codes is ~10% faster; stories260K's 5% slower).
-  // (The members are named through references: a lambda names a thread_local directly, i.e.
-  // each pool thread's own instance; these are the calling thread's.)
   const bool keep_delta = allow_delta && G * n <= kKeptDeltaBytes;
   if (keep_delta && kept_delta_.size() < G * n) kept_delta_.resize(G * n);
   uint8_t* const kept = kept_ = keep_delta ? kept_delta_.data() : nullptr;

@@ -455,6 +455,15 @@ __attribute__((noinline)) size_t encode_lanes32_16(Entries entries, int precisio
   return w_pos;
 }
 
+// The emitting lanes' words of an 8-lane step (the states before it), stored below w_pos in
+// lane order from the lowest address.
+inline void store_words8(__mmask8 emit, __m512i before, uint16_t* words, size_t& w_pos) {
+  const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
+  const __m128i packed = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, before));
+  w_pos -= static_cast<size_t>(n_emit);
+  _mm_mask_storeu_epi16(words + w_pos, static_cast<__mmask8>((1u << n_emit) - 1), packed);
+}
+
 // 8 lanes: one vector, the entries of a step from `entries` (picked or gathered).
 template <class Entries>
 __attribute__((noinline)) size_t encode_lanes8(const Step8<false> step, Entries entries,
@@ -464,11 +473,7 @@ __attribute__((noinline)) size_t encode_lanes8(const Step8<false> step, Entries 
   for (size_t i0 = end; i0 >= 8; i0 -= 8) {
     const __m512i e = entries.next8(symbols + i0 - 8);
     const __m512i before = xs;
-    const __mmask8 emit = step(xs, e);
-    const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
-    const __m128i packed = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, before));
-    w_pos -= static_cast<size_t>(n_emit);
-    _mm_mask_storeu_epi16(words + w_pos, static_cast<__mmask8>((1u << n_emit) - 1), packed);
+    store_words8(step(xs, e), before, words, w_pos);
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(x), _mm512_cvtepi64_epi32(xs));
   return w_pos;
@@ -501,20 +506,14 @@ __attribute__((noinline)) void encode_lanes8_pair(Lanes8& a, Entries& entries_a,
   __m512i xa = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x)));
   __m512i xb = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.x)));
   size_t ia = a.end, ib = b.end, wa = a.w_pos, wb = b.w_pos;
-  const auto store = [](__mmask8 emit, __m512i before, uint16_t* words, size_t& w_pos) {
-    const int n_emit = __builtin_popcount(static_cast<unsigned>(emit));
-    const __m128i packed = _mm512_cvtepi64_epi16(_mm512_maskz_compress_epi64(emit, before));
-    w_pos -= static_cast<size_t>(n_emit);
-    _mm_mask_storeu_epi16(words + w_pos, static_cast<__mmask8>((1u << n_emit) - 1), packed);
-  };
   for (; ia >= 8 && ib >= 8; ia -= 8, ib -= 8) {
     const __m512i e_a = ea.next8(symbols_a + ia - 8);
     const __m512i e_b = eb.next8(symbols_b + ib - 8);
     const __m512i before_a = xa, before_b = xb;
     const __mmask8 emit_a = step_a(xa, e_a);
     const __mmask8 emit_b = step_b(xb, e_b);
-    store(emit_a, before_a, words_a, wa);
-    store(emit_b, before_b, words_b, wb);
+    store_words8(emit_a, before_a, words_a, wa);
+    store_words8(emit_b, before_b, words_b, wb);
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.x), _mm512_cvtepi64_epi32(xa));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.x), _mm512_cvtepi64_epi32(xb));
