@@ -346,7 +346,9 @@ static ExpGolombOrder best_order(const int64_t* residuals, size_t count, int max
   return best;
 }
 
-inline constexpr ExpGolombKernels kExpGolomb = {
+// Internal linkage, as quant/kernels_impl.h's kTable (an inline variable would be a unique
+// symbol, shared with another build of the library loaded in the same process).
+static constexpr ExpGolombKernels kExpGolomb = {
     signed_run, unsigned_run, signed_runs_pair, put_pairs, put_codes, put_list, best_order};
 
 }  // namespace cachegen::detail::CACHEGEN_EXP_GOLOMB_NS

@@ -6,47 +6,57 @@
 #include <string>
 #include <vector>
 
+#include "quant/kernels.h"
+
 namespace cachegen::detail {
 namespace {
 
 constexpr uint32_t kMaxLog2Table = 1u << kMaxPrecision;
 constexpr int kKindBits = 2, kPrecisionBits = 4, kEgOrderBits = 2;
 
-// What normalize needs of a histogram beyond the counts, the same at every precision: the
-// present symbols (ascending) and their counts side by side, the most frequent one (its index
-// there; the lowest symbol on ties) and the total.
+// A histogram as the search reads it: the present symbols (ascending) and their counts side by
+// side, the most frequent one (its index there; the lowest symbol on ties) and the total.
 struct Present {
   uint16_t sym[256];
   uint32_t count[256];
-  double share[256];  // the doubles nearest count * inv_total
   size_t n = 0, most = 0;
   uint64_t total = 0;
-  double inv_total = 0;   // the double nearest 1 / total
-  double half_share = 0;  // the double nearest floor(total / 2) * inv_total, plus 2^-36
   explicit Present(std::span<const uint32_t> counts) {
-    // Without a branch per symbol (absent ones, scattered over wide alphabets, mispredicted):
-    // every symbol is written at n, which advances past present ones only.
-    uint32_t most_count = 0;
-    for (size_t s = 0; s < counts.size(); ++s) {
-      const uint32_t c = counts[s];
-      sym[n] = static_cast<uint16_t>(s);
-      count[n] = c;
-      const bool more = c > most_count;
-      most = more ? n : most;
-      most_count = more ? c : most_count;
-      n += c != 0;
-      total += c;
+    if (counts.size() >= 32) {
+      n = quant_kernels().present_symbols(counts.data(), counts.size(), sym, count);
+    } else {  // the kernel's own loop, without a call through its table (3-bit codes' cost)
+      for (size_t s = 0; s < counts.size(); ++s) {
+        sym[n] = static_cast<uint16_t>(s);
+        count[n] = counts[s];
+        n += counts[s] != 0;
+      }
     }
-    inv_total = total ? 1.0 / static_cast<double>(total) : 0.0;
-    for (size_t i = 0; i < n; ++i) share[i] = static_cast<double>(count[i]) * inv_total;
-    half_share = static_cast<double>(total / 2) * inv_total + 0x1p-36;
+    uint32_t most_count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const bool more = count[i] > most_count;
+      most = more ? i : most;
+      most_count = more ? count[i] : most_count;
+      total += count[i];
+    }
+  }
+};
+
+// What normalize needs of a histogram beyond its counts, the same at every precision (formed
+// where a table is searched: a bound may spare it).
+struct Shares {
+  double share[256];      // the doubles nearest count * inv_total
+  double half_share = 0;  // the double nearest floor(total / 2) * inv_total, plus 2^-36
+  explicit Shares(const Present& p) {
+    const double inv_total = p.total ? 1.0 / static_cast<double>(p.total) : 0.0;
+    for (size_t i = 0; i < p.n; ++i) share[i] = static_cast<double>(p.count[i]) * inv_total;
+    half_share = static_cast<double>(p.total / 2) * inv_total + 0x1p-36;
   }
 };
 
 // Normalises counts to frequencies summing to 2^t, every present symbol >= 1. Deterministic
 // integer arithmetic; returns false when 2^t cannot hold every present symbol. Writes f[i],
 // the frequency of present symbol p.sym[i], for i < p.n.
-bool normalize(const Present& p, int t, uint16_t* f) {
+bool normalize(const Present& p, const Shares& sh, int t, uint16_t* f) {
   const uint32_t target = 1u << t;
   if (p.n > target) return false;
   uint32_t sum = 0;
@@ -62,7 +72,7 @@ bool normalize(const Present& p, int t, uint16_t* f) {
     // (a compare and a subtract where SSE2 has no integer max).
     const double scale = static_cast<double>(target);
     for (size_t i = 0; i < p.n; ++i) {
-      int32_t q = static_cast<int32_t>(p.share[i] * scale + p.half_share);
+      int32_t q = static_cast<int32_t>(sh.share[i] * scale + sh.half_share);
       q += q == 0;
       f[i] = static_cast<uint16_t>(q);
       sum += static_cast<uint32_t>(q);
@@ -143,10 +153,10 @@ const uint32_t* log2_fixed_table() {
   return table.v;
 }
 
-// table_order_symbol(kind, j, bits) for every j, from a table (the search reads the list order
-// of every channel at every precision), and its inverse: symbol s's place in the list.
+// table_order_symbol(kind, j, bits) for every j, from a table (the model writer and reader
+// take the list order of every channel).
 struct ListOrders {
-  uint16_t symbol[2][9][256], place[2][9][256];
+  uint16_t symbol[2][9][256];
   ListOrders() {
     for (int k = 0; k < 2; ++k)
       for (int b = 0; b <= 8; ++b)
@@ -154,20 +164,43 @@ struct ListOrders {
           const uint32_t s =
               k == 1 && j < (1u << b) ? table_order_symbol(ChannelKind::delta_table, j, b) : j;
           symbol[k][b][j] = static_cast<uint16_t>(s);
-          place[k][b][s] = static_cast<uint16_t>(j);
         }
   }
 };
-const ListOrders& list_orders() {
-  static const ListOrders orders;
-  return orders;
-}
 const uint16_t* list_order(ChannelKind kind, int bits) {
-  return list_orders().symbol[kind == ChannelKind::delta_table ? 1 : 0][bits];
+  static const ListOrders orders;
+  return orders.symbol[kind == ChannelKind::delta_table ? 1 : 0][bits];
 }
-const uint16_t* list_place(ChannelKind kind, int bits) {
-  return list_orders().place[kind == ChannelKind::delta_table ? 1 : 0][bits];
-}
+
+// Where a table's frequency list ends: the present symbol listed last (list order of `kind`),
+// its place in the list and its index among the present symbols. A raw table lists symbols in
+// order: the last present one. A delta table lists 0, -1, +1, -2, ... (mod 2^bits): symbol s
+// below 2^(bits-1) at 2s, one at or above it at 2(2^bits - s) - 1, so the last listed is the
+// largest present symbol below 2^(bits-1) or the smallest one at or above it.
+struct ListEnd {
+  uint32_t last = 0;
+  size_t last_i = 0;
+  ListEnd(ChannelKind kind, const Present& p, int bits) {
+    if (p.n == 0) return;
+    if (kind != ChannelKind::delta_table) {
+      last_i = p.n - 1;
+      last = p.sym[last_i];
+      return;
+    }
+    const uint32_t half = 1u << (bits - 1);
+    size_t k = 0;  // present symbols below half (a loop the compiler vectorises)
+    for (size_t i = 0; i < p.n; ++i) k += p.sym[i] < half;
+    const uint32_t below = k > 0 ? 2u * p.sym[k - 1] : 0;
+    const uint32_t above = k < p.n ? 2u * ((2u << (bits - 1)) - p.sym[k]) - 1 : 0;
+    if (k == p.n || (k > 0 && below > above)) {
+      last_i = k - 1;
+      last = below;
+    } else {
+      last_i = k;
+      last = above;
+    }
+  }
+};
 
 void fill_cum(ChannelTable& table) {
   table.cum.assign(table.freq.size(), 0);
@@ -222,22 +255,16 @@ struct TableChoice {
 // Only a table that costs less than `beat` is returned (t = 0 when none does): the caller's
 // best so far prunes too. winner (optional, 256 entries): the returned table's frequencies, by
 // present symbol (ascending), written when there is one.
-TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts, size_t n_rows,
-                              int bits, uint64_t data_bound, uint64_t beat, uint16_t* winner) {
+TableChoice best_table_choice(const Present& present, const ListEnd& end, size_t n_rows, int bits,
+                              uint64_t data_bound, uint64_t beat, uint16_t* winner) {
   TableChoice best;
   best.cost_fp = beat;
-  const Present present(counts);
+  const Shares shares(present);
   // The list holds every present symbol but the last one listed (at place `last`, present
   // index last_i), and last + 1 - n absent ones (frequency 0): its cost is a sum over present
   // symbols, taken in the data cost's loop.
-  const uint16_t* const place = list_place(kind, bits);
-  uint32_t last = 0;
-  size_t last_i = 0;
-  for (size_t i = 0; i < present.n; ++i) {
-    const uint32_t at = place[present.sym[i]];
-    last_i = at > last ? i : last_i;
-    last = at > last ? at : last;
-  }
+  const uint32_t last = end.last;
+  const size_t last_i = end.last_i;
   const uint32_t* const log2_of = log2_fixed_table();
   const uint64_t* const eg_bits = eg_bits_packed_table();
   const uint64_t absent_list = present.n ? (last + 1 - present.n) * eg_bits[0] : 0;
@@ -276,7 +303,7 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
       if (last_needed) break;
       continue;
     }
-    normalize(present, t, f);
+    normalize(present, shares, t, f);
     uint64_t list = absent_list;  // the list's bits at each order, packed as eg_bits_packed's
     uint32_t ones = 0;
     for (size_t i = 0; i < present.n; ++i) {
@@ -304,7 +331,7 @@ TableChoice best_table_choice(ChannelKind kind, std::span<const uint32_t> counts
 }
 
 // The chosen table itself into m: f holds its frequencies by present symbol (ascending).
-void table_model(ChannelKind kind, const TableChoice& choice, std::span<const uint32_t> counts,
+void table_model(ChannelKind kind, const TableChoice& choice, const Present& p, size_t n_syms,
                  const uint16_t* f, ChannelModel& m) {
   m.kind = kind;
   m.constant_symbol = 0;
@@ -313,15 +340,13 @@ void table_model(ChannelKind kind, const TableChoice& choice, std::span<const ui
   m.table.t = choice.t;
   m.table.freq.clear();
   if (choice.t != 0) {
-    m.table.freq.assign(counts.size(), 0);
-    for (size_t s = 0, i = 0; s < counts.size(); ++s) {
-      if (counts[s] != 0) m.table.freq[s] = f[i++];
-    }
+    m.table.freq.assign(n_syms, 0);
+    for (size_t i = 0; i < p.n; ++i) m.table.freq[p.sym[i]] = f[i];
   }
   fill_cum(m.table);
 }
 
-// A lower bound on best_table_choice(kind, counts, n_rows, bits, ...).cost_fp, at a fraction of
+// A lower bound on best_table_choice(p, end, n_rows, bits, ...).cost_fp, at a fraction of
 // its cost, as description bits and data cost (the data part bounds every table's: the search
 // stops on it).
 // Data: every table's frequencies f / 2^t form a distribution q, and log2_fixed(f) never
@@ -335,18 +360,42 @@ struct CostBound {
   uint64_t desc_bits = 0, data_fp = 0;
   uint64_t cost_fp() const { return (desc_bits << 16) + data_fp; }
 };
+// The bound of a histogram of n present symbols totalling `total`, sum_clog the sum of c log2 c
+// over its counts, its last present symbol listed at place `last`.
+CostBound table_cost_bound(double sum_clog, uint64_t total, size_t n, uint32_t last, int bits) {
+  // The list's entries before the last present one (in list order) are the other present
+  // ones (2 bits each) and absent ones (1 bit each).
+  const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + static_cast<uint64_t>(bits) +
+                        (n ? last + (n - 1) : 0);
+  const double entropy_fp =
+      (count_log2_count(count_log2_count_table(), total) - sum_clog) * 65536.0;
+  const double margin = entropy_fp * 1e-9 + 1024.0;
+  return {desc, entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0};
+}
+// Four partial sums, here and below: one was a chain of dependent additions. (The order of the
+// additions moves the result by rounding only, far inside the margin above.)
+CostBound table_cost_bound(const Present& p, const ListEnd& end, int bits) {
+  const double* const clog = count_log2_count_table();
+  double part[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= p.n; i += 4) {
+    for (size_t k = 0; k < 4; ++k) part[k] += count_log2_count(clog, p.count[i + k]);
+  }
+  for (size_t k = 0; i < p.n; ++i, ++k) part[k] += count_log2_count(clog, p.count[i]);
+  return table_cost_bound((part[0] + part[1]) + (part[2] + part[3]), p.total, p.n, end.last, bits);
+}
+// The same from the counts themselves (the estimates' bound, taken for every channel of every
+// head, needs no Present). Without a branch on zero counts (c log c of 0 is 0): wide
+// alphabets' absent symbols mispredicted.
 CostBound table_cost_bound(ChannelKind kind, std::span<const uint32_t> counts, int bits) {
-  // Four partial sums and no branch on zero counts (c log c of 0 is 0): a single sum was a
-  // chain of dependent additions, and wide alphabets' absent symbols mispredicted. (The order
-  // of the additions moves the result by rounding only, far inside the margin below.)
   const double* const clog = count_log2_count_table();
   uint64_t total = 0;
   double part[4] = {0, 0, 0, 0};
-  uint32_t n_present = 0;
+  uint32_t n = 0;
   const auto add = [&](double& sum, uint32_t c) {
     total += c;
     sum += count_log2_count(clog, c);
-    n_present += c != 0;
+    n += c != 0;
   };
   // Unrolled by hand: indexed by s & 3, the partial sums stayed in memory, each addition
   // waiting on the store before it.
@@ -358,18 +407,11 @@ CostBound table_cost_bound(ChannelKind kind, std::span<const uint32_t> counts, i
     add(part[3], counts[s + 3]);
   }
   for (; s < counts.size(); ++s) add(part[s & 3], counts[s]);
-  const double sum_clog = (part[0] + part[1]) + (part[2] + part[3]);
-  // The list's entries before the last present one (in list order, found from the end) are
-  // the other present ones (2 bits each) and absent ones (1 bit each).
   const uint16_t* const order = list_order(kind, bits);
-  uint32_t last = static_cast<uint32_t>(counts.size());
-  while (last > 0 && counts[order[last - 1]] == 0) --last;
-  const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + static_cast<uint64_t>(bits) +
-                        (n_present ? (last - 1) + (n_present - 1) : 0);
-  const double n_log_n = count_log2_count(clog, total);
-  const double entropy_fp = (n_log_n - sum_clog) * 65536.0;
-  const double margin = entropy_fp * 1e-9 + 1024.0;
-  return {desc, entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0};
+  uint32_t end = static_cast<uint32_t>(counts.size());  // one past the last present one
+  while (end > 0 && counts[order[end - 1]] == 0) --end;
+  return table_cost_bound((part[0] + part[1]) + (part[2] + part[3]), total, n, end ? end - 1 : 0,
+                          bits);
 }
 
 }  // namespace
@@ -400,25 +442,27 @@ uint32_t log2_fixed(uint32_t v) {
 namespace {
 
 // The search of choose_channel_model: the winning kind and, for table kinds, its table's
-// choice (the first of equal costs wins).
+// choice (the first of equal costs wins) and the histogram's present symbols it lists.
 struct ModelChoice {
   ChannelKind kind = ChannelKind::uniform;
   uint64_t cost_fp = 0;
   TableChoice table;
   uint8_t constant_symbol = 0;
+  const Present* present = nullptr;
+};
+// One channel's histograms as the search reads them; delta's only where raw's has two symbols.
+struct ChannelCounts {
+  Present raw, delta;
+  ChannelCounts(std::span<const uint32_t> raw_counts, std::span<const uint32_t> delta_counts)
+      : raw(raw_counts), delta(raw.n > 1 ? delta_counts : std::span<const uint32_t>{}) {}
 };
 // winner (optional): the chosen table's frequencies, as best_table_choice leaves them.
-ModelChoice search_channel_model(std::span<const uint32_t> raw_counts,
-                                 std::span<const uint32_t> delta_counts, size_t n_rows, int bits,
-                                 uint16_t* winner = nullptr) {
-  const size_t n_syms = size_t{1} << bits;
-  size_t n_present = 0, only = 0;
-  for (size_t s = 0; s < n_syms; ++s)
-    if (raw_counts[s] != 0) ++n_present, only = s;
+ModelChoice search_channel_model(const ChannelCounts& counts, bool delta_allowed, size_t n_rows,
+                                 int bits, uint16_t* winner = nullptr) {
   ModelChoice best;
-  if (n_present <= 1) {
+  if (counts.raw.n <= 1) {
     best.kind = ChannelKind::constant;
-    best.constant_symbol = static_cast<uint8_t>(only);
+    best.constant_symbol = static_cast<uint8_t>(counts.raw.n ? counts.raw.sym[0] : 0);
     best.cost_fp = static_cast<uint64_t>(kKindBits + bits) << 16;
     return best;
   }
@@ -426,20 +470,16 @@ ModelChoice search_channel_model(std::span<const uint32_t> raw_counts,
   best.cost_fp = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
   // A table kind whose lower bound is not below the best so far cannot win: its search is
   // skipped, with the same choice.
-  const CostBound raw_bound = table_cost_bound(ChannelKind::raw_table, raw_counts, bits);
-  if (raw_bound.cost_fp() < best.cost_fp) {
-    const TableChoice raw = best_table_choice(ChannelKind::raw_table, raw_counts, n_rows, bits,
-                                              raw_bound.data_fp, best.cost_fp, winner);
-    if (raw.t != 0) best = ModelChoice{ChannelKind::raw_table, raw.cost_fp, raw};
-  }
-  if (!delta_counts.empty()) {
-    const CostBound delta_bound = table_cost_bound(ChannelKind::delta_table, delta_counts, bits);
-    if (delta_bound.cost_fp() < best.cost_fp) {
-      const TableChoice delta = best_table_choice(ChannelKind::delta_table, delta_counts, n_rows,
-                                                  bits, delta_bound.data_fp, best.cost_fp, winner);
-      if (delta.t != 0) best = ModelChoice{ChannelKind::delta_table, delta.cost_fp, delta};
-    }
-  }
+  const auto try_table = [&](ChannelKind kind, const Present& p) {
+    const ListEnd end(kind, p, bits);
+    const CostBound bound = table_cost_bound(p, end, bits);
+    if (bound.cost_fp() >= best.cost_fp) return;
+    const TableChoice table =
+        best_table_choice(p, end, n_rows, bits, bound.data_fp, best.cost_fp, winner);
+    if (table.t != 0) best = ModelChoice{kind, table.cost_fp, table, 0, &p};
+  };
+  try_table(ChannelKind::raw_table, counts.raw);
+  if (delta_allowed) try_table(ChannelKind::delta_table, counts.delta);
   return best;
 }
 
@@ -450,14 +490,11 @@ void choose_channel_model(std::span<const uint32_t> raw_counts,
                           ChannelModel& model) {
   const size_t n_syms = size_t{1} << bits;
   uint16_t winner[256];
-  const ModelChoice choice = search_channel_model(raw_counts, delta_counts, n_rows, bits, winner);
-  switch (choice.kind) {
-    case ChannelKind::raw_table:
-      return table_model(choice.kind, choice.table, raw_counts, winner, model);
-    case ChannelKind::delta_table:
-      return table_model(choice.kind, choice.table, delta_counts, winner, model);
-    default:
-      break;
+  const ChannelCounts counts(raw_counts, delta_counts);
+  const ModelChoice choice =
+      search_channel_model(counts, !delta_counts.empty(), n_rows, bits, winner);
+  if (choice.present) {
+    return table_model(choice.kind, choice.table, *choice.present, n_syms, winner, model);
   }
   // The coder's view of the non-table kinds.
   model.kind = choice.kind;
@@ -485,7 +522,8 @@ ChannelModel choose_channel_model(std::span<const uint32_t> raw_counts,
 
 uint64_t channel_model_cost(std::span<const uint32_t> raw_counts,
                             std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
-  return search_channel_model(raw_counts, delta_counts, n_rows, bits).cost_fp;
+  const ChannelCounts counts(raw_counts, delta_counts);
+  return search_channel_model(counts, !delta_counts.empty(), n_rows, bits).cost_fp;
 }
 
 uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,

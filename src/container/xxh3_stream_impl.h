@@ -23,6 +23,7 @@ static uint64_t digest(const Xxh3State& s) noexcept {
   return XXH3_64bits_digest(reinterpret_cast<const XXH3_state_t*>(s.bytes));
 }
 
-inline constexpr Xxh3Kernels kXxh3Table = {reset, update, digest};
+// Internal linkage, as quant/kernels_impl.h's kTable.
+static constexpr Xxh3Kernels kXxh3Table = {reset, update, digest};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

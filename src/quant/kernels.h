@@ -62,6 +62,9 @@ struct QuantKernels {
   // counts[c * n_syms + s] the rows whose channel c holds s (the codec's model search).
   void (*channel_histograms)(const uint8_t* symbols, size_t rows, size_t dim, size_t n_syms,
                              uint32_t* counts);
+  // The symbols s < n with counts[s] != 0, ascending, into sym and their counts into count
+  // (room for n entries each); returns how many (the model search's histograms).
+  size_t (*present_symbols)(const uint32_t* counts, size_t n, uint16_t* sym, uint32_t* count);
   // The largest of n bytes (0 for n = 0): the check that codes fit their bits.
   uint8_t (*max_byte)(const uint8_t* p, size_t n);
   // The largest magnitude (bits & 0x7fff) of n fp16 values (0 for n = 0): one of them is NaN or

@@ -734,10 +734,13 @@ static uint16_t max_f16_magnitude(const uint16_t* x, size_t n) {
   return top;
 }
 
-inline const QuantKernels kTable = {
-    f16_to_f32,       bf16_to_f32,   minmax_rows,       minmax_rows_first,  minmax_rows_first_f16,
-    all_finite,       quantize_rows, quantize_rows_f16, dequant_rows,       basis_combine,
-    f32_to_f16_sat,   f32_to_f16,    rope_f16,          channel_histograms, max_byte,
-    max_f16_magnitude};
+// Internal linkage: an inline variable is a unique symbol of the shared library, which a process
+// holding two builds of it (two namespaces, RTLD_LOCAL) would share: one build's code would call
+// the other's kernels through a table of another layout.
+static const QuantKernels kTable = {
+    f16_to_f32,     bf16_to_f32,      minmax_rows,       minmax_rows_first,  minmax_rows_first_f16,
+    all_finite,     quantize_rows,    quantize_rows_f16, dequant_rows,       basis_combine,
+    f32_to_f16_sat, f32_to_f16,       rope_f16,          channel_histograms, present_symbols,
+    max_byte,       max_f16_magnitude};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

@@ -330,6 +330,40 @@ TEST(SimdPaths, MaxF16MagnitudeIgnoresTheSign) {
   }
 }
 
+// present_symbols on every path: lengths around the vector width, densities from empty to full
+// (counts up to 2^32 - 1, which no narrowing may drop), the present symbols ascending with their
+// counts, and nothing written past the present ones.
+TEST(SimdPaths, PresentSymbolsListEveryNonZeroCountInOrder) {
+  const std::vector<const detail::QuantKernels*> tables = supported_tables();
+  std::mt19937 rng(21);
+  for (const size_t n : {0u, 1u, 8u, 15u, 16u, 17u, 32u, 64u, 255u, 256u}) {
+    for (const uint32_t one_in : {1u, 2u, 5u, 1000u}) {
+      std::vector<uint32_t> counts(n);
+      for (uint32_t& c : counts) {
+        c = rng() % one_in != 0 ? 0u : (rng() % 4 == 0 ? 0xffffffffu - (rng() % 3) : 1 + rng() % 9);
+      }
+      std::vector<uint16_t> want_sym;
+      std::vector<uint32_t> want_count;
+      for (size_t s = 0; s < n; ++s) {
+        if (counts[s] != 0) {
+          want_sym.push_back(static_cast<uint16_t>(s));
+          want_count.push_back(counts[s]);
+        }
+      }
+      for (const detail::QuantKernels* k : tables) {
+        std::vector<uint16_t> sym(n + 1, 0xdead);
+        std::vector<uint32_t> count(n + 1, 0xdeadbeef);
+        const size_t m = k->present_symbols(counts.data(), n, sym.data(), count.data());
+        ASSERT_EQ(m, want_sym.size()) << "n " << n << " one in " << one_in;
+        EXPECT_TRUE(std::equal(want_sym.begin(), want_sym.end(), sym.begin())) << "n " << n;
+        EXPECT_TRUE(std::equal(want_count.begin(), want_count.end(), count.begin())) << "n " << n;
+        EXPECT_EQ(sym[n], 0xdead);
+        EXPECT_EQ(count[n], 0xdeadbeefu);
+      }
+    }
+  }
+}
+
 // The two min/max kernels on every path (dims taking each width of columns: 16, 8, 4, 1; rows
 // of 8 two a vector): the same ranges, the first (minmax_rows_first) or the last (minmax_rows)
 // of equal -0 and +0, as minima among positive values and as maxima among negative ones, and
