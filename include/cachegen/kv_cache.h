@@ -192,6 +192,7 @@ class LayerKVCache {
     std::vector<Half> residual;           // per head [heads][group_size][dim], first r rows used
   };
   void set_shape(size_t n_kv_heads, size_t head_dim);
+  Half* residual_buffer(int kind);  // plane_[kind].residual, sized on first use
   // Quantizes `rows` rows (whole groups) of every head into the pending groups: head h's row r
   // at base + h * head_stride + r * row_stride.
   void quantize_groups(int kind, const Half* base, size_t head_stride, size_t row_stride,

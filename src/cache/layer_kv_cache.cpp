@@ -156,8 +156,16 @@ void LayerKVCache::set_shape(size_t n_kv_heads, size_t head_dim) {
   if (recomputed()) return;  // holds nothing
   for (PlaneState& p : plane_) {
     p.pending.resize(heads_);
-    p.residual.resize(heads_ * config_.group_size * dim_);
+    p.residual.clear();  // sized where first used (residual_buffer)
   }
+}
+
+Half* LayerKVCache::residual_buffer(int kind) {
+  // Appends of whole groups never use it: a zero-filled buffer per layer and kind, made with
+  // every cache, was 1-2% of a file encode.
+  std::vector<Half>& r = plane_[kind].residual;
+  if (r.empty()) r.resize(heads_ * config_.group_size * dim_);
+  return r.data();
 }
 
 void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
@@ -221,7 +229,7 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
       for (int kind = 0; kind < 2; ++kind) {
         const detail::HalfRows& src = kind == 0 ? kh : vh;
         for (size_t h = 0; h < heads_; ++h) {
-          Half* const dst = plane_[kind].residual.data() + (h * gs + residual_rows_) * dim_;
+          Half* const dst = residual_buffer(kind) + (h * gs + residual_rows_) * dim_;
           const Half* const from = src.base + h * src.head_stride + t * src.row_stride;
           if (src.row_stride == dim_) {
             std::memcpy(dst, from, take * dim_ * sizeof(Half));
@@ -437,8 +445,10 @@ std::vector<Half> LayerKVCache::fetch(int kind, size_t begin, size_t end) const 
     }
     copy_rows(y.data(), pending_begin, pending_rows_, pending_rows_ * dim_);
   }
-  copy_rows(p.residual.data(), n_tokens_ - residual_rows_, residual_rows_,
-            config_.group_size * dim_);
+  if (residual_rows_ > 0) {
+    copy_rows(p.residual.data(), n_tokens_ - residual_rows_, residual_rows_,
+              config_.group_size * dim_);
+  }
   return out;
 }
 

@@ -51,7 +51,7 @@ void LayerKVCache::trim(size_t n) {
     p.blocks = std::move(blocks);
     p.pending = std::move(pending);
     for (size_t h = 0; h < heads_ && keep_rows > 0; ++h) {
-      std::memcpy(p.residual.data() + h * gs * dim_, keep[kind].data() + h * keep_rows * dim_,
+      std::memcpy(residual_buffer(kind) + h * gs * dim_, keep[kind].data() + h * keep_rows * dim_,
                   keep_rows * dim_ * sizeof(Half));
     }
   }
