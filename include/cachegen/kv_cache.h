@@ -14,6 +14,7 @@
 // append/trim/seal need exclusive access.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -193,10 +194,14 @@ class LayerKVCache {
   };
   void set_shape(size_t n_kv_heads, size_t head_dim);
   Half* residual_buffer(int kind);  // plane_[kind].residual, sized on first use
-  // Quantizes `rows` rows (whole groups) of every head into the pending groups: head h's row r
-  // at base + h * head_stride + r * row_stride.
-  void quantize_groups(int kind, const Half* base, size_t head_stride, size_t row_stride,
-                       size_t rows);
+  // Quantizes `rows` rows (whole groups) of every head of `kind` into `pending` (a stream per
+  // head): head h's row r at base + h * head_stride + r * row_stride.
+  void quantize_groups(int kind, std::vector<CodeStream>& pending, const Half* base,
+                       size_t head_stride, size_t row_stride, size_t rows) const;
+  // One block each of K's and V's streams, coded, at token_begin.
+  std::array<CompressedBlock, 2> code_blocks(const std::vector<CodeStream>& k,
+                                             const std::vector<CodeStream>& v,
+                                             size_t token_begin) const;
   void seal_blocks();  // the pending K and V rows as one block each
   std::vector<Half> fetch(int kind, size_t begin, size_t end) const;  // as stored (pre-RoPE)
   void rotate_keys(std::vector<Half>& x, size_t n_tokens, size_t first, bool inverse) const;

@@ -8,9 +8,11 @@
 #include "cache/layer_kv_cache_internal.h"
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/runtime.h"
 #include "codec/params_codec.h"
 #include "codec/stream_format.h"
 #include "core/checks.h"
+#include "core/parallel.h"
 #include "quant/kernels.h"
 #include "transform/rope_kept.h"
 
@@ -213,14 +215,40 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
                               ": a key with RoPE undone exceeds the fp16 range");
   }
   size_t t = 0;
+  const size_t B = config_.block_tokens;
   while (t < T) {
+    if (residual_rows_ == 0 && pending_rows_ == 0 && T - t >= 2 * B && thread_count() > 1 &&
+        !detail::inside_parallel_for()) {
+      // Whole blocks, each quantized and coded on one of the pool's threads (the same bytes): a
+      // file encode's layers that do not split evenly over the threads come here one at a time.
+      const size_t n_blocks = (T - t) / B;
+      std::vector<std::array<CompressedBlock, 2>> coded(n_blocks);
+      detail::parallel_for(n_blocks, [&](size_t b) {
+        std::array<std::vector<CodeStream>, 2> pending{std::vector<CodeStream>(heads_),
+                                                       std::vector<CodeStream>(heads_)};
+        const size_t r = t + b * B;
+        quantize_groups(0, pending[0], kh.base + r * kh.row_stride, kh.head_stride, kh.row_stride,
+                        B);
+        quantize_groups(1, pending[1], vh.base + r * vh.row_stride, vh.head_stride, vh.row_stride,
+                        B);
+        coded[b] = code_blocks(pending[0], pending[1], n_tokens_ + b * B);
+      });
+      for (std::array<CompressedBlock, 2>& c : coded) {
+        for (int kind = 0; kind < 2; ++kind) plane_[kind].blocks.push_back(std::move(c[kind]));
+      }
+      n_tokens_ += n_blocks * B;
+      t += n_blocks * B;
+      continue;
+    }
     if (residual_rows_ == 0 && T - t >= gs) {
       // Whole groups with none waiting: straight from the caller's rows, up to the block's end
       // (a quantizer call per head and block, not per group: the fixed costs of stories260K's
       // 256-value groups were ~8% of its 3-bit file encode).
       const size_t rows = std::min(config_.block_tokens - pending_rows_, (T - t) / gs * gs);
-      quantize_groups(0, kh.base + t * kh.row_stride, kh.head_stride, kh.row_stride, rows);
-      quantize_groups(1, vh.base + t * vh.row_stride, vh.head_stride, vh.row_stride, rows);
+      quantize_groups(0, plane_[0].pending, kh.base + t * kh.row_stride, kh.head_stride,
+                      kh.row_stride, rows);
+      quantize_groups(1, plane_[1].pending, vh.base + t * vh.row_stride, vh.head_stride,
+                      vh.row_stride, rows);
       n_tokens_ += rows;
       pending_rows_ += rows;
       t += rows;
@@ -243,7 +271,8 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
       t += take;
       if (residual_rows_ < gs) continue;
       for (int kind = 0; kind < 2; ++kind)
-        quantize_groups(kind, plane_[kind].residual.data(), gs * dim_, dim_, gs);
+        quantize_groups(kind, plane_[kind].pending, plane_[kind].residual.data(), gs * dim_, dim_,
+                        gs);
       residual_rows_ = 0;
       pending_rows_ += gs;
     }
@@ -268,9 +297,8 @@ bool detail::quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits
          rows <= config.group_size;
 }
 
-void LayerKVCache::quantize_groups(int kind, const Half* base, size_t head_stride,
-                                   size_t row_stride, size_t rows) {
-  PlaneState& p = plane_[kind];
+void LayerKVCache::quantize_groups(int kind, std::vector<CodeStream>& pending, const Half* base,
+                                   size_t head_stride, size_t row_stride, size_t rows) const {
   const size_t gs = config_.group_size;
   thread_local CodeStream g;            // the groups of one head, its buffers kept between calls
   thread_local std::vector<Half> side;  // a head's rows side by side, where the caller's are not
@@ -281,7 +309,7 @@ void LayerKVCache::quantize_groups(int kind, const Half* base, size_t head_strid
       detail::copy_rows(x, row_stride, side.data(), dim_, rows, dim_);
       x = side.data();
     }
-    CodeStream& dst = p.pending[h];
+    CodeStream& dst = pending[h];
     const bool first = dst.n_rows == 0;
     if (first) {  // room for a block (up to 4,096 rows), kept by seal_blocks
       const size_t block = std::min<size_t>(config_.block_tokens, 4096);
@@ -332,14 +360,22 @@ CompressedBlock detail::code_block(const std::vector<CodeStream>& streams, size_
   return block_of(streams, token_begin, config, encode_batch(streams, block_options(config)));
 }
 
-void LayerKVCache::seal_blocks() {
+std::array<CompressedBlock, 2> LayerKVCache::code_blocks(const std::vector<CodeStream>& k,
+                                                         const std::vector<CodeStream>& v,
+                                                         size_t token_begin) const {
   // K's and V's blocks coded together: their short payloads in lockstep (encode_batch_pair).
-  const size_t begin = n_tokens_ - residual_rows_ - pending_rows_;
   std::array<std::vector<uint8_t>, 2> bytes =
-      detail::encode_batch_pair(plane_[0].pending, plane_[1].pending, block_options(config_));
+      detail::encode_batch_pair(k, v, block_options(config_));
+  return {block_of(k, token_begin, config_, std::move(bytes[0])),
+          block_of(v, token_begin, config_, std::move(bytes[1]))};
+}
+
+void LayerKVCache::seal_blocks() {
+  const size_t begin = n_tokens_ - residual_rows_ - pending_rows_;
+  std::array<CompressedBlock, 2> blocks = code_blocks(plane_[0].pending, plane_[1].pending, begin);
   for (int kind = 0; kind < 2; ++kind) {
     PlaneState& p = plane_[kind];
-    p.blocks.push_back(block_of(p.pending, begin, config_, std::move(bytes[kind])));
+    p.blocks.push_back(std::move(blocks[kind]));
     for (CodeStream& s : p.pending) {  // emptied, its buffers kept for the next block
       s.n_rows = 0;
       s.codes.clear();

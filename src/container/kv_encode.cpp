@@ -8,6 +8,7 @@
 
 #include "cachegen/container.h"
 #include "cachegen/quality_levels.h"
+#include "cachegen/runtime.h"
 #include "cachegen/transform.h"
 #include "core/parallel.h"
 #include "quant/kernels.h"
@@ -215,12 +216,18 @@ uint64_t encode_to(To& to, const KVArrayView& kv, const ModelShape& shape, const
   std::mutex progress_mutex;
   size_t done = 0;
   // Layers are independent caches: each is filled on one of the pool's threads (a chunk's
-  // heads, coded inside, then stay on that thread). The bytes do not depend on it.
-  detail::parallel_for(cache.layers.size(), [&](size_t l) {
-    // One block at a time: progress moves, the result is the same (results do not depend on
-    // how tokens arrive).
-    for (size_t t = 0; t < T; t += cfg.block_tokens) {
-      const size_t n = std::min(cfg.block_tokens, T - t);
+  // heads, coded inside, then stay on that thread). Where the layers do not split evenly over
+  // the threads (stories260K: 5 layers on 2), the last L mod threads of them come after the
+  // others, one at a time, their whole blocks coded on the pool's threads (LayerKVCache::append
+  // of several blocks). The bytes do not depend on it.
+  const size_t L = cache.layers.size();
+  const size_t threads = std::min(thread_count(), L);
+  const size_t by_layer = threads > 1 && T / cfg.block_tokens >= threads ? L - L % threads : L;
+  const auto fill = [&](size_t l, size_t step) {
+    // `step` tokens at a time: progress moves, the result is the same (results do not depend
+    // on how tokens arrive).
+    for (size_t t = 0; t < T; t += step) {
+      const size_t n = std::min(step, T - t);
       const uint8_t* base =
           static_cast<const uint8_t*>(kv.layers[l]) + t * H * D * kv_dtype_size(kv.dtype);
       cache.layers[l].append({base, kv.dtype, H, n, D, true},
@@ -231,7 +238,9 @@ uint64_t encode_to(To& to, const KVArrayView& kv, const ModelShape& shape, const
         progress(done, total);
       }
     }
-  });
+  };
+  detail::parallel_for(by_layer, [&](size_t l) { fill(l, cfg.block_tokens); });
+  for (size_t l = by_layer; l < L; ++l) fill(l, T);
   return to.cache(cache, blobs);
 }
 
