@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -203,11 +205,30 @@ struct ListEnd {
 };
 
 void fill_cum(ChannelTable& table) {
-  table.cum.assign(table.freq.size(), 0);
-  uint32_t c = 0;
-  for (size_t s = 0; s < table.freq.size(); ++s) {
-    table.cum[s] = static_cast<uint16_t>(c);
-    c += table.freq[s];
+  // Tables of 32 symbols and more four frequencies a step in a 64-bit word (every partial sum
+  // <= 2^12 fits its 16-bit lane): one add a symbol was 7% of reading 8-bit tables, 5% of 5-6
+  // bit ones. (Small tables one at a time: the words' carry chain is longer than their adds.)
+  const size_t n = table.freq.size();
+  table.cum.resize(n);
+  const uint16_t* const f = table.freq.data();
+  uint16_t* const cum = table.cum.data();
+  size_t s = 0;
+  uint64_t carry = 0;  // the sum so far, in every lane
+  if (std::endian::native == std::endian::little && n >= 32) {
+    for (; s + 4 <= n; s += 4) {
+      uint64_t w;
+      std::memcpy(&w, f + s, 8);
+      uint64_t inclusive = w + (w << 16);
+      inclusive += inclusive << 32;
+      const uint64_t exclusive = inclusive - w + carry;
+      std::memcpy(cum + s, &exclusive, 8);
+      carry += (inclusive >> 48) * 0x0001000100010001ull;
+    }
+  }
+  uint32_t c = static_cast<uint32_t>(carry & 0xffff);
+  for (; s < n; ++s) {
+    cum[s] = static_cast<uint16_t>(c);
+    c += f[s];
   }
 }
 
