@@ -218,8 +218,9 @@ uint64_t encode_to(To& to, const KVArrayView& kv, const ModelShape& shape, const
   // Layers are independent caches: each is filled on one of the pool's threads (a chunk's
   // heads, coded inside, then stay on that thread). Where the layers do not split evenly over
   // the threads (stories260K: 5 layers on 2), the last L mod threads of them come after the
-  // others, one at a time, their whole blocks coded on the pool's threads (LayerKVCache::append
-  // of several blocks). The bytes do not depend on it.
+  // others, one at a time, a block per thread at a time (LayerKVCache::append codes several
+  // whole blocks on the pool's threads; a call's working set stays a few blocks). The bytes do
+  // not depend on it.
   const size_t L = cache.layers.size();
   const size_t threads = std::min(thread_count(), L);
   const size_t by_layer = threads > 1 && T / cfg.block_tokens >= threads ? L - L % threads : L;
@@ -240,7 +241,7 @@ uint64_t encode_to(To& to, const KVArrayView& kv, const ModelShape& shape, const
     }
   };
   detail::parallel_for(by_layer, [&](size_t l) { fill(l, cfg.block_tokens); });
-  for (size_t l = by_layer; l < L; ++l) fill(l, T);
+  for (size_t l = by_layer; l < L; ++l) fill(l, threads * cfg.block_tokens);
   return to.cache(cache, blobs);
 }
 

@@ -332,7 +332,7 @@ TEST(SimdPaths, MaxF16MagnitudeIgnoresTheSign) {
 
 // present_symbols on every path: lengths around the vector width, densities from empty to full
 // (counts up to 2^32 - 1, which no narrowing may drop), the present symbols ascending with their
-// counts, and nothing written past the present ones.
+// counts, and nothing written past the n entries of room.
 TEST(SimdPaths, PresentSymbolsListEveryNonZeroCountInOrder) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(21);
