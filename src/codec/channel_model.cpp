@@ -205,6 +205,7 @@ struct ListEnd {
 };
 
 void fill_cum(ChannelTable& table) {
+  static_assert(kMaxPrecision < 16, "a table's partial sums must fit 16-bit lanes");
   // Tables of 32 symbols and more four frequencies a step in a 64-bit word (every partial sum
   // <= 2^12 fits its 16-bit lane): one add a symbol was 7% of reading 8-bit tables, 5% of 5-6
   // bit ones. (Small tables one at a time: the words' carry chain is longer than their adds.)
