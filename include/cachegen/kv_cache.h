@@ -44,7 +44,10 @@ struct KVCacheConfig {
   size_t group_size = 32;     // tokens per quantization group, 1..kMaxGroupSize
   size_t block_tokens = 256;  // tokens per entropy-coded block: a multiple of group_size
   bool use_delta = true;      // let the coder use token-delta models (and the estimate)
-  bool per_channel = true;    // the reference estimate per channel (else pooled)
+  // Let a block code every channel with one model where that is smaller (codec batch layout 2,
+  // which .cgkv files of version 6 hold): off writes layouts 0 and 1 only.
+  bool one_model = true;
+  bool per_channel = true;  // the reference estimate per channel (else pooled)
   // Compute the reference estimate of every block (stats().estimated_bytes; a tenth of the
   // encoding time): off where only the bytes are wanted (encode_kv_array), the estimates 0.
   bool size_estimate = true;

@@ -350,6 +350,7 @@ CompressedBlock block_of(const std::vector<CodeStream>& streams, size_t token_be
 EncodeOptions block_options(const KVCacheConfig& config) {
   EncodeOptions opt;
   opt.allow_delta = config.use_delta;
+  opt.allow_one_model = config.one_model;
   return opt;
 }
 

@@ -74,7 +74,7 @@ void choose_models(const uint32_t* raw, const uint32_t* delta, size_t dim, size_
   }
 }
 
-// A parsed layout-1 batch.
+// A parsed layout-1 or -2 batch.
 struct SharedBatch {
   std::vector<CodeStream> heads;     // params only
   std::vector<FramedParams> params;  // per head: its parameter block's bytes
@@ -111,7 +111,7 @@ size_t bounded_mul(size_t a, size_t b, size_t limit, const char* what) {
 
 // Parses into `b`, reusing its storage: decoders of many small tensors (a .cgkv file's chunks)
 // keep one batch per thread instead of allocating per head and per channel.
-void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
+void parse_shared(std::span<const uint8_t> body, size_t body_offset, uint8_t layout, size_t n_heads,
                   const DecodeOptions& options, SharedBatch& b) {
   wire::Reader r(body, "codec batch", body_offset);
   b.param_bytes = b.model_bytes = b.payload_bytes = 0;
@@ -204,17 +204,28 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
   const size_t models_begin = r.offset();
   const uint64_t side_bytes = r.varint("model_bytes");
   if (side_bytes > r.remaining()) r.need(r.remaining() + 1, "channel models");
-  if (dim > side_bytes * 4) corrupt("dim " + std::to_string(dim) + " exceeds the model section");
+  const bool one_model = layout == kBatchOneModel;
+  if (!one_model && dim > side_bytes * 4)
+    corrupt("dim " + std::to_string(dim) + " exceeds the model section");
   const size_t side_offset = r.offset();
   BitReader bits_in(r.take(side_bytes, "channel models"), side_offset);
   b.is_delta.resize(dim);
-  b.channel_tables.resize(dim);
-  for (size_t c = 0; c < dim; ++c) {
-    read_channel_model(bits_in, bits, total_rows, b.model);
+  if (one_model) {
+    // One model codes every channel's G * n_rows symbols (total_elements in all; its table
+    // precision is bounded by that count).
+    read_channel_model(bits_in, bits, total_elements, b.model);
     if (b.model.table.t > coder_precision)
-      corrupt("channel " + std::to_string(c) + " table precision above coder_precision");
-    b.is_delta[c] = b.model.kind == ChannelKind::delta_table;
-    b.channel_tables[c] = b.model.table;  // copy-assignment keeps the storage
+      corrupt("the model's table precision above coder_precision");
+    std::fill(b.is_delta.begin(), b.is_delta.end(), b.model.kind == ChannelKind::delta_table);
+  } else {
+    b.channel_tables.resize(dim);
+    for (size_t c = 0; c < dim; ++c) {
+      read_channel_model(bits_in, bits, total_rows, b.model);
+      if (b.model.table.t > coder_precision)
+        corrupt("channel " + std::to_string(c) + " table precision above coder_precision");
+      b.is_delta[c] = b.model.kind == ChannelKind::delta_table;
+      b.channel_tables[c] = b.model.table;  // copy-assignment keeps the storage
+    }
   }
   bits_in.finish("channel models");
   b.model_bytes = r.offset() - models_begin;
@@ -241,7 +252,11 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, size_t n_he
   if (r.remaining() != 0)
     corrupt(std::to_string(r.remaining()) + " trailing bytes at offset " +
             std::to_string(r.offset()));
-  build_decode_tables(b.channel_tables, coder_precision, b.tables);
+  if (one_model) {
+    build_shared_decode_tables(b.model.table, dim, coder_precision, b.tables);
+  } else {
+    build_decode_tables(b.channel_tables, coder_precision, b.tables);
+  }
 }
 
 // The batches of this thread's last parse (see parse_shared): thread_batches(n)[i] for
@@ -385,9 +400,13 @@ class SharedEncoder {
   // Slice i's symbols (in `slot` of this thread's scratch, or its codes in place) and its heads'
   // parameter blocks made: its rANS payload's job.
   RansJob slice(size_t i, Scratch slot);
+  // The batch after the layout byte, which `out` ends with (batch_start), set to the layout.
   void write(std::vector<uint8_t>& out);
 
  private:
+  // The plan's end: models_ (every channel's one_ for layout 2) made the channels' tables.
+  void take_one_model();
+  void take_models();
   size_t slice_heads_of(size_t i) const {
     return std::min(G_, (i + 1) * heads_per_slice_) - i * heads_per_slice_;
   }
@@ -416,6 +435,8 @@ class SharedEncoder {
   std::vector<std::vector<uint32_t>> raw_counts_, delta_counts_;
   std::vector<uint64_t> head_cost_, head_fp_, channel_bound_;
   std::vector<ChannelModel> models_;
+  ChannelModel one_;  // the pooled model (layout 2)
+  bool one_model_ = false;
   std::vector<ChannelTable> tables_;
   std::vector<std::vector<uint8_t>> payloads_, param_blocks_;
   std::vector<uint8_t> side_;  // the models' bits
@@ -430,7 +451,9 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
                          std::span<const CompactSection> compact_sections) {
   const size_t G = streams.size();
-  if (G < 2) return false;
+  // One head shares a batch only with one model (layout 2); with a model per channel it is a
+  // head record.
+  if (G == 0 || (G == 1 && !options.allow_one_model)) return false;
   const CodeStream& first = streams[0];
   for (const auto& s : streams) {
     if (s.n_rows != first.n_rows || s.dim != first.dim || s.bits != first.bits ||
@@ -504,17 +527,52 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
     for (size_t i = 0; i < del.size(); ++i) del[i] += delta_counts[h][i];
   }
   const size_t total_rows = G * first.n_rows;
-  choose_models(raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits,
-                models_);
   heads_per_slice_ = slice_heads(G, n);
   n_slices_ = (G + heads_per_slice_ - 1) / heads_per_slice_;
-  uint64_t shared = fp_bytes(model_cost_fp(models_)) + 4;
-  for (size_t i = 0; i < n_slices_; ++i) shared += 4 * static_cast<uint64_t>(slice_lanes(i)) + 4;
+  uint64_t framing = 4;  // coder precision and the models' length, then the slice table
+  for (size_t i = 0; i < n_slices_; ++i) framing += 4 * static_cast<uint64_t>(slice_lanes(i)) + 4;
+  uint64_t independent = 0;
+  for (uint64_t c : head_cost) independent += c;
+  // One model for every channel (layout 2): the channels' counts pooled. Where it is no larger
+  // than the lower bounds of both the other layouts, it is taken without their model searches
+  // (a .cgkv chunk's 3-bit tensors: per-channel tables of a few hundred symbols each cost more
+  // than the channels' differences save).
+  one_model_ = false;
+  uint64_t one = UINT64_MAX;
+  if (options.allow_one_model) {
+    std::vector<uint32_t> raw_all(n_syms, 0), del_all(allow_delta ? n_syms : 0, 0);
+    for (size_t c = 0; c < dim; ++c) {
+      for (size_t v = 0; v < n_syms; ++v) raw_all[v] += raw[c * n_syms + v];
+      for (size_t v = 0; v < del_all.size(); ++v) del_all[v] += del[c * n_syms + v];
+    }
+    choose_channel_model(raw_all, del_all, G * n, first.bits, one_);
+    one = fp_bytes(one_.cost_fp) + framing;
+    if (G == 1) {  // a head record otherwise
+      if (one > independent) return false;
+      take_one_model();
+      return true;
+    }
+    uint64_t per_channel_bound = 0;
+    for (size_t c = 0; c < dim && one <= independent; ++c) {
+      per_channel_bound += channel_cost_lower_bound(
+          std::span<const uint32_t>(raw.data() + c * n_syms, n_syms),
+          allow_delta ? std::span<const uint32_t>(del.data() + c * n_syms, n_syms)
+                      : std::span<const uint32_t>(),
+          total_rows, first.bits);
+    }
+    if (one <= independent && one <= fp_bytes(per_channel_bound) + framing) {
+      take_one_model();
+      return true;
+    }
+  }
+  choose_models(raw.data(), allow_delta ? del.data() : nullptr, dim, n_syms, total_rows, first.bits,
+                models_);
+  uint64_t shared = fp_bytes(model_cost_fp(models_)) + framing;
+  const bool one_smaller = one < shared;
+  shared = std::min(shared, one);
   // The independent records' lower bounds settle the choice when the shared batch is no larger
   // than even those (the usual case: the estimate's model search per head and channel was
   // most of the encoder's model search); the search runs only when they do not.
-  uint64_t independent = 0;
-  for (uint64_t c : head_cost) independent += c;
   // Otherwise the bounds become exact estimates channel by channel (cost only: no tables
   // built), in one parallel loop, until their sum reaches the shared size (shared wins; the
   // channels left are skipped) or every channel is exact (the estimate decides). Exact
@@ -550,21 +608,35 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
     });
     if (shared > bound.load()) return false;
   }
+  if (one_smaller) {
+    take_one_model();
+  } else {
+    take_models();
+  }
+  return true;
+}
 
+void SharedEncoder::take_one_model() {
+  one_model_ = true;
+  models_.resize(dim_);  // copy-assignment reuses their storage
+  for (ChannelModel& m : models_) m = one_;
+  take_models();
+}
+
+void SharedEncoder::take_models() {
   precision_ = 1;
-  tables_.resize(dim);  // copy-assignment reuses their storage
-  for (size_t c = 0; c < dim; ++c) {
+  tables_.resize(dim_);  // copy-assignment reuses their storage
+  for (size_t c = 0; c < dim_; ++c) {
     precision_ = std::max(precision_, models_[c].table.t);
     tables_[c] = models_[c].table;
   }
   if (payloads_.size() < n_slices_) payloads_.resize(n_slices_);
-  if (param_blocks_.size() < G) param_blocks_.resize(G);
+  if (param_blocks_.size() < G_) param_blocks_.resize(G_);
   // Where every channel codes its codes, a slice of one head (heads of 16K elements or more)
   // codes them in place: no copy (3% of encoding tinystories-hd64's codes).
   any_delta_ = std::any_of(models_.begin(), models_.end(),
                            [](const auto& m) { return m.kind == ChannelKind::delta_table; });
   codes_in_place_ = heads_per_slice_ == 1 && !any_delta_;
-  return true;
 }
 
 RansJob SharedEncoder::slice(size_t i, Scratch slot) {
@@ -600,8 +672,13 @@ RansJob SharedEncoder::slice(size_t i, Scratch slot) {
 }
 
 void SharedEncoder::write(std::vector<uint8_t>& out) {
+  out.back() = one_model_ ? kBatchOneModel : kBatchShared;  // the layout byte (batch_start)
   BitWriter bits(std::move(side_));
-  for (const auto& m : models_) write_channel_model(bits, m, bits_);
+  if (one_model_) {
+    write_channel_model(bits, one_, bits_);
+  } else {
+    for (const auto& m : models_) write_channel_model(bits, m, bits_);
+  }
   side_ = bits.finish();
   const std::vector<uint8_t>& side = side_;
   // The output grows once (each regrowth copied and page-faulted the whole batch again).
@@ -680,19 +757,20 @@ std::array<bool, 2> encode_batch_shared_pair(std::span<const SharedBatchInput, 2
 }
 
 std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
-                                            size_t n_heads, const DecodeOptions& options) {
+                                            uint8_t layout, size_t n_heads,
+                                            const DecodeOptions& options) {
   SharedBatch b;  // its heads are returned
-  parse_shared(body, body_offset, n_heads, options, b);
+  parse_shared(body, body_offset, layout, n_heads, options, b);
   decode_slices(b,
                 [&](size_t h, const uint8_t* codes) { set_codes_with_padding(b.heads[h], codes); });
   return std::move(b.heads);
 }
 
-void decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
-                                 const DecodeOptions& options,
+void decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset, uint8_t layout,
+                                 size_t n_heads, const DecodeOptions& options,
                                  const std::function<Half*(size_t)>& dest) {
   SharedBatch& b = thread_batch();
-  parse_shared(body, body_offset, n_heads, options, b);
+  parse_shared(body, body_offset, layout, n_heads, options, b);
   const size_t n = b.heads[0].n_rows * b.heads[0].dim;
   Half* out = dest(n_heads * n);
   decode_slices(b, [&](size_t h, const uint8_t* codes) {
@@ -700,11 +778,11 @@ void decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offs
   });
 }
 
-void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset,
+void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset, uint8_t layout,
                                  const BatchShape& shape, std::span<Half> out,
                                  const DecodeOptions& options) {
   SharedBatch& b = thread_batch();
-  parse_shared(body, body_offset, shape.n_heads, options, b);
+  parse_shared(body, body_offset, layout, shape.n_heads, options, b);
   check_head_shape(b.heads[0], 0, shape);  // the heads of a shared batch share one shape
   const size_t row_stride = shape.n_heads * shape.dim;
   decode_slices(b, [&](size_t h, const uint8_t* codes) {
@@ -720,7 +798,7 @@ void decode_batches_shared_to_rows(std::span<const SharedBatchRows> batches,
   list.clear();
   for (size_t k = 0; k < batches.size(); ++k) {
     const SharedBatchRows& j = batches[k];
-    parse_shared(j.body, j.body_offset, j.shape.n_heads, options, parsed[k]);
+    parse_shared(j.body, j.body_offset, j.layout, j.shape.n_heads, options, parsed[k]);
     check_head_shape(parsed[k].heads[0], 0, j.shape);
     list.push_back(&parsed[k]);
   }
@@ -733,9 +811,9 @@ void decode_batches_shared_to_rows(std::span<const SharedBatchRows> batches,
 }
 
 SharedBatchSizes shared_batch_sizes(std::span<const uint8_t> body, size_t body_offset,
-                                    size_t n_heads) {
+                                    uint8_t layout, size_t n_heads) {
   SharedBatch& b = thread_batch();
-  parse_shared(body, body_offset, n_heads, DecodeOptions{}, b);
+  parse_shared(body, body_offset, layout, n_heads, DecodeOptions{}, b);
   return SharedBatchSizes{b.param_bytes, b.model_bytes, b.payload_bytes};
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "cachegen/codec.h"
@@ -113,7 +114,7 @@ BatchHeader read_batch_header(std::span<const uint8_t> bytes) {
   BatchHeader h;
   h.n_heads = r.varint("n_heads");
   h.layout = r.u8("batch layout");
-  if (h.layout > detail::kBatchShared) {
+  if (h.layout > detail::kBatchOneModel) {
     detail::fail(ErrorCode::corrupt_input, "codec batch: layout " + std::to_string(h.layout) +
                                                " at offset " + std::to_string(r.offset() - 1) +
                                                " unknown");
@@ -162,7 +163,8 @@ std::vector<detail::CompactSection>& thread_sections(int which) {
   return kept[which];
 }
 
-// A batch's magic, head count and layout byte (shared: write_independent changes it).
+// A batch's magic, head count and layout byte (shared: encode_batch_shared sets the shared
+// layout written, write_independent layout 0).
 std::vector<uint8_t> batch_start(size_t n_heads) {
   std::vector<uint8_t> out = with_magic(detail::kBatchMagic);
   wire::Writer w(out);
@@ -373,6 +375,14 @@ std::pair<const CodeStream&, const CodeStream&> decode_expecting_pair(const Expe
   return {ha.stream, hb.stream};
 }
 
+std::optional<uint8_t> batch_layout(std::span<const uint8_t> bytes) {
+  try {
+    return read_batch_header(bytes).layout;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace detail
 
 std::vector<Half> decode_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options) {
@@ -501,9 +511,9 @@ CodedSizeReport coded_size_report_batch(std::span<const uint8_t> batch_bytes) {
   const BatchHeader bh = read_batch_header(batch_bytes);
   CodedSizeReport rep;
   rep.coded_bytes = batch_bytes.size();
-  if (bh.layout == detail::kBatchShared) {
-    const auto sizes =
-        detail::shared_batch_sizes(batch_bytes.subspan(bh.body_offset), bh.body_offset, bh.n_heads);
+  if (detail::is_shared_layout(bh.layout)) {
+    const auto sizes = detail::shared_batch_sizes(batch_bytes.subspan(bh.body_offset),
+                                                  bh.body_offset, bh.layout, bh.n_heads);
     rep.param_bytes = sizes.param_bytes;
     rep.model_bytes = sizes.model_bytes;
     rep.payload_bytes = sizes.payload_bytes;
@@ -520,9 +530,9 @@ CodedSizeReport coded_size_report_batch(std::span<const uint8_t> batch_bytes) {
 
 std::vector<CodeStream> decode_batch(std::span<const uint8_t> bytes, const DecodeOptions& options) {
   const BatchHeader bh = read_batch_header(bytes);
-  if (bh.layout == detail::kBatchShared) {
-    return detail::decode_batch_shared(bytes.subspan(bh.body_offset), bh.body_offset, bh.n_heads,
-                                       options);
+  if (detail::is_shared_layout(bh.layout)) {
+    return detail::decode_batch_shared(bytes.subspan(bh.body_offset), bh.body_offset, bh.layout,
+                                       bh.n_heads, options);
   }
   const auto records = batch_records(bytes, bh);
   std::vector<CodeStream> out(records.size());
@@ -540,9 +550,9 @@ namespace {
 void batch_to_half(std::span<const uint8_t> bytes, const DecodeOptions& options,
                    const std::function<Half*(size_t)>& dest) {
   const BatchHeader bh = read_batch_header(bytes);
-  if (bh.layout == detail::kBatchShared) {
-    detail::decode_batch_shared_to_half(bytes.subspan(bh.body_offset), bh.body_offset, bh.n_heads,
-                                        options, dest);
+  if (detail::is_shared_layout(bh.layout)) {
+    detail::decode_batch_shared_to_half(bytes.subspan(bh.body_offset), bh.body_offset, bh.layout,
+                                        bh.n_heads, options, dest);
     return;
   }
   const auto records = batch_records(bytes, bh);
@@ -600,9 +610,9 @@ void decode_batch_to_rows(std::span<const uint8_t> bytes, const BatchShape& shap
     detail::fail(ErrorCode::corrupt_input, "codec batch: " + std::to_string(bh.n_heads) +
                                                " heads, expected " + std::to_string(shape.n_heads));
   }
-  if (bh.layout == detail::kBatchShared) {
-    detail::decode_batch_shared_to_rows(bytes.subspan(bh.body_offset), bh.body_offset, shape, out,
-                                        options);
+  if (detail::is_shared_layout(bh.layout)) {
+    detail::decode_batch_shared_to_rows(bytes.subspan(bh.body_offset), bh.body_offset, bh.layout,
+                                        shape, out, options);
     return;
   }
   const auto records = batch_records(bytes, bh);
@@ -680,12 +690,12 @@ void decode_batches_to_rows(std::span<const BatchRows> batches, const DecodeOpti
       const BatchRows& b = batches[k];
       const BatchShape& shape = b.shape;
       const BatchHeader bh = read_batch_header(b.bytes);
-      if (bh.layout == detail::kBatchShared && bh.n_heads == shape.n_heads &&
+      if (detail::is_shared_layout(bh.layout) && bh.n_heads == shape.n_heads &&
           b.out.size() ==
               detail::checked_mul(detail::checked_mul(shape.n_heads, shape.n_rows, "shape"),
                                   shape.dim, "shape")) {
-        jobs.push_back(
-            detail::SharedBatchRows{b.bytes.subspan(bh.body_offset), bh.body_offset, shape, b.out});
+        jobs.push_back(detail::SharedBatchRows{b.bytes.subspan(bh.body_offset), bh.body_offset,
+                                               bh.layout, shape, b.out});
         shared.push_back(k);
       } else {
         alone.push_back(k);

@@ -74,6 +74,10 @@ DecodeTables build_decode_tables(std::span<const ChannelTable> channels, int pre
 // The same into `tables`, reusing its storage.
 void build_decode_tables(std::span<const ChannelTable> channels, int precision,
                          DecodeTables& tables);
+// The tables of `dim` channels that all use `table` (a batch of layout 2): one slot table
+// that every channel's base points to, or its cumulative counts once per channel.
+void build_shared_decode_tables(const ChannelTable& table, size_t dim, int precision,
+                                DecodeTables& tables);
 
 // build_decode_tables writes each symbol's slot entries as a block of kSlotRun entries (see
 // there), and kSlotRun entries of padding after the last channel's.

@@ -74,6 +74,20 @@ void build_decode_tables(std::span<const ChannelTable> channels, int precision,
   }
 }
 
+void build_shared_decode_tables(const ChannelTable& table, size_t dim, int precision,
+                                DecodeTables& tables) {
+  build_decode_tables(std::span<const ChannelTable>(&table, 1), precision, tables);
+  if (tables.uses_search()) {
+    const size_t row = static_cast<size_t>(tables.n_syms) + 1;
+    tables.cum.resize(dim * row);
+    for (size_t c = 1; c < dim; ++c)
+      std::memcpy(tables.cum.data() + c * row, tables.cum.data(), row * sizeof(uint16_t));
+    return;
+  }
+  tables.base.assign(dim, 0);
+  tables.shift.assign(dim, tables.shift[0]);
+}
+
 void rans_decode_scalar(RansDecodeState& st, const DecodeTables& tables, size_t dim, int n_lanes,
                         size_t begin, size_t end, uint8_t* symbols) {
   const uint32_t p = static_cast<uint32_t>(tables.precision);

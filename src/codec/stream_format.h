@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -25,6 +26,11 @@ inline constexpr uint8_t kFormatVersion = 1;
 // Batch layouts (u8 after the head count).
 inline constexpr uint8_t kBatchIndependent = 0;  // G head records
 inline constexpr uint8_t kBatchShared = 1;       // one shape, shared models, sliced payloads
+inline constexpr uint8_t kBatchOneModel = 2;     // layout 1 with one model for every channel
+// The layouts whose body is a shared batch's (batch_shared.cpp).
+inline constexpr bool is_shared_layout(uint8_t layout) {
+  return layout == kBatchShared || layout == kBatchOneModel;
+}
 
 // Lanes for a payload of n elements: enough to keep SIMD decoders busy on long payloads, few
 // enough that the 4-byte final state per lane stays a small share of short ones; 32 from
@@ -147,10 +153,12 @@ void decode_framed_params(const FramedParams& framed, CodeStream& s);
 void decode_compact_params_pair(const FramedParams& ca, CodeStream& sa, const FramedParams& cb,
                                 CodeStream& sb, int& failing);
 
-// Shared-model batch (layout 1): heads must share n_rows, dim, bits and group_size.
-// Returns false (writing nothing) when the heads cannot or should not share: mismatched
-// shapes, or when independent records are estimated to code smaller. compact_sections: per
-// head, exact_param_precision's compact section, or empty (none kept).
+// Shared-model batch (layout 1, or 2 with one model for every channel where that is estimated
+// smaller and options.allow_one_model): heads must share n_rows, dim, bits and group_size.
+// `out` ends with the batch's layout byte, which is set to the layout written. Returns false
+// (writing nothing) when the heads cannot or should not share: mismatched shapes, or when
+// independent records are estimated to code smaller. compact_sections: per head,
+// exact_param_precision's compact section, or empty (none kept).
 bool encode_batch_shared(std::span<const CodeStream> streams,
                          std::span<const ParamPrecision> precisions, const EncodeOptions& options,
                          std::vector<uint8_t>& out,
@@ -170,16 +178,18 @@ std::array<bool, 2> encode_batch_shared_pair(std::span<const SharedBatchInput, 2
 std::array<std::vector<uint8_t>, 2> encode_batch_pair(std::span<const CodeStream> a,
                                                       std::span<const CodeStream> b,
                                                       const EncodeOptions& options);
-// `body` starts after the layout byte; offsets are relative to the batch start.
+// `body` starts after the layout byte (`layout`: kBatchShared or kBatchOneModel); offsets are
+// relative to the batch start.
 std::vector<CodeStream> decode_batch_shared(std::span<const uint8_t> body, size_t body_offset,
-                                            size_t n_heads, const DecodeOptions& options);
+                                            uint8_t layout, size_t n_heads,
+                                            const DecodeOptions& options);
 // fp16 [G, n_rows, dim] into dest(G * n_rows * dim), called once the batch is parsed and
 // checked (it returns where those values go, or throws).
-void decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset, size_t n_heads,
-                                 const DecodeOptions& options,
+void decode_batch_shared_to_half(std::span<const uint8_t> body, size_t body_offset, uint8_t layout,
+                                 size_t n_heads, const DecodeOptions& options,
                                  const std::function<Half*(size_t)>& dest);
 // fp16 [n_rows, G, dim] into out (decode_batch_to_rows).
-void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset,
+void decode_batch_shared_to_rows(std::span<const uint8_t> body, size_t body_offset, uint8_t layout,
                                  const BatchShape& shape, std::span<Half> out,
                                  const DecodeOptions& options);
 
@@ -198,13 +208,14 @@ struct ExpectedStream {
 std::pair<const CodeStream&, const CodeStream&> decode_expecting_pair(const ExpectedStream& a,
                                                                       const ExpectedStream& b);
 
-// Several layout-1 batches into their callers' rows, as decode_batch_shared_to_rows does each,
-// their slices decoded in pairs or fours across batches (decode_batches_to_rows). Errors may differ
-// from decoding them in order: callers that must name the failing batch decode them one at a
+// Several layout-1 or -2 batches into their callers' rows, as decode_batch_shared_to_rows does
+// each, their slices decoded in pairs or fours across batches (decode_batches_to_rows). Errors may
+// differ from decoding them in order: callers that must name the failing batch decode them one at a
 // time after a failure.
 struct SharedBatchRows {
   std::span<const uint8_t> body;  // after the layout byte
   size_t body_offset = 0;
+  uint8_t layout = kBatchShared;
   BatchShape shape;
   std::span<Half> out;
 };
@@ -214,13 +225,16 @@ void decode_batches_shared_to_rows(std::span<const SharedBatchRows> batches,
 // Adds one decoded head's sizes, channel kinds and code entropy to `report`.
 void add_head_size_report(const DecodedHead& head, CodedSizeReport& report);
 
-// Section sizes of a layout-1 batch body (parameter blocks, model section with its length,
-// slice payloads), for size reports.
+// Section sizes of a layout-1 or -2 batch body (parameter blocks, model section with its
+// length, slice payloads), for size reports.
 struct SharedBatchSizes {
   size_t param_bytes = 0, model_bytes = 0, payload_bytes = 0;
 };
 SharedBatchSizes shared_batch_sizes(std::span<const uint8_t> body, size_t body_offset,
-                                    size_t n_heads);
+                                    uint8_t layout, size_t n_heads);
+// The layout byte of a codec batch, or nullopt where its header does not parse (its decoder
+// reports that).
+std::optional<uint8_t> batch_layout(std::span<const uint8_t> bytes);
 
 // Checks magic and version; returns the bytes after them.
 std::span<const uint8_t> check_magic(std::span<const uint8_t> bytes, const uint8_t (&magic)[4],

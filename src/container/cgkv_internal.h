@@ -31,10 +31,11 @@ namespace detail {
 inline constexpr uint8_t kCgkvMagic[4] = {'C', 'G', 'K', 'V'};
 // The newest version read, and the one every writer writes (its chunk checksums are the
 // fastest to verify); older ones are read as FORMAT.md's "Versions" says.
-inline constexpr uint16_t kCgkvVersion = 5;
+inline constexpr uint16_t kCgkvVersion = 6;
 inline constexpr uint16_t kCgkvRowsDedupVersion = 3;  // the first version with lossless method 2
 inline constexpr uint16_t kCgkvTransformVersion = 4;  // the first version with codec 2
 inline constexpr uint16_t kCgkvXxh3Version = 5;       // the first with XXH3-64 chunk checksums
+inline constexpr uint16_t kCgkvOneModelVersion = 6;   // the first with codec batch layout 2
 inline constexpr uint16_t kCgkvOldestVersion = 1;
 inline constexpr size_t kPreambleBytes = 32;
 inline constexpr uint64_t kMaxHeaderBytes = 64ull << 20;

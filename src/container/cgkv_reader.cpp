@@ -10,6 +10,7 @@
 #include "cachegen/codec.h"
 #include "cachegen/error.h"
 #include "cachegen/profile.h"
+#include "codec/stream_format.h"
 #include "container/cgkv_internal.h"
 #include "core/checks.h"
 #include "core/huge_pages.h"
@@ -257,6 +258,13 @@ void walk_chunk(const CgkvInfo& info, size_t c, std::span<const uint8_t> bytes, 
                                                   " runs past the chunk");
       }
       const auto data = r.take(len, "tensor data");
+      if (info.codec == ContainerCodec::quantized && info.version < detail::kCgkvOneModelVersion &&
+          detail::batch_layout(data) == detail::kBatchOneModel) {
+        throw Error(ErrorCode::corrupt_input,
+                    ctx + ": codec batch layout 2 in a file of version " +
+                        std::to_string(info.version) + " (it needs version " +
+                        std::to_string(detail::kCgkvOneModelVersion) + ")");
+      }
       const CgkvLayerInfo& li = info.layers[l];
       fn(TensorRef{t, l, kind, kind ? li.value_bits : li.key_bits,
                    kind ? li.value_step : li.key_step},

@@ -261,6 +261,13 @@ namespace {
 
 using test::batch_layout;
 
+// Layout 1 (a model per channel): what readers before layout 2 read.
+EncodeOptions per_channel_models() {
+  EncodeOptions o;
+  o.allow_one_model = false;
+  return o;
+}
+
 TEST(CodecSharedBatch, ShortSameShapeHeadsShareModelsAndRoundTrip) {
   // Real-KV-like: many short heads of 8 channels; slices of 4 heads, G not a multiple of 4.
   for (size_t heads : {size_t{2}, size_t{5}, size_t{11}}) {
@@ -268,7 +275,7 @@ TEST(CodecSharedBatch, ShortSameShapeHeadsShareModelsAndRoundTrip) {
       const size_t rows = 512, dim = 8;
       const auto x = test::random_walk(heads * rows, dim, 0.1f, static_cast<uint32_t>(heads));
       const auto streams = quantize_to_codes_batch(x, heads, rows, dim, bits, 32);
-      const auto bytes = encode_batch(streams);
+      const auto bytes = encode_batch(streams, per_channel_models());
       SCOPED_TRACE("heads " + std::to_string(heads) + " bits " + std::to_string(bits));
       EXPECT_EQ(batch_layout(bytes), 1);
       size_t independent = 0;
@@ -282,11 +289,65 @@ TEST(CodecSharedBatch, ShortSameShapeHeadsShareModelsAndRoundTrip) {
       ASSERT_EQ(ref.size(), got.size());
       for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(ref[i].bits, got[i].bits) << i;
       // encode_values_batch takes the same path and stays consistent with its quantization.
-      const auto vbytes = encode_values_batch(x, heads, rows, dim, bits);
+      const auto vbytes = encode_values_batch(x, heads, rows, dim, bits, 32, per_channel_models());
       EXPECT_EQ(batch_layout(vbytes), 1);
       EXPECT_EQ(decode_batch_to_half(vbytes).size(), heads * rows * dim);
     }
   }
+}
+
+// Layout 2: one model for every channel where the channels' distributions are alike (the
+// pooled table costs less than their differences), a model per channel where they are not;
+// every width (search and slot tables), one head or many, every SIMD path.
+TEST(CodecSharedBatch, OneModelForChannelsAlike) {
+  for (const size_t heads : {size_t{1}, size_t{3}, size_t{40}}) {
+    for (const int bits : {1, 2, 3, 4, 5, 6, 8}) {
+      const size_t rows = 256, dim = 16;
+      SCOPED_TRACE("heads " + std::to_string(heads) + " bits " + std::to_string(bits));
+      const auto x = test::iid_normal(heads * rows * dim, static_cast<uint32_t>(7 * heads + bits));
+      const auto streams = quantize_to_codes_batch(x, heads, rows, dim, bits, 32);
+      const auto bytes = encode_batch(streams);
+      ASSERT_EQ(batch_layout(bytes), 2);
+      if (heads > 1) {
+        EXPECT_LT(bytes.size(), encode_batch(streams, per_channel_models()).size());
+      }
+      const auto ref = dequant_codes_batch(streams);
+      for (SimdPath p : test::supported_simd_paths()) {
+        set_simd_path(p);
+        const auto back = decode_batch(bytes);
+        ASSERT_EQ(back.size(), heads);
+        for (size_t h = 0; h < heads; ++h) test::expect_same_stream(back[h], streams[h]);
+        const auto got = decode_batch_to_half(bytes);
+        ASSERT_EQ(ref.size(), got.size());
+        for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(ref[i].bits, got[i].bits) << i;
+        std::vector<Half> rows_out(ref.size());
+        decode_batch_to_rows(bytes, {heads, rows, dim, bits, 32}, rows_out);
+        for (size_t h = 0; h < heads; ++h)
+          for (size_t t = 0; t < rows; ++t)
+            for (size_t c = 0; c < dim; ++c)
+              ASSERT_EQ(rows_out[(t * heads + h) * dim + c].bits,
+                        ref[(h * rows + t) * dim + c].bits);
+      }
+      set_simd_path(best_supported_simd_path());
+    }
+  }
+  // Channels unlike each other (half of them a slow walk, coded as deltas; half noise of
+  // another spread): a model each.
+  const size_t heads = 4, rows = 512, dim = 16;
+  const auto walk = test::random_walk(heads * rows, dim, 0.02f, 3);
+  const auto noise = test::iid_normal(heads * rows * dim, 4);
+  std::vector<float> x(walk.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % dim) < dim / 2 ? walk[i] : noise[i];
+  const auto streams = quantize_to_codes_batch(x, heads, rows, dim, 4, 32);
+  const auto bytes = encode_batch(streams);
+  EXPECT_EQ(batch_layout(bytes), 1);
+  const auto back = decode_batch(bytes);
+  for (size_t h = 0; h < heads; ++h) test::expect_same_stream(back[h], streams[h]);
+  // One such head: its record (layout 0).
+  const std::vector<CodeStream> one(streams.begin(), streams.begin() + 1);
+  const auto alone = encode_batch(one);
+  EXPECT_EQ(batch_layout(alone), 0);
+  test::expect_same_stream(decode_batch(alone).at(0), streams[0]);
 }
 
 TEST(CodecSharedBatch, PairsOfBatchesWriteEachOnesBytes) {
@@ -347,7 +408,7 @@ TEST(CodecSharedBatch, CloseChoicesCountEveryExactEstimate) {
   }
   for (const size_t threads : {1, 2}) {
     set_thread_count(threads);
-    const auto bytes = encode_batch(streams);
+    const auto bytes = encode_batch(streams, per_channel_models());
     EXPECT_EQ(batch_layout(bytes), 1) << threads << " threads";
     size_t independent = 0;
     for (const auto& s : streams) independent += encode(s).size();
@@ -437,7 +498,7 @@ TEST(CodecSharedBatch, SizeReportAddsUpForBothLayouts) {
   const size_t heads = 5, rows = 512, dim = 8;
   const auto x = test::random_walk(heads * rows, dim, 0.1f, 3);
   const auto streams = quantize_to_codes_batch(x, heads, rows, dim, 3, 32);
-  const auto shared = encode_batch(streams);
+  const auto shared = encode_batch(streams, per_channel_models());
   ASSERT_EQ(batch_layout(shared), 1);
   const CodedSizeReport rs = coded_size_report_batch(shared);
   EXPECT_EQ(rs.coded_bytes, shared.size());
@@ -448,6 +509,13 @@ TEST(CodecSharedBatch, SizeReportAddsUpForBothLayouts) {
   EXPECT_GE(rs.param_bytes, params);
   EXPECT_LE(rs.param_bytes, params + 8 * heads);
   EXPECT_GT(rs.payload_bytes, 0u);
+  // One model for every channel: the same parameters, one model's bytes.
+  const auto one = encode_batch(streams);
+  ASSERT_EQ(batch_layout(one), 2);
+  const CodedSizeReport r1 = coded_size_report_batch(one);
+  EXPECT_EQ(r1.header_bytes + r1.param_bytes + r1.model_bytes + r1.payload_bytes, one.size());
+  EXPECT_EQ(r1.param_bytes, rs.param_bytes);
+  EXPECT_LT(r1.model_bytes, rs.model_bytes);
 
   const auto a = quantize_to_codes(test::random_walk(100, 8, 0.1f, 1), 100, 8, 3, 32);
   const auto b = quantize_to_codes(test::random_walk(60, 8, 0.1f, 2), 60, 8, 3, 32);
@@ -473,14 +541,17 @@ TEST(CodecSharedBatch, SlicesOfOneHeadCodeTheirOwnCodes) {
                           dim, 3, 32);
     for (uint8_t& c : s.codes) c = static_cast<uint8_t>(rng() % 8);  // no use for deltas
   }
-  for (const bool allow_delta : {false, true}) {
-    EncodeOptions options;
-    options.allow_delta = allow_delta;
-    const auto bytes = encode_batch(streams, options);
-    ASSERT_EQ(batch_layout(bytes), 1);
-    const auto back = decode_batch(bytes);
-    ASSERT_EQ(back.size(), heads);
-    for (size_t h = 0; h < heads; ++h) EXPECT_EQ(back[h].codes, streams[h].codes) << h;
+  for (const bool one_model : {false, true}) {
+    for (const bool allow_delta : {false, true}) {
+      EncodeOptions options;
+      options.allow_one_model = one_model;
+      options.allow_delta = allow_delta;
+      const auto bytes = encode_batch(streams, options);
+      ASSERT_EQ(batch_layout(bytes), one_model ? 2 : 1);
+      const auto back = decode_batch(bytes);
+      ASSERT_EQ(back.size(), heads);
+      for (size_t h = 0; h < heads; ++h) EXPECT_EQ(back[h].codes, streams[h].codes) << h;
+    }
   }
 }
 

@@ -258,22 +258,32 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
                         {4, 64, 8, 3, true},    {4, 44, 8, 3, true}};
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<BatchShape> shapes;  // of the batches in bytes
-  for (size_t k = 0; k < std::size(specs); ++k) {
+  // Layouts 0 and 1 (a model per channel), then specs 0, 1, 8 and 12 once more with one model
+  // for every channel (layout 2) as 14..17.
+  EncodeOptions per_channel;
+  per_channel.allow_one_model = false;
+  const size_t again[] = {0, 1, 8, 12};
+  for (size_t j = 0; j < std::size(specs) + std::size(again); ++j) {
+    const size_t k = j < std::size(specs) ? j : again[j - std::size(specs)];
     const Spec& sp = specs[k];
     auto x = test::random_walk(sp.heads * sp.rows, sp.dim, 0.15f, static_cast<uint32_t>(k + 40));
     if (sp.cubed)
       for (float& v : x) v = v * v * v;
-    bytes.push_back(
-        encode_batch(quantize_to_codes_batch(x, sp.heads, sp.rows, sp.dim, sp.bits, 32)));
+    bytes.push_back(encode_batch(quantize_to_codes_batch(x, sp.heads, sp.rows, sp.dim, sp.bits, 32),
+                                 j < std::size(specs) ? per_channel : EncodeOptions{}));
     shapes.push_back(BatchShape{sp.heads, sp.rows, sp.dim, sp.bits, 32});
   }
   for (const size_t k : {6, 8, 9, 10})
     EXPECT_EQ(test::batch_layout(bytes[k]), 0) << k;  // independent records
+  for (const size_t k : {14, 15, 16, 17}) EXPECT_EQ(test::batch_layout(bytes[k]), 2) << k;
   const std::vector<std::vector<size_t>> lists = {
-      {0, 1},   {1, 2},           {0, 3},       {4, 5},    {0, 1, 3, 2},    {6, 0},
-      {0, 7},   {3, 4},           {5},          {0, 6, 1}, {6, 0, 3, 7, 1},  // shared ones together
-      {8, 9},   {8, 9, 10},       {0, 8, 1, 9}, {6, 8},    {8, 0, 9},  // independent ones paired
-      {11, 12}, {11, 12, 13, 11}, {12, 0, 13}};  // 4-lane payloads (a short chunk's K and V)
+      {0, 1},   {1, 2},           {0, 3},       {4, 5},           {0, 1, 3, 2},    {6, 0},
+      {0, 7},   {3, 4},           {5},          {0, 6, 1},        {6, 0, 3, 7, 1},  // shared ones
+                                                                                    // together
+      {8, 9},   {8, 9, 10},       {0, 8, 1, 9}, {6, 8},           {8, 0, 9},  // independent ones
+                                                                              // paired
+      {11, 12}, {11, 12, 13, 11}, {12, 0, 13},  // 4-lane payloads (a short chunk's K and V)
+      {14, 15}, {14, 0, 15, 1},   {16, 8},      {14, 16, 15, 17}, {17, 11, 12}};  // one model
   auto one_at_a_time = [&](const std::vector<size_t>& list,
                            const std::vector<std::vector<uint8_t>>& in) {
     std::vector<std::vector<Half>> out;

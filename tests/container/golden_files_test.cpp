@@ -136,7 +136,10 @@ json describe_batch(const Bytes& s) {
     const std::vector<Half> h = dequant_codes(c);
     all.insert(all.end(), h.begin(), h.end());
   }
-  return {{"heads", heads}, {"half_xxh64", half_hash(all)}};
+  // The layout byte follows magic, version and the varint head count.
+  size_t at = 5;
+  while (s.at(at) & 0x80) ++at;
+  return {{"heads", heads}, {"half_xxh64", half_hash(all)}, {"layout", s.at(at + 1)}};
 }
 
 json describe(const std::string& kind, const Bytes& b) {
@@ -284,7 +287,12 @@ std::vector<Golden> generate_golden() {
   g.push_back({"stream_empty.cgcs", "codec_stream",
                encode(quantize_to_codes(std::span<const float>(), 0, 8, 2, 32))});
   const std::vector<float> hx = lcg_walk(4 * 24 * 8, 17, 8);
-  g.push_back({"batch_shared_2bit.cgcb", "codec_batch", encode_values_batch(hx, 4, 24, 8, 2, 8)});
+  EncodeOptions per_channel;  // layout 1
+  per_channel.allow_one_model = false;
+  g.push_back({"batch_shared_2bit.cgcb", "codec_batch",
+               encode_values_batch(hx, 4, 24, 8, 2, 8, per_channel)});
+  g.push_back(
+      {"batch_one_model_2bit.cgcb", "codec_batch", encode_values_batch(hx, 4, 24, 8, 2, 8)});
   std::vector<CodeStream> mixed;
   mixed.push_back(quantize_to_codes(std::span<const float>(hx).first(24 * 8), 24, 8, 5, 8));
   mixed.push_back(
@@ -369,8 +377,14 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
   cg("truncated_header", ErrorCode::truncated_input, q, [](Bytes& b) { b.resize(60); });
   cg("truncated_last_chunk", ErrorCode::truncated_input, q, [](Bytes& b) { b.pop_back(); });
   cg("bad_magic", ErrorCode::corrupt_input, q, [](Bytes& b) { b[3] = 'W'; });
-  cg("unsupported_version_6", ErrorCode::unsupported_version, q,
-     [](Bytes& b) { put_le(b, 4, 6, 2); });
+  cg("unsupported_version_7", ErrorCode::unsupported_version, q,
+     [](Bytes& b) { put_le(b, 4, 7, 2); });
+  // Codec batch layout 2 (in this file's chunks) came with version 6; version 5 has the same
+  // chunk checksums.
+  cg("one_model_in_version_5", ErrorCode::corrupt_input, q, [](Bytes& b) {
+    put_le(b, 4, 5, 2);
+    resign(b);
+  });
   {
     // Transform files (codec 2): only in version >= 4; a step of 0 on a stored layer; another
     // profile's id (refused when the golden profile is set).
@@ -561,8 +575,8 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
   // The rANS payload is u32 states then 16-bit words: an odd byte count is corrupt.
   codec("stream_payload_odd_bytes", "codec_stream", ErrorCode::corrupt_input, s,
         [](Bytes& b) { b.pop_back(); });
-  codec("batch_layout_2", "codec_batch", ErrorCode::corrupt_input, sb,
-        [](Bytes& b) { b[6] = 2; });  // magic 4, version 1, G = 4 (1 byte), then layout
+  codec("batch_layout_3", "codec_batch", ErrorCode::corrupt_input, sb,
+        [](Bytes& b) { b[6] = 3; });  // magic 4, version 1, G = 4 (1 byte), then layout
   codec("batch_version_0", "codec_batch", ErrorCode::unsupported_version, sb,
         [](Bytes& b) { b[4] = 0; });
   codec("batch_truncated", "codec_batch", ErrorCode::truncated_input, sb,
@@ -649,7 +663,7 @@ TEST(GoldenFiles, DecodeToTheirRecordedValues) {
     if (kind == "cgkv") seen_versions.insert(got["version"].get<int>());
   }
   // Every version a reader accepts, each with its own chunk checksums.
-  EXPECT_EQ(seen_versions, (std::set<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(seen_versions, (std::set<int>{1, 2, 3, 4, 5, 6}));
 }
 
 TEST(MustReject, EachFileFailsWithItsErrorCode) {

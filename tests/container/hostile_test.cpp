@@ -90,7 +90,7 @@ TEST(Hostile, ForgedHeadersNameTheField) {
   // Offsets: preamble 0..31; body: n_layers 32, heads 36, dim 40, group 44, n_tokens 48,
   // chunk_tokens 56, n_chunks 60, codec 64, param_mode 65, reserved 66.
   const Case cases[] = {
-      {4, 2, 6, ErrorCode::unsupported_version, "version"},
+      {4, 2, 7, ErrorCode::unsupported_version, "version"},
       {4, 2, 0, ErrorCode::unsupported_version, "version"},
       {6, 2, 1, ErrorCode::corrupt_input, "flags"},
       {12, 4, 7, ErrorCode::corrupt_input, "reserved"},
@@ -167,7 +167,7 @@ TEST(Hostile, SwappedChunkEntriesAreDetected) {
   KVCacheConfig cfg;
   cfg.block_tokens = 64;
   std::vector<uint8_t> b = write_cgkv(test::filled_cache(128, cfg).cache);
-  ASSERT_EQ(CgkvReader::from_bytes(b).info().version, 5);
+  ASSERT_EQ(CgkvReader::from_bytes(b).info().version, 6);
   ASSERT_EQ(outcome(b), ErrorCode::ok);
   swap_chunk_entries(b, 0, 1);
   resign(b);
@@ -179,9 +179,11 @@ TEST(Hostile, SwappedChunkEntriesAreDetected) {
 
 TEST(Hostile, VersionOneFilesStillRead) {
   // A version-1 file: chunk checksums over the bytes alone. It reads as before (and, as
-  // FORMAT.md says, cannot detect swapped entries).
+  // FORMAT.md says, cannot detect swapped entries). (Blocks of codec batch layouts 0 and 1:
+  // layout 2 needs version 6.)
   KVCacheConfig cfg;
   cfg.block_tokens = 64;
+  cfg.one_model = false;
   const test::Filled f = test::filled_cache(128, cfg);
   const std::vector<uint8_t> written = write_cgkv(f.cache);
   std::vector<uint8_t> b = written;
@@ -223,6 +225,7 @@ uint64_t tagged_checksum(const std::vector<uint8_t>& file, size_t c, const CgkvC
 TEST(Hostile, ChunkChecksumsFollowTheVersion) {
   KVCacheConfig cfg;
   cfg.block_tokens = 64;
+  cfg.one_model = false;  // codec batch layouts 0 and 1, which every version holds
   const test::Filled f = test::filled_cache(150, cfg);
   // Every SIMD path writes (and reads) the same checksums.
   const SimdPath path = simd_path();
@@ -230,13 +233,18 @@ TEST(Hostile, ChunkChecksumsFollowTheVersion) {
     set_simd_path(p);
     const std::vector<uint8_t> written = write_cgkv(f.cache);
     const CgkvInfo info = CgkvReader::from_bytes(written).info();
-    ASSERT_EQ(info.version, 5);
+    ASSERT_EQ(info.version, 6);
     ASSERT_EQ(info.chunks.size(), 3u);
     for (size_t c = 0; c < info.chunks.size(); ++c) {
       EXPECT_EQ(info.chunks[c].range.xxh64, tagged_checksum(written, c, info.chunks[c], true))
           << simd_path_name(simd_path()) << " chunk " << c;
     }
     EXPECT_NO_THROW(CgkvReader::from_bytes(written).verify());
+    // As version 5: the same checksums.
+    std::vector<uint8_t> v5 = written;
+    v5[4] = 5;
+    resign(v5);
+    EXPECT_EQ(outcome(v5), ErrorCode::ok);
     // As an older version: refused until its checksums are XXH64's, then the same values.
     for (uint8_t version : {2, 3, 4}) {
       std::vector<uint8_t> b = written;
@@ -256,6 +264,28 @@ TEST(Hostile, ChunkChecksumsFollowTheVersion) {
     }
   }
   set_simd_path(path);
+}
+
+// Codec batch layout 2 (one model for every channel) came with version 6: in an older file it
+// is corrupt input, named, even where everything else (checksums included) is consistent.
+TEST(Hostile, OneModelBatchesNeedVersionSix) {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;
+  const std::vector<uint8_t> written = write_cgkv(test::filled_cache(150, cfg).cache);
+  const CgkvReader r = CgkvReader::from_bytes(written);
+  // The first tensor (its varint length first): "CGCB", version, G (one byte), layout. The
+  // test cache's channels are alike: layout 2 is written.
+  const std::vector<uint8_t> chunk = r.read_chunk(0);
+  size_t at = 0;
+  while (chunk.at(at) & 0x80) ++at;
+  ASSERT_EQ(chunk.at(at + 1 + 6), 2);
+  std::vector<uint8_t> b = written;
+  b[4] = 5;  // version 5 has version 6's checksums
+  resign(b);
+  std::string msg;
+  EXPECT_EQ(outcome(b, &msg), ErrorCode::corrupt_input);
+  EXPECT_NE(msg.find("layout 2 in a file of version 5"), std::string::npos) << msg;
+  EXPECT_EQ(outcome(written), ErrorCode::ok);
 }
 
 TEST(Hostile, ChunksTooSmallForTheirTokensAreRejectedOnOpen) {
