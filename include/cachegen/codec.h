@@ -60,7 +60,8 @@ struct EncodeOptions {
   // Allow per-channel token-delta models (off forces raw-code models; for experiments).
   bool allow_delta = true;
   // Let a batch code every channel with one model (batch layout 2) where that is estimated
-  // smaller than a model per channel (off: layouts 0 and 1 only, as readers before it need).
+  // smaller than a model per channel (off: layouts 0 and 1 only, which readers from before
+  // layout 2 take).
   bool allow_one_model = true;
   // Streams of at least this many elements get 32 rANS lanes (shorter ones 8 from 4096, 4 from
   // 512, else 1). Each lane costs a 4-byte final state; SIMD decoders run 32 lanes as several

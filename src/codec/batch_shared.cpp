@@ -109,10 +109,80 @@ size_t bounded_mul(size_t a, size_t b, size_t limit, const char* what) {
   return r;
 }
 
-// Parses into `b`, reusing its storage: decoders of many small tensors (a .cgkv file's chunks)
-// keep one batch per thread instead of allocating per head and per channel.
+// A head's parameter block in a parsed batch.
+struct HeadParams {
+  SharedBatch* batch;
+  size_t head;
+};
+std::vector<HeadParams>& thread_head_params() {
+  thread_local std::vector<HeadParams> kept;
+  return kept;
+}
+
+// The parameters of the framed blocks `jobs` (in order), two at a time: a compact pair's codes
+// read side by side and their group-0 chains too (one head's reader is a chain of ~10 cycles per
+// code, its group-0 chain a division and roundings a channel), in parallel where there are
+// enough (compact bits were most of decoding a batch of short heads, and fixed-width ones a
+// serial part that held 2-thread decodes to ~1.6x). A pair reports its first head's error
+// before the second's, so the first error in order is the one reported, naming the head.
+void decode_head_params(std::span<const HeadParams> jobs) {
+  const size_t n_pairs = (jobs.size() + 1) / 2;
+  auto decode_pair = [&](size_t pair) {
+    const size_t i = 2 * pair;
+    size_t at = i;  // the job whose error this is
+    const auto params = [&](size_t k) -> const FramedParams& {
+      return jobs[k].batch->params[jobs[k].head];
+    };
+    const auto head = [&](size_t k) -> CodeStream& { return jobs[k].batch->heads[jobs[k].head]; };
+    try {
+      if (i + 1 < jobs.size() && params(i).precision == ParamPrecision::compact &&
+          params(i + 1).precision == ParamPrecision::compact) {
+        int failing = 0;
+        try {
+          decode_compact_params_pair(params(i), head(i), params(i + 1), head(i + 1), failing);
+        } catch (const Error&) {
+          at = i + static_cast<size_t>(failing);
+          throw;
+        }
+        return;
+      }
+      for (at = i; at < i + 2 && at < jobs.size(); ++at) decode_framed_params(params(at), head(at));
+    } catch (const Error& e) {
+      throw head_error(jobs[at].head, e);
+    }
+  };
+  size_t n_params = 0;
+  for (const HeadParams& j : jobs) {
+    const CodeStream& s = j.batch->heads[j.head];
+    n_params += s.n_groups() * s.dim;
+  }
+  const double pair_ns = jobs.empty() ? 0.0
+                                      : kParamNs * 2.0 * static_cast<double>(n_params) /
+                                            static_cast<double>(jobs.size());
+  if (jobs.size() >= 2 && threads_for_work(n_pairs, pair_ns) > 1) {
+    std::vector<std::exception_ptr> errors(n_pairs);
+    parallel_for_work(n_pairs, pair_ns, [&](size_t pair) {
+      try {
+        decode_pair(pair);
+      } catch (const Error&) {
+        errors[pair] = std::current_exception();
+      }
+    });
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  } else {
+    for (size_t pair = 0; pair < n_pairs; ++pair) decode_pair(pair);
+  }
+}
+
+// Parses a layout-1 or -2 batch body into `b`, reusing its storage: decoders of many small
+// tensors (a .cgkv file's chunks) keep one batch per thread instead of allocating per head and
+// per channel. params_now: its parameters decoded before its models are read, so that errors
+// come in the order of the bytes; else left to the caller (decode_head_params), whose errors
+// may then come after later sections' (decode_batches_to_rows decodes batch by batch again
+// after any failure).
 void parse_shared(std::span<const uint8_t> body, size_t body_offset, uint8_t layout, size_t n_heads,
-                  const DecodeOptions& options, SharedBatch& b) {
+                  const DecodeOptions& options, SharedBatch& b, bool params_now = true) {
   wire::Reader r(body, "codec batch", body_offset);
   b.param_bytes = b.model_bytes = b.payload_bytes = 0;
   const uint64_t n_rows = r.varint("n_rows");
@@ -135,10 +205,9 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, uint8_t lay
   const size_t params_begin = r.offset();
   b.heads.resize(n_heads);
   b.params.resize(n_heads);
-  // The blocks framed in order, read after: in parallel where there are enough (compact bits
-  // were most of decoding a batch of short heads, and fixed-width ones a serial part that held
-  // 2-thread decodes to ~1.6x). Errors are reported as a sequential parse would: the first
-  // failing head's.
+  // The blocks framed in order, decoded after (decode_head_params). Errors are reported as a
+  // sequential parse would: the first failing head's, a framing error after the parameters of
+  // the heads before it.
   std::exception_ptr framing_error;
   size_t framed = 0;
   for (; framed < n_heads; ++framed) {
@@ -154,47 +223,11 @@ void parse_shared(std::span<const uint8_t> body, size_t body_offset, uint8_t lay
       break;
     }
   }
-  // Heads in pairs, their codes read side by side (one head's reader is a chain of ~10 cycles
-  // per code); a pair reports the first head's error before the second's, so the first error
-  // in head order is still the one reported.
-  const size_t n_pairs = (framed + 1) / 2;
-  auto decode_params = [&](size_t pair) {
-    const size_t h = 2 * pair;
-    size_t at = h;  // the head whose error this is
-    try {
-      const auto compact = [&](size_t k) {
-        return b.params[k].precision == ParamPrecision::compact;
-      };
-      if (h + 1 < framed && compact(h) && compact(h + 1)) {
-        int failing = 0;
-        try {
-          decode_compact_params_pair(b.params[h], b.heads[h], b.params[h + 1], b.heads[h + 1],
-                                     failing);
-        } catch (const Error&) {
-          at = h + static_cast<size_t>(failing);
-          throw;
-        }
-        return;
-      }
-      for (at = h; at < h + 2 && at < framed; ++at) decode_framed_params(b.params[at], b.heads[at]);
-    } catch (const Error& e) {
-      throw head_error(at, e);
-    }
-  };
-  const double pair_ns = kParamNs * 2.0 * static_cast<double>(n_groups * dim);
-  if (framed >= 2 && threads_for_work(n_pairs, pair_ns) > 1) {
-    std::vector<std::exception_ptr> errors(n_pairs);
-    parallel_for_work(n_pairs, pair_ns, [&](size_t pair) {
-      try {
-        decode_params(pair);
-      } catch (const Error&) {
-        errors[pair] = std::current_exception();
-      }
-    });
-    for (const std::exception_ptr& e : errors)
-      if (e) std::rethrow_exception(e);
-  } else {
-    for (size_t pair = 0; pair < n_pairs; ++pair) decode_params(pair);
+  if (params_now) {
+    std::vector<HeadParams>& jobs = thread_head_params();
+    jobs.clear();
+    for (size_t h = 0; h < framed; ++h) jobs.push_back(HeadParams{&b, h});
+    decode_head_params(jobs);
   }
   if (framing_error) std::rethrow_exception(framing_error);
   b.param_bytes = r.offset() - params_begin;
@@ -796,12 +829,18 @@ void decode_batches_shared_to_rows(std::span<const SharedBatchRows> batches,
   thread_local std::vector<const SharedBatch*> kept_list;
   std::vector<const SharedBatch*>& list = kept_list;
   list.clear();
+  // Every batch's parameters after all are parsed, two heads at a time across batches (a file's
+  // one-head tensors: a layer's K with its V).
+  std::vector<HeadParams>& jobs = thread_head_params();
+  jobs.clear();
   for (size_t k = 0; k < batches.size(); ++k) {
     const SharedBatchRows& j = batches[k];
-    parse_shared(j.body, j.body_offset, j.layout, j.shape.n_heads, options, parsed[k]);
+    parse_shared(j.body, j.body_offset, j.layout, j.shape.n_heads, options, parsed[k], false);
     check_head_shape(parsed[k].heads[0], 0, j.shape);
     list.push_back(&parsed[k]);
+    for (size_t h = 0; h < parsed[k].heads.size(); ++h) jobs.push_back(HeadParams{&parsed[k], h});
   }
+  decode_head_params(jobs);
   decode_slices(
       std::span<const SharedBatch* const>(list), [&](size_t k, size_t h, const uint8_t* codes) {
         const BatchShape& shape = batches[k].shape;

@@ -258,11 +258,11 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
                         {4, 64, 8, 3, true},    {4, 44, 8, 3, true}};
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<BatchShape> shapes;  // of the batches in bytes
-  // Layouts 0 and 1 (a model per channel), then specs 0, 1, 8 and 12 once more with one model
-  // for every channel (layout 2) as 14..17.
+  // Layouts 0 and 1 (a model per channel), then specs 0, 1, 8, 12 and 9 once more with one
+  // model for every channel (layout 2) as 14..18.
   EncodeOptions per_channel;
   per_channel.allow_one_model = false;
-  const size_t again[] = {0, 1, 8, 12};
+  const size_t again[] = {0, 1, 8, 12, 9};
   for (size_t j = 0; j < std::size(specs) + std::size(again); ++j) {
     const size_t k = j < std::size(specs) ? j : again[j - std::size(specs)];
     const Spec& sp = specs[k];
@@ -275,15 +275,36 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
   }
   for (const size_t k : {6, 8, 9, 10})
     EXPECT_EQ(test::batch_layout(bytes[k]), 0) << k;  // independent records
-  for (const size_t k : {14, 15, 16, 17}) EXPECT_EQ(test::batch_layout(bytes[k]), 2) << k;
+  for (const size_t k : {14, 15, 16, 17, 18}) EXPECT_EQ(test::batch_layout(bytes[k]), 2) << k;
   const std::vector<std::vector<size_t>> lists = {
-      {0, 1},   {1, 2},           {0, 3},       {4, 5},           {0, 1, 3, 2},    {6, 0},
-      {0, 7},   {3, 4},           {5},          {0, 6, 1},        {6, 0, 3, 7, 1},  // shared ones
-                                                                                    // together
-      {8, 9},   {8, 9, 10},       {0, 8, 1, 9}, {6, 8},           {8, 0, 9},  // independent ones
-                                                                              // paired
-      {11, 12}, {11, 12, 13, 11}, {12, 0, 13},  // 4-lane payloads (a short chunk's K and V)
-      {14, 15}, {14, 0, 15, 1},   {16, 8},      {14, 16, 15, 17}, {17, 11, 12}};  // one model
+      {0, 1},
+      {1, 2},
+      {0, 3},
+      {4, 5},
+      {0, 1, 3, 2},
+      {6, 0},
+      {0, 7},
+      {3, 4},
+      {5},
+      {0, 6, 1},
+      {6, 0, 3, 7, 1},  // shared ones
+                        // together
+      {8, 9},
+      {8, 9, 10},
+      {0, 8, 1, 9},
+      {6, 8},
+      {8, 0, 9},  // independent ones
+                  // paired
+      {11, 12},
+      {11, 12, 13, 11},
+      {12, 0, 13},  // 4-lane payloads (a short chunk's K and V)
+      {14, 15},
+      {14, 0, 15, 1},
+      {16, 8},
+      {14, 16, 15, 17},
+      {17, 11, 12},  // one model
+      {16, 18},
+      {18, 16, 14}};  // one-head ones: their parameters read in pairs across batches
   auto one_at_a_time = [&](const std::vector<size_t>& list,
                            const std::vector<std::vector<uint8_t>>& in) {
     std::vector<std::vector<Half>> out;
@@ -329,7 +350,10 @@ TEST(CodecSimd, BatchesDecodedTogetherMatchOneAtATime) {
                                      std::pair{std::vector<size_t>{8, 9}, size_t{9}},
                                      std::pair{std::vector<size_t>{8, 0, 9}, size_t{9}},
                                      std::pair{std::vector<size_t>{11, 12}, size_t{11}},
-                                     std::pair{std::vector<size_t>{11, 12}, size_t{12}}}) {
+                                     std::pair{std::vector<size_t>{11, 12}, size_t{12}},
+                                     std::pair{std::vector<size_t>{16, 18}, size_t{16}},
+                                     std::pair{std::vector<size_t>{16, 18}, size_t{18}},
+                                     std::pair{std::vector<size_t>{14, 15}, size_t{15}}}) {
     for (size_t i = 8; i < bytes[victim].size(); i += 29) {
       std::vector<std::vector<uint8_t>> bad = bytes;
       bad[victim][i] ^= 0x5a;
