@@ -466,7 +466,7 @@ class SharedEncoder {
   uint8_t* kept_ = nullptr;  // head h's delta symbols at h * n_, or null (not kept)
   std::vector<uint8_t> kept_delta_;
   std::vector<std::vector<uint32_t>> raw_counts_, delta_counts_;
-  std::vector<uint64_t> head_cost_, head_fp_, channel_bound_;
+  std::vector<uint64_t> head_cost_, head_fp_, channel_bound_, pooled_bound_;
   std::vector<ChannelModel> models_;
   ChannelModel one_;  // the pooled model (layout 2)
   bool one_model_ = false;
@@ -541,15 +541,10 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
       delta_counts[h].assign(dim * n_syms, 0);
       histograms(delta, s.n_rows, dim, n_syms, delta_counts[h].data());
     }
+    channel_cost_lower_bounds(raw_counts[h].data(), allow_delta ? delta_counts[h].data() : nullptr,
+                              dim, s.n_rows, s.bits, channel_bound.data() + h * dim);
     uint64_t fp = 0;
-    for (size_t c = 0; c < dim; ++c) {
-      channel_bound[h * dim + c] = channel_cost_lower_bound(
-          std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
-          allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
-                      : std::span<const uint32_t>(),
-          s.n_rows, s.bits);
-      fp += channel_bound[h * dim + c];
-    }
+    for (size_t c = 0; c < dim; ++c) fp += channel_bound[h * dim + c];
     head_fp[h] = fp;
     head_cost[h] = record_bytes(fp);
   });
@@ -586,12 +581,12 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
       return true;
     }
     uint64_t per_channel_bound = 0;
-    for (size_t c = 0; c < dim && one <= independent; ++c) {
-      per_channel_bound += channel_cost_lower_bound(
-          std::span<const uint32_t>(raw.data() + c * n_syms, n_syms),
-          allow_delta ? std::span<const uint32_t>(del.data() + c * n_syms, n_syms)
-                      : std::span<const uint32_t>(),
-          total_rows, first.bits);
+    if (one <= independent) {
+      std::vector<uint64_t>& bounds = pooled_bound_;
+      bounds.resize(dim);
+      channel_cost_lower_bounds(raw.data(), allow_delta ? del.data() : nullptr, dim, total_rows,
+                                first.bits, bounds.data());
+      for (uint64_t b : bounds) per_channel_bound += b;
     }
     if (one <= independent && one <= fp_bytes(per_channel_bound) + framing) {
       take_one_model();

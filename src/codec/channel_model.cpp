@@ -406,34 +406,44 @@ CostBound table_cost_bound(const Present& p, const ListEnd& end, int bits) {
   for (size_t k = 0; i < p.n; ++i, ++k) part[k] += count_log2_count(clog, p.count[i]);
   return table_cost_bound((part[0] + part[1]) + (part[2] + part[3]), p.total, p.n, end.last, bits);
 }
-// The same from the counts themselves (the estimates' bound, taken for every channel of every
-// head, needs no Present). Without a branch on zero counts (c log c of 0 is 0): wide
-// alphabets' absent symbols mispredicted.
-CostBound table_cost_bound(ChannelKind kind, std::span<const uint32_t> counts, int bits) {
+// One kind's bound parts of channels' counts (the estimates' bound, taken for every channel of
+// every head, needs no Present). Without a branch on zero counts (c log c of 0 is 0): wide
+// alphabets' absent symbols mispredicted. Unrolled by hand: indexed by s & 3, the partial sums
+// stayed in memory, each addition waiting on the store before it. Taken for a block of channels
+// at a time: per channel, fetching the tables and a separate pass counting the present symbols
+// had cost as much again.
+struct BoundParts {
+  double sum_clog;
+  uint64_t total;
+  uint32_t n, last;  // present symbols, the largest list place of one (0 if none)
+};
+void bound_parts(const uint32_t* counts, size_t n_channels, int bits, bool delta,
+                 BoundParts* parts) {
+  const size_t n_syms = size_t{1} << bits;
   const double* const clog = count_log2_count_table();
-  uint64_t total = 0;
-  double part[4] = {0, 0, 0, 0};
-  uint32_t n = 0;
-  const auto add = [&](double& sum, uint32_t c) {
-    total += c;
-    sum += count_log2_count(clog, c);
-    n += c != 0;
-  };
-  // Unrolled by hand: indexed by s & 3, the partial sums stayed in memory, each addition
-  // waiting on the store before it.
-  size_t s = 0;
-  for (; s + 4 <= counts.size(); s += 4) {
-    add(part[0], counts[s]);
-    add(part[1], counts[s + 1]);
-    add(part[2], counts[s + 2]);
-    add(part[3], counts[s + 3]);
+  const uint16_t* const order =
+      list_order(delta ? ChannelKind::delta_table : ChannelKind::raw_table, bits);
+  for (size_t ch = 0; ch < n_channels; ++ch, counts += n_syms) {
+    uint64_t total = 0;
+    uint32_t n = 0;  // locals: through `parts` they were stores that counts may alias
+    double part[4] = {0, 0, 0, 0};
+    const auto add = [&](double& sum, uint32_t c) {
+      total += c;
+      sum += count_log2_count(clog, c);
+      n += c != 0;
+    };
+    size_t s = 0;
+    for (; s + 4 <= n_syms; s += 4) {
+      add(part[0], counts[s]);
+      add(part[1], counts[s + 1]);
+      add(part[2], counts[s + 2]);
+      add(part[3], counts[s + 3]);
+    }
+    for (; s < n_syms; ++s) add(part[s & 3], counts[s]);
+    uint32_t end = static_cast<uint32_t>(n_syms);  // one past the last present one
+    while (end > 0 && counts[order[end - 1]] == 0) --end;
+    parts[ch] = BoundParts{(part[0] + part[1]) + (part[2] + part[3]), total, n, end ? end - 1 : 0};
   }
-  for (; s < counts.size(); ++s) add(part[s & 3], counts[s]);
-  const uint16_t* const order = list_order(kind, bits);
-  uint32_t end = static_cast<uint32_t>(counts.size());  // one past the last present one
-  while (end > 0 && counts[order[end - 1]] == 0) --end;
-  return table_cost_bound((part[0] + part[1]) + (part[2] + part[3]), total, n, end ? end - 1 : 0,
-                          bits);
 }
 
 }  // namespace
@@ -548,18 +558,33 @@ uint64_t channel_model_cost(std::span<const uint32_t> raw_counts,
   return search_channel_model(counts, !delta_counts.empty(), n_rows, bits).cost_fp;
 }
 
+void channel_cost_lower_bounds(const uint32_t* raw_counts, const uint32_t* delta_counts,
+                               size_t n_channels, size_t n_rows, int bits, uint64_t* bounds) {
+  const size_t n_syms = size_t{1} << bits;
+  const uint64_t constant = static_cast<uint64_t>(kKindBits + bits) << 16;  // exact
+  const uint64_t uniform = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
+  const auto cost = [bits](const BoundParts& p) {
+    return table_cost_bound(p.sum_clog, p.total, p.n, p.last, bits).cost_fp();
+  };
+  constexpr size_t kBlock = 64;
+  BoundParts raw[kBlock], delta[kBlock];
+  for (size_t c0 = 0; c0 < n_channels; c0 += kBlock) {
+    const size_t m = std::min(kBlock, n_channels - c0);
+    bound_parts(raw_counts + c0 * n_syms, m, bits, false, raw);
+    if (delta_counts != nullptr) bound_parts(delta_counts + c0 * n_syms, m, bits, true, delta);
+    for (size_t c = 0; c < m; ++c) {
+      uint64_t bound = std::min(uniform, cost(raw[c]));
+      if (delta_counts != nullptr) bound = std::min(bound, cost(delta[c]));
+      bounds[c0 + c] = raw[c].n <= 1 ? constant : bound;
+    }
+  }
+}
+
 uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,
                                   std::span<const uint32_t> delta_counts, size_t n_rows, int bits) {
-  const size_t n_syms = size_t{1} << bits;
-  size_t n_present = 0;
-  for (size_t s = 0; s < n_syms; ++s) n_present += raw_counts[s] != 0;
-  if (n_present <= 1) return static_cast<uint64_t>(kKindBits + bits) << 16;  // exact
-  uint64_t bound = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
-  bound = std::min(bound, table_cost_bound(ChannelKind::raw_table, raw_counts, bits).cost_fp());
-  if (!delta_counts.empty()) {
-    bound =
-        std::min(bound, table_cost_bound(ChannelKind::delta_table, delta_counts, bits).cost_fp());
-  }
+  uint64_t bound = 0;
+  channel_cost_lower_bounds(raw_counts.data(), delta_counts.empty() ? nullptr : delta_counts.data(),
+                            1, n_rows, bits, &bound);
   return bound;
 }
 

@@ -61,6 +61,11 @@ uint64_t channel_model_cost(std::span<const uint32_t> raw_counts,
 // constant channel), far cheaper than the search: it proves some choices without it.
 uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,
                                   std::span<const uint32_t> delta_counts, size_t n_rows, int bits);
+// The same for n_channels channels at once (the encoder's plan takes it for every channel of
+// every head): channel c's histograms at raw_counts / delta_counts + c * 2^bits (delta_counts
+// null = delta not allowed), its bound into bounds[c].
+void channel_cost_lower_bounds(const uint32_t* raw_counts, const uint32_t* delta_counts,
+                               size_t n_channels, size_t n_rows, int bits, uint64_t* bounds);
 
 void write_channel_model(BitWriter& w, const ChannelModel& model, int bits);
 // Reads and validates one model (corrupt_input on an impossible table) into `model`, reusing

@@ -179,6 +179,43 @@ TEST(ChannelModelSearch, ChoosesWhatTheDirectSearchChooses) {
   }
 }
 
+// The encoder's plan takes the bounds of every channel of a head in one call, in blocks: each
+// channel's bound is the one it has alone, across block boundaries and for constant channels.
+TEST(ChannelModelSearch, BoundsOfManyChannelsAreEachChannelsOwn) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int bits = 1 + static_cast<int>(rng() % 8);
+    const size_t n_syms = size_t{1} << bits;
+    const size_t n_rows = std::vector<size_t>{2, 32, 256, 5000}[rng() % 4];
+    const size_t n_channels = std::vector<size_t>{1, 7, 64, 65, 130}[rng() % 5];
+    const bool with_delta = rng() & 1;
+    std::vector<uint32_t> raw, delta;
+    for (size_t c = 0; c < n_channels; ++c) {
+      std::vector<uint32_t> r = random_counts(rng, bits, n_rows);
+      if (rng() % 8 == 0) {  // a constant channel
+        std::fill(r.begin(), r.end(), 0u);
+        r[rng() % n_syms] = static_cast<uint32_t>(n_rows);
+      }
+      raw.insert(raw.end(), r.begin(), r.end());
+      const std::vector<uint32_t> d = random_counts(rng, bits, n_rows);
+      delta.insert(delta.end(), d.begin(), d.end());
+    }
+    std::vector<uint64_t> bounds(n_channels + 1, 12345);
+    channel_cost_lower_bounds(raw.data(), with_delta ? delta.data() : nullptr, n_channels, n_rows,
+                              bits, bounds.data());
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    ASSERT_EQ(bounds[n_channels], 12345u);  // nothing written past the last channel
+    for (size_t c = 0; c < n_channels; ++c) {
+      const std::span<const uint32_t> r(raw.data() + c * n_syms, n_syms);
+      const std::span<const uint32_t> d =
+          with_delta ? std::span<const uint32_t>(delta.data() + c * n_syms, n_syms)
+                     : std::span<const uint32_t>();
+      ASSERT_EQ(bounds[c], channel_cost_lower_bound(r, d, n_rows, bits)) << "channel " << c;
+      ASSERT_LE(bounds[c], channel_model_cost(r, d, n_rows, bits)) << "channel " << c;
+    }
+  }
+}
+
 // The model reader reads a table's frequencies several per load: what it returns, or the error
 // it reports, must be what reading them one at a time (each code, then the running sum's
 // check) gives, on written models and on damaged and truncated ones, from any bit offset.
