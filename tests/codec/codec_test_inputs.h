@@ -11,6 +11,7 @@
 #include "cachegen/codec.h"
 #include "cachegen/quant.h"
 #include "cachegen/runtime.h"
+#include "codec/stream_format.h"
 
 namespace cachegen::test {
 
@@ -66,9 +67,10 @@ inline CodeStream make_stream(const std::vector<uint8_t>& real_codes, size_t n_r
   return s;
 }
 
-// Byte 6 of a batch (after magic, version and a one-byte G) is the layout.
+// A batch's layout byte, read by the library's header parser (bad_optional_access where the
+// header does not parse).
 inline uint8_t batch_layout(const std::vector<uint8_t>& bytes) {
-  return bytes.at(6);
+  return detail::batch_layout(bytes).value();
 }
 
 // A batch of independent records (layout 0) written by hand: each stream's record as encode()

@@ -31,6 +31,7 @@
 #include "cachegen/error.h"
 #include "cachegen/npy.h"
 #include "cachegen/profile.h"
+#include "codec/stream_format.h"
 #include "container/container_test_util.h"
 
 namespace cachegen {
@@ -136,10 +137,9 @@ json describe_batch(const Bytes& s) {
     const std::vector<Half> h = dequant_codes(c);
     all.insert(all.end(), h.begin(), h.end());
   }
-  // The layout byte follows magic, version and the varint head count.
-  size_t at = 5;
-  while (s.at(at) & 0x80) ++at;
-  return {{"heads", heads}, {"half_xxh64", half_hash(all)}, {"layout", s.at(at + 1)}};
+  return {{"heads", heads},
+          {"half_xxh64", half_hash(all)},
+          {"layout", detail::batch_layout(s).value()}};
 }
 
 json describe(const std::string& kind, const Bytes& b) {

@@ -9,6 +9,7 @@
 
 #include "cachegen/error.h"
 #include "cachegen/runtime.h"
+#include "codec/stream_format.h"
 #include "container/container_test_util.h"
 #include "core/wire.h"
 
@@ -273,12 +274,12 @@ TEST(Hostile, OneModelBatchesNeedVersionSix) {
   cfg.block_tokens = 64;
   const std::vector<uint8_t> written = write_cgkv(test::filled_cache(150, cfg).cache);
   const CgkvReader r = CgkvReader::from_bytes(written);
-  // The first tensor (its varint length first): "CGCB", version, G (one byte), layout. The
-  // test cache's channels are alike: layout 2 is written.
+  // The first tensor (its varint length first). The test cache's channels are alike: layout 2
+  // is written.
   const std::vector<uint8_t> chunk = r.read_chunk(0);
   size_t at = 0;
   while (chunk.at(at) & 0x80) ++at;
-  ASSERT_EQ(chunk.at(at + 1 + 6), 2);
+  ASSERT_EQ(detail::batch_layout(std::span<const uint8_t>(chunk).subspan(at + 1)), 2);
   std::vector<uint8_t> b = written;
   b[4] = 5;  // version 5 has version 6's checksums
   resign(b);
