@@ -63,8 +63,9 @@ struct EncodeOptions {
   // smaller than a model per channel (off: layouts 0 and 1 only, which readers from before
   // layout 2 take).
   bool allow_one_model = true;
-  // Streams of at least this many elements get 32 rANS lanes (shorter ones 8 from 4096, 4 from
-  // 512, else 1). Each lane costs a 4-byte final state; SIMD decoders run 32 lanes as several
+  // Payloads of at least this many elements get 32 rANS lanes (shorter ones 8 from 4096, 4 from
+  // 512, else 1): a stream's, a batch's head records', a shared batch's slices (of several
+  // heads). Each lane costs a 4-byte final state; SIMD decoders run 32 lanes as several
   // independent chains, 8 as one. (The lossless tier's planes take 32 from 4096.)
   size_t wide_lanes_from = 16384;
 };

@@ -426,7 +426,7 @@ class SharedEncoder {
   bool plan(std::span<const CodeStream> streams, std::span<const ParamPrecision> precisions,
             const EncodeOptions& options, std::span<const CompactSection> compact_sections);
   size_t n_slices() const { return n_slices_; }
-  int slice_lanes(size_t i) const { return choose_lanes(slice_heads_of(i) * n_); }
+  int slice_lanes(size_t i) const { return choose_lanes(slice_heads_of(i) * n_, wide_from_); }
   // The coder's work estimate a slice (parallel_for_work), this machine's (Zen 4, 2.6 GHz):
   // ~0.33 ns a code.
   double slice_ns() const { return 0.33 * static_cast<double>(heads_per_slice_ * n_); }
@@ -461,6 +461,7 @@ class SharedEncoder {
   std::span<const CompactSection> compact_sections_;
   CompactGrid grid_;
   size_t G_ = 0, n_ = 0, dim_ = 0, heads_per_slice_ = 0, n_slices_ = 0;
+  size_t wide_from_ = 0;  // EncodeOptions::wide_lanes_from
   int bits_ = 0, precision_ = 0;
   bool any_delta_ = false, codes_in_place_ = false;
   uint8_t* kept_ = nullptr;  // head h's delta symbols at h * n_, or null (not kept)
@@ -503,11 +504,12 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
   n_ = n;
   dim_ = dim;
   bits_ = first.bits;
+  wide_from_ = options.wide_lanes_from;
   const size_t n_syms = size_t{1} << first.bits;
   const bool allow_delta = options.allow_delta;
   // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
   auto record_bytes = [&](uint64_t model_fp) {
-    return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n)) + 8;
+    return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n, wide_from_)) + 8;
   };
   // Per head: histograms of its codes and of their delta symbols, and the lower bound of its
   // record's estimate. The delta symbols of a batch up to kKeptDeltaBytes are kept for the

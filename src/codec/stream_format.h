@@ -34,8 +34,9 @@ inline constexpr bool is_shared_layout(uint8_t layout) {
 
 // Lanes for a payload of n elements: enough to keep SIMD decoders busy on long payloads, few
 // enough that the 4-byte final state per lane stays a small share of short ones; 32 from
-// wide_from elements (EncodeOptions::wide_lanes_from, whose default the batch layouts use).
-int choose_lanes(size_t n_elements, size_t wide_from = EncodeOptions{}.wide_lanes_from);
+// wide_from elements (EncodeOptions::wide_lanes_from: a stream's, a head record's or a shared
+// batch slice's elements).
+int choose_lanes(size_t n_elements, size_t wide_from);
 
 // A stream's compact parameter bits, finished (the last byte padded with zero bits), and how
 // many bits they are: written once for a batch's parameter block or a head record's side bits.

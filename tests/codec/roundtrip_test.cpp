@@ -530,6 +530,40 @@ TEST(CodecSharedBatch, SizeReportAddsUpForBothLayouts) {
   EXPECT_GT(ri.code_entropy_bytes, 0.0);
 }
 
+// A shared batch's slices take their lanes from EncodeOptions::wide_lanes_from, as streams and
+// head records do: 4 heads of 256 x 8 (a stories260K .cgkv chunk tensor) are one slice of 8,192
+// elements, 8 lanes by default, 32 from 8,192; in a pair (a cache's K and V blocks) too.
+TEST(CodecSharedBatch, WideLanesFromAppliesToSlices) {
+  const size_t heads = 4, rows = 256, dim = 8;
+  const auto x = test::random_walk(heads * rows, dim, 0.1f, 17);
+  const auto streams = quantize_to_codes_batch(x, heads, rows, dim, 3, 32);
+  EncodeOptions wide_options;
+  wide_options.wide_lanes_from = heads * rows * dim;
+  for (const bool one_model : {false, true}) {
+    wide_options.allow_one_model = one_model;
+    EncodeOptions narrow_options = wide_options;
+    narrow_options.wide_lanes_from = EncodeOptions{}.wide_lanes_from;
+    const auto narrow = encode_batch(streams, narrow_options);
+    const auto wide = encode_batch(streams, wide_options);
+    SCOPED_TRACE(one_model ? "one model" : "a model per channel");
+    ASSERT_EQ(batch_layout(narrow), one_model ? 2 : 1);
+    ASSERT_EQ(batch_layout(wide), batch_layout(narrow));
+    // 24 more 4-byte lane states (the words themselves move by a few).
+    const CodedSizeReport rn = coded_size_report_batch(narrow), rw = coded_size_report_batch(wide);
+    EXPECT_GT(rw.payload_bytes, rn.payload_bytes + 48);
+    EXPECT_EQ(rw.model_bytes, rn.model_bytes);
+    const auto back = decode_batch(wide);
+    ASSERT_EQ(back.size(), heads);
+    for (size_t h = 0; h < heads; ++h) EXPECT_EQ(back[h].codes, streams[h].codes) << h;
+    const auto pair = detail::encode_batch_pair(streams, streams, wide_options);
+    EXPECT_EQ(pair[0], wide);
+    EXPECT_EQ(pair[1], wide);
+    wide_options.wide_lanes_from += 1;
+    EXPECT_EQ(encode_batch(streams, wide_options), narrow);
+    wide_options.wide_lanes_from -= 1;
+  }
+}
+
 // Heads of 16K elements take a slice each, and where no channel codes deltas the encoder reads
 // each head's codes where they lie: every head decodes to its own codes.
 TEST(CodecSharedBatch, SlicesOfOneHeadCodeTheirOwnCodes) {
