@@ -22,11 +22,12 @@ void copy_rows(const Half* from, size_t from_stride, Half* to, size_t to_stride,
                size_t dim);
 CodeStream slice_groups(const CodeStream& s, size_t row0, size_t rows);
 void append_stream(CodeStream& a, const CodeStream& b);
-// Quantizes x[rows, dim] fp16 as the cache does into `out` (its buffers reused): the
-// reference quantizer (ParamMode::reference) or the codec's compact grid (ParamMode::compact).
-// Returns false where the rows' groups got other parameters together than each would alone:
-// the grid could not hold some group's, so all fell back to fp16 or fp32 ones.
-bool quantize_rows_half(const Half* x, size_t rows, size_t dim, int bits,
+// Quantizes rows x fp16 of dim values, row r at x + r * stride, as the cache does into `out`
+// (its buffers reused): the reference quantizer (ParamMode::reference: rows side by side,
+// stride == dim) or the codec's compact grid (ParamMode::compact). Returns false where the
+// rows' groups got other parameters together than each would alone: the grid could not hold
+// some group's, so all fell back to fp16 or fp32 ones.
+bool quantize_rows_half(const Half* x, size_t stride, size_t rows, size_t dim, int bits,
                         const KVCacheConfig& config, CodeStream& out);
 // Codes per-head streams of equal rows into one block starting at token_begin.
 CompressedBlock code_block(const std::vector<CodeStream>& streams, size_t token_begin,

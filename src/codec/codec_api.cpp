@@ -36,27 +36,59 @@ std::vector<uint8_t> with_magic(const uint8_t (&magic)[4]) {
   return out;
 }
 
-// The min/max kernel for fp32 or fp16 inputs.
-bool minmax_first(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
+// The min/max and quantizer kernels for fp32 or fp16 inputs, row r at x + r * stride (fp32
+// rows are contiguous: stride == dim, as every caller passes).
+bool minmax_first(const float* x, size_t rows, size_t dim, size_t /*stride: dim*/, float* mn,
+                  float* mx) {
   return detail::quant_kernels().minmax_rows_first(x, rows, dim, mn, mx);
 }
-bool minmax_first(const Half* x, size_t rows, size_t dim, float* mn, float* mx) {
+bool minmax_first(const Half* x, size_t rows, size_t dim, size_t stride, float* mn, float* mx) {
   return detail::quant_kernels().minmax_rows_first_f16(reinterpret_cast<const uint16_t*>(x), rows,
-                                                       dim, mn, mx);
+                                                       dim, stride, mn, mx);
+}
+void quantize_checked_into(std::span<const float> x, size_t /*stride: dim*/, size_t n_rows,
+                           size_t dim, int bits, size_t group_size, std::span<const float> scale,
+                           std::span<const float> zero, CodeStream& s) {
+  detail::quantize_with_checked_params_into(x, n_rows, dim, bits, group_size, scale, zero, s);
+}
+void quantize_checked_into(std::span<const Half> x, size_t stride, size_t n_rows, size_t dim,
+                           int bits, size_t group_size, std::span<const float> scale,
+                           std::span<const float> zero, CodeStream& s) {
+  detail::quantize_with_checked_params_into(x.data(), stride, n_rows, dim, bits, group_size, scale,
+                                            zero, s);
+}
+// Rows x[r * stride, r * stride + dim) copied side by side (for the reference quantizer).
+template <typename T>
+std::span<const T> contiguous_rows(std::span<const T> x, size_t stride, size_t n_rows, size_t dim) {
+  if (stride == dim) return x;
+  thread_local std::vector<T> rows;
+  rows.resize(n_rows * dim);
+  for (size_t r = 0; r < n_rows; ++r)
+    std::copy_n(x.data() + r * stride, dim, rows.data() + r * dim);
+  return rows;
 }
 
 // Quantizes fp32 or fp16 values (the latter as their exact widenings, with no fp32 copy)
 // against codec-rounded parameters into s (its buffers reused); returns the parameters'
-// precision.
+// precision. Row r of x starts at x[r * stride] (stride >= dim; fp32 rows contiguous), and x
+// ends with the last row.
 template <typename T>
-ParamPrecision quantize_for_codec(std::span<const T> x, size_t n_rows, size_t dim, int bits,
-                                  size_t group_size, const EncodeOptions& options, CodeStream& s) {
+ParamPrecision quantize_for_codec(std::span<const T> x, size_t stride, size_t n_rows, size_t dim,
+                                  int bits, size_t group_size, const EncodeOptions& options,
+                                  CodeStream& s) {
   detail::check_bits(bits);
   if (group_size == 0) detail::invalid("group_size must be >= 1");
   const size_t n = detail::checked_mul(n_rows, dim, "n_rows * dim");
-  if (x.size() != n) {
+  if (stride == dim && x.size() != n) {
     detail::invalid("x has " + std::to_string(x.size()) +
                     " values, expected n_rows * dim = " + std::to_string(n));
+  }
+  if (stride != dim &&
+      (stride < dim || n_rows == 0 ||
+       x.size() != detail::checked_mul(n_rows - 1, stride, "rows * stride") + dim)) {
+    detail::invalid("x has " + std::to_string(x.size()) + " values, expected " +
+                    std::to_string(n_rows) + " rows of " + std::to_string(dim) + " values " +
+                    std::to_string(stride) + " apart");
   }
   const size_t n_groups = (n_rows + group_size - 1) / group_size;
   // Per thread, as the stream's buffers: fresh allocations page-fault on every call.
@@ -67,7 +99,7 @@ ParamPrecision quantize_for_codec(std::span<const T> x, size_t n_rows, size_t di
   bool finite = true;
   for (size_t g = 0; g < n_groups && n > 0; ++g) {
     const size_t row0 = g * group_size, rows = std::min(n_rows - row0, group_size);
-    finite &= minmax_first(x.data() + row0 * dim, rows, dim, mins.data() + g * dim,
+    finite &= minmax_first(x.data() + row0 * stride, rows, dim, stride, mins.data() + g * dim,
                            maxs.data() + g * dim);
   }
   if (!finite) detail::invalid("x contains NaN or Inf");
@@ -77,12 +109,13 @@ ParamPrecision quantize_for_codec(std::span<const T> x, size_t n_rows, size_t di
     precision = ParamPrecision::fp16;
     if (!detail::round_params_fp16(mins, maxs, bits, scale, zero)) {
       // Neither grid holds these values: keep the reference parameters, stored losslessly.
-      quantize_to_codes_into(x, n_rows, dim, bits, group_size, s);
+      quantize_to_codes_into(contiguous_rows(x, stride, n_rows, dim), n_rows, dim, bits, group_size,
+                             s);
       return ParamPrecision::fp32;
     }
   }
   // x is finite (the min/max pass), the rounded parameters finite and scales > 0.
-  detail::quantize_with_checked_params_into(x, n_rows, dim, bits, group_size, scale, zero, s);
+  quantize_checked_into(x, stride, n_rows, dim, bits, group_size, scale, zero, s);
   return precision;
 }
 
@@ -93,7 +126,8 @@ template <typename T>
 ParamPrecision quantize_and_pick(std::span<const T> x, size_t n_rows, size_t dim, int bits,
                                  size_t group_size, const EncodeOptions& options, CodeStream& s,
                                  detail::CompactSection* compact_section = nullptr) {
-  const ParamPrecision precision = quantize_for_codec(x, n_rows, dim, bits, group_size, options, s);
+  const ParamPrecision precision =
+      quantize_for_codec(x, dim, n_rows, dim, bits, group_size, options, s);
   // fp16 parameters may still code smaller (e.g. tiny streams); both are exact here.
   if (precision != ParamPrecision::compact) {
     if (compact_section) compact_section->clear();
@@ -283,19 +317,20 @@ CodeStream quantize_values(std::span<const float> x, size_t n_rows, size_t dim, 
 void quantize_values_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
                           size_t group_size, const EncodeOptions& options, CodeStream& out) {
   check_options(options);
-  quantize_for_codec(x, n_rows, dim, bits, group_size, options, out);
+  quantize_for_codec(x, dim, n_rows, dim, bits, group_size, options, out);
 }
 
 void quantize_values_into(std::span<const Half> x, size_t n_rows, size_t dim, int bits,
                           size_t group_size, const EncodeOptions& options, CodeStream& out) {
-  detail::quantize_values_reporting(x, n_rows, dim, bits, group_size, options, out);
+  detail::quantize_values_reporting(x, dim, n_rows, dim, bits, group_size, options, out);
 }
 
-ParamPrecision detail::quantize_values_reporting(std::span<const Half> x, size_t n_rows, size_t dim,
-                                                 int bits, size_t group_size,
-                                                 const EncodeOptions& options, CodeStream& out) {
+ParamPrecision detail::quantize_values_reporting(std::span<const Half> x, size_t stride,
+                                                 size_t n_rows, size_t dim, int bits,
+                                                 size_t group_size, const EncodeOptions& options,
+                                                 CodeStream& out) {
   check_options(options);
-  return quantize_for_codec(x, n_rows, dim, bits, group_size, options, out);
+  return quantize_for_codec(x, stride, n_rows, dim, bits, group_size, options, out);
 }
 
 std::vector<uint8_t> encode_values(std::span<const float> x, size_t n_rows, size_t dim, int bits,

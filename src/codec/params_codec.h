@@ -44,10 +44,12 @@ bool round_params_compact(std::span<const float> mins, std::span<const float> ma
 bool round_params_fp16(std::span<const float> mins, std::span<const float> maxs, int bits,
                        std::vector<float>& scale, std::vector<float>& zero);
 // quantize_values_into of fp16 rows, returning the parameters' precision: compact unless the
-// grid cannot hold some group's (then fp16, or the reference's fp32, for every group).
-ParamPrecision quantize_values_reporting(std::span<const Half> x, size_t n_rows, size_t dim,
-                                         int bits, size_t group_size, const EncodeOptions& options,
-                                         CodeStream& out);
+// grid cannot hold some group's (then fp16, or the reference's fp32, for every group). Row r
+// starts at x[r * stride] (stride >= dim: a head's rows inside token-major rows of every head,
+// quantized where they lie), and x ends with the last row.
+ParamPrecision quantize_values_reporting(std::span<const Half> x, size_t stride, size_t n_rows,
+                                         size_t dim, int bits, size_t group_size,
+                                         const EncodeOptions& options, CodeStream& out);
 // One group-channel of round_params_compact.
 bool round_param_compact(float mn, float mx, int bits, const CompactGrid& g, float& scale,
                          float& zero);

@@ -24,16 +24,18 @@ struct QuantKernels {
   // preserve: the codec's).
   bool (*minmax_rows)(const float* x, size_t rows, size_t dim, float* mn, float* mx);
   bool (*minmax_rows_first)(const float* x, size_t rows, size_t dim, float* mn, float* mx);
-  // minmax_rows_first of fp16 values' exact widenings (no fp32 copy of them).
-  bool (*minmax_rows_first_f16)(const uint16_t* x, size_t rows, size_t dim, float* mn, float* mx);
+  // minmax_rows_first of fp16 values' exact widenings (no fp32 copy of them), row r at
+  // x + r * stride (stride >= dim: a head's rows inside token-major rows of every head).
+  bool (*minmax_rows_first_f16)(const uint16_t* x, size_t rows, size_t dim, size_t stride,
+                                float* mn, float* mx);
   // True when none of the n values is NaN or +-Inf.
   bool (*all_finite)(const float* x, size_t n);
   // codes[r, c] = clamp(round_half_even((x[r, c] - zero[c]) / scale[c]), 0, max_code).
   void (*quantize_rows)(const float* x, size_t rows, size_t dim, const float* scale,
                         const float* zero, float max_code, uint8_t* codes);
-  // quantize_rows of fp16 values' exact widenings.
-  void (*quantize_rows_f16)(const uint16_t* x, size_t rows, size_t dim, const float* scale,
-                            const float* zero, float max_code, uint8_t* codes);
+  // quantize_rows of fp16 values' exact widenings, row r at x + r * stride (stride >= dim).
+  void (*quantize_rows_f16)(const uint16_t* x, size_t rows, size_t dim, size_t stride,
+                            const float* scale, const float* zero, float max_code, uint8_t* codes);
   // out[r * out_stride + c] = fp16(clamp((float(codes[r, c]) * scale[c]) + zero[c], -65504,
   // 65504)), two fp32 roundings (out_stride >= dim). The clamp saturates instead of rounding to
   // +-Inf: a group of finite fp16 inputs reaching +-65504 has a rounded-up scale whose top level
@@ -84,9 +86,10 @@ const QuantKernels& quant_kernels();
 void quantize_with_checked_params_into(std::span<const float> x, size_t n_rows, size_t dim,
                                        int bits, size_t group_size, std::span<const float> scale,
                                        std::span<const float> zero, CodeStream& s);
-// The same for fp16 values (their exact widenings quantised: the same codes).
-void quantize_with_checked_params_into(std::span<const Half> x, size_t n_rows, size_t dim, int bits,
-                                       size_t group_size, std::span<const float> scale,
+// The same for fp16 values (their exact widenings quantised: the same codes), row r at
+// x + r * stride (stride >= dim).
+void quantize_with_checked_params_into(const Half* x, size_t stride, size_t n_rows, size_t dim,
+                                       int bits, size_t group_size, std::span<const float> scale,
                                        std::span<const float> zero, CodeStream& s);
 
 }  // namespace cachegen::detail

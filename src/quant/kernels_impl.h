@@ -89,6 +89,18 @@ static inline __m512 widen16(const float* x) {
 static inline __m512 widen16(const uint16_t* x) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
 }
+// Two rows of 8, at x and x + stride, as one vector (widen16(x) where stride is 8).
+static inline __m512 widen8x2(const float* x, size_t stride) {
+  if (stride == 8) return widen16(x);
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(widen8(x))),
+                                             _mm256_castps_pd(widen8(x + stride)), 1));
+}
+static inline __m512 widen8x2(const uint16_t* x, size_t stride) {
+  if (stride == 8) return widen16(x);
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + stride));
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
+}
 #endif
 
 // Columns [0, kW) of rows x[r * stride] (fp32, or fp16 widened): their minima and maxima into
@@ -185,11 +197,12 @@ static bool minmax_columns(const T* x, size_t rows, size_t stride, float* mn, fl
 // caller is told to run the one-row loop instead (false in *decided). An odd last row joins
 // after the halves, in order.
 template <bool kFirst, typename T>
-static bool minmax_rows8_paired(const T* x, size_t rows, float* mn, float* mx, bool* decided) {
-  __m512 lo = widen16(x), hi = lo, nan = _mm512_sub_ps(lo, lo);
+static bool minmax_rows8_paired(const T* x, size_t rows, size_t stride, float* mn, float* mx,
+                                bool* decided) {
+  __m512 lo = widen8x2(x, stride), hi = lo, nan = _mm512_sub_ps(lo, lo);
   size_t r = 2;
   for (; r + 2 <= rows; r += 2) {
-    const __m512 a = widen16(x + r * 8);
+    const __m512 a = widen8x2(x + r * stride, stride);
     nan = _mm512_add_ps(nan, _mm512_sub_ps(a, a));
     lo = kFirst ? _mm512_min_ps(a, lo) : _mm512_min_ps(lo, a);
     hi = kFirst ? _mm512_max_ps(a, hi) : _mm512_max_ps(hi, a);
@@ -210,7 +223,7 @@ static bool minmax_rows8_paired(const T* x, size_t rows, float* mn, float* mx, b
   __m256 lo8 = _mm256_min_ps(lo_e, lo_o), hi8 = _mm256_max_ps(hi_e, hi_o);
   __m256 nan8 = _mm256_add_ps(low(nan), high(nan));
   if (r < rows) {  // the odd last row
-    const __m256 a = widen8(x + r * 8);
+    const __m256 a = widen8(x + r * stride);
     nan8 = _mm256_add_ps(nan8, _mm256_sub_ps(a, a));
     lo8 = kFirst ? _mm256_min_ps(a, lo8) : _mm256_min_ps(lo8, a);
     hi8 = kFirst ? _mm256_max_ps(a, hi8) : _mm256_max_ps(hi8, a);
@@ -221,35 +234,37 @@ static bool minmax_rows8_paired(const T* x, size_t rows, float* mn, float* mx, b
 }
 #endif
 
+// Row r at x + r * stride.
 template <bool kFirst, typename T>
-static bool minmax_rows_keeping(const T* x, size_t rows, size_t dim, float* mn, float* mx) {
+static bool minmax_rows_keeping(const T* x, size_t rows, size_t dim, size_t stride, float* mn,
+                                float* mx) {
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
   if (dim == 8 && rows >= 2) {
     bool decided = false;
-    const bool finite = minmax_rows8_paired<kFirst>(x, rows, mn, mx, &decided);
+    const bool finite = minmax_rows8_paired<kFirst>(x, rows, stride, mn, mx, &decided);
     if (decided || !finite) return finite;
   }
 #endif
   bool finite = true;
   size_t c = 0;
   for (; c + 16 <= dim; c += 16)
-    finite &= minmax_columns<kFirst, 16>(x + c, rows, dim, mn + c, mx + c);
+    finite &= minmax_columns<kFirst, 16>(x + c, rows, stride, mn + c, mx + c);
   for (; c + 8 <= dim; c += 8)
-    finite &= minmax_columns<kFirst, 8>(x + c, rows, dim, mn + c, mx + c);
+    finite &= minmax_columns<kFirst, 8>(x + c, rows, stride, mn + c, mx + c);
   for (; c + 4 <= dim; c += 4)
-    finite &= minmax_columns<kFirst, 4>(x + c, rows, dim, mn + c, mx + c);
-  for (; c < dim; ++c) finite &= minmax_columns<kFirst, 1>(x + c, rows, dim, mn + c, mx + c);
+    finite &= minmax_columns<kFirst, 4>(x + c, rows, stride, mn + c, mx + c);
+  for (; c < dim; ++c) finite &= minmax_columns<kFirst, 1>(x + c, rows, stride, mn + c, mx + c);
   return finite;
 }
 static bool minmax_rows(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
-  return minmax_rows_keeping<false>(x, rows, dim, mn, mx);
+  return minmax_rows_keeping<false>(x, rows, dim, dim, mn, mx);
 }
 static bool minmax_rows_first(const float* x, size_t rows, size_t dim, float* mn, float* mx) {
-  return minmax_rows_keeping<true>(x, rows, dim, mn, mx);
+  return minmax_rows_keeping<true>(x, rows, dim, dim, mn, mx);
 }
-static bool minmax_rows_first_f16(const uint16_t* x, size_t rows, size_t dim, float* mn,
-                                  float* mx) {
-  return minmax_rows_keeping<true>(x, rows, dim, mn, mx);
+static bool minmax_rows_first_f16(const uint16_t* x, size_t rows, size_t dim, size_t stride,
+                                  float* mn, float* mx) {
+  return minmax_rows_keeping<true>(x, rows, dim, stride, mn, mx);
 }
 
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
@@ -289,7 +304,10 @@ struct Quantize16 {
   explicit Quantize16(float max_code) : max(_mm512_set1_ps(max_code)) {}
   template <typename T>
   void operator()(const T* x, __m512 scale, __m512 zero, uint8_t* out) const {
-    const __m512 v = _mm512_div_ps(_mm512_sub_ps(widen16(x), zero), scale);
+    (*this)(widen16(x), scale, zero, out);
+  }
+  void operator()(__m512 x, __m512 scale, __m512 zero, uint8_t* out) const {
+    const __m512 v = _mm512_div_ps(_mm512_sub_ps(x, zero), scale);
     const __m512 c = _mm512_min_ps(max, _mm512_max_ps(v, _mm512_setzero_ps()));
     const __m512i q = _mm512_cvt_roundps_epi32(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(q));
@@ -343,8 +361,9 @@ static inline void quantize_span(const T* x, size_t n, const float* scale, const
   }
 }
 
+// Row r at x + r * stride (stride >= dim); codes row-major, dim a row.
 template <typename T>
-static void quantize_rows_of(const T* x, size_t rows, size_t dim, const float* scale,
+static void quantize_rows_of(const T* x, size_t rows, size_t dim, size_t stride, const float* scale,
                              const float* zero, float max_code, uint8_t* codes) {
   size_t r = 0;
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
@@ -354,12 +373,12 @@ static void quantize_rows_of(const T* x, size_t rows, size_t dim, const float* s
       return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
     };
     const __m512 s = twice(scale), z = twice(zero);
-    for (; r + 2 <= rows; r += 2) q16(x + r * 8, s, z, codes + r * 8);
+    for (; r + 2 <= rows; r += 2) q16(widen8x2(x + r * stride, stride), s, z, codes + r * 8);
   } else if (dim % 16 == 0) {  // whole vectors a row, without quantize_span's tails
     const Quantize16 q16(max_code);
     for (; r < rows; ++r) {
       for (size_t c = 0; c < dim; c += 16)
-        q16(x + r * dim + c, _mm512_loadu_ps(scale + c), _mm512_loadu_ps(zero + c),
+        q16(x + r * stride + c, _mm512_loadu_ps(scale + c), _mm512_loadu_ps(zero + c),
             codes + r * dim + c);
     }
   }
@@ -371,12 +390,17 @@ static void quantize_rows_of(const T* x, size_t rows, size_t dim, const float* s
     const Quantize8 q8(max_code);
     const __m256 s = _mm256_loadu_ps(scale), z = _mm256_loadu_ps(zero);
     for (; r + 4 <= rows; r += 4) {
-      const T* xr = x + r * 8;
-      store_codes32(q8(xr, s, z), q8(xr + 8, s, z), q8(xr + 16, s, z), q8(xr + 24, s, z),
-                    codes + r * 8);
+      const T* xr = x + r * stride;
+      store_codes32(q8(xr, s, z), q8(xr + stride, s, z), q8(xr + 2 * stride, s, z),
+                    q8(xr + 3 * stride, s, z), codes + r * 8);
     }
   }
 #endif
+  if (stride != dim) {  // rows apart: one at a time
+    for (; r < rows; ++r)
+      quantize_span(x + r * stride, dim, scale, zero, max_code, codes + r * dim);
+    return;
+  }
   if (dim < 32 && rows - r >= (64 + dim - 1) / dim) {
     // Rows too short to fill vectors (head_dim 8, say): blocks of whole rows, at least 64
     // values, as one span with the parameters repeated per row. The same operations per
@@ -398,11 +422,12 @@ static void quantize_rows_of(const T* x, size_t rows, size_t dim, const float* s
 }
 static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,
                           const float* zero, float max_code, uint8_t* codes) {
-  quantize_rows_of(x, rows, dim, scale, zero, max_code, codes);
+  quantize_rows_of(x, rows, dim, dim, scale, zero, max_code, codes);
 }
-static void quantize_rows_f16(const uint16_t* x, size_t rows, size_t dim, const float* scale,
-                              const float* zero, float max_code, uint8_t* codes) {
-  quantize_rows_of(x, rows, dim, scale, zero, max_code, codes);
+static void quantize_rows_f16(const uint16_t* x, size_t rows, size_t dim, size_t stride,
+                              const float* scale, const float* zero, float max_code,
+                              uint8_t* codes) {
+  quantize_rows_of(x, rows, dim, stride, scale, zero, max_code, codes);
 }
 
 #if defined(CACHEGEN_HAVE_F16C)

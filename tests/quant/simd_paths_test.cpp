@@ -197,10 +197,21 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
           k->quantize_rows(x.data(), rows, dim, scale.data(), zero.data(), max_code, got.data());
           ASSERT_EQ(got, want) << "max_code " << max_code << " dim " << dim << " rows " << rows;
           std::fill(got.begin(), got.end(), 0xAA);
-          k->quantize_rows_f16(xh.data(), rows, dim, scale.data(), zero.data(), max_code,
+          k->quantize_rows_f16(xh.data(), rows, dim, dim, scale.data(), zero.data(), max_code,
                                got.data());
           ASSERT_EQ(got, want_h) << "fp16 max_code " << max_code << " dim " << dim << " rows "
                                  << rows;
+          // The same rows apart (one head's inside token-major rows of three), NaN between.
+          for (const size_t stride : {dim + 8, 3 * dim}) {
+            std::vector<uint16_t> apart((rows - 1) * stride + dim, 0x7e00);
+            for (size_t r = 0; r < rows; ++r)
+              std::copy_n(xh.data() + r * dim, dim, apart.data() + r * stride);
+            std::fill(got.begin(), got.end(), 0xAA);
+            k->quantize_rows_f16(apart.data(), rows, dim, stride, scale.data(), zero.data(),
+                                 max_code, got.data());
+            ASSERT_EQ(got, want_h) << "fp16 stride " << stride << " max_code " << max_code
+                                   << " dim " << dim << " rows " << rows;
+          }
         }
       }
     }
@@ -391,8 +402,23 @@ TEST(SimdPaths, MinMaxKeepTheFirstOrTheLastOfEqualValues) {
           for (const detail::QuantKernels* k : tables) {
             std::vector<float> mn_h(dim), mx_h(dim), mn(dim), mx(dim);
             const bool ok_h =
-                k->minmax_rows_first_f16(yh.data(), rows, dim, mn_h.data(), mx_h.data());
+                k->minmax_rows_first_f16(yh.data(), rows, dim, dim, mn_h.data(), mx_h.data());
             ASSERT_EQ(ok_h, bad == 0) << "fp16 dim " << dim << " rows " << rows;
+            // The same rows apart (one head's inside token-major rows of three), NaN between.
+            for (const size_t stride : {dim + 8, 3 * dim}) {
+              std::vector<uint16_t> apart((rows - 1) * stride + dim, 0x7e00);
+              for (size_t r = 0; r < rows; ++r)
+                std::copy_n(yh.data() + r * dim, dim, apart.data() + r * stride);
+              std::vector<float> mn_s(dim), mx_s(dim);
+              ASSERT_EQ(k->minmax_rows_first_f16(apart.data(), rows, dim, stride, mn_s.data(),
+                                                 mx_s.data()),
+                        ok_h)
+                  << "fp16 stride " << stride << " dim " << dim << " rows " << rows;
+              if (ok_h) {
+                ASSERT_EQ(0, std::memcmp(mn_s.data(), mn_h.data(), dim * sizeof(float)));
+                ASSERT_EQ(0, std::memcmp(mx_s.data(), mx_h.data(), dim * sizeof(float)));
+              }
+            }
             ASSERT_EQ(k->minmax_rows_first(y.data(), rows, dim, mn.data(), mx.data()), ok_h);
             if (ok_h) {
               ASSERT_EQ(0, std::memcmp(mn_h.data(), mn.data(), dim * sizeof(float)));
