@@ -306,10 +306,10 @@ SharedBatch& thread_batch() {
 
 // Decodes every slice of `batches` and hands each of its heads' codes (real rows) to
 // fn(batch, head, codes). The slices of all batches form one list; each thread takes a
-// contiguous run of it and decodes it four or two slices at a time (rans_decode_quad,
-// rans_decode_pair: independent payloads overlap in the core, also those of batches with their
-// own tables, such as layers' K and V, whose short tensors are one slice each). The bytes do
-// not depend on the grouping.
+// contiguous run of it and decodes it up to ten slices at a time (rans_decode_group:
+// independent payloads overlap in the core, also those of batches with their own tables, such
+// as layers' K and V, whose short tensors are one slice each). The bytes do not depend on the
+// grouping.
 template <typename Fn>
 void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
   struct Item {
@@ -367,34 +367,25 @@ void decode_slices(std::span<const SharedBatch* const> batches, Fn&& fn) {
   std::vector<std::exception_ptr> errors(runs);
   const auto run = [&](size_t r) {
     const size_t s0 = r * per_run, s1 = std::min(n_items, s0 + per_run);
-    uint8_t* first = scratch_bytes(std::min<size_t>(s1 - s0, 4) * slice_elements);
-    uint8_t* second = first + slice_elements;
+    uint8_t* first = scratch_bytes(std::min(s1 - s0, kMaxDecodeGroup) * slice_elements);
     for (size_t i = s0; i < s1;) {
-      const Item& a = items[i];
-      const RansPayload pa = slice_payload(a, first);
-      const size_t dim = a.batch->heads[0].dim;
-      if (i + 3 < s1 && items[i + 1].batch->heads[0].dim == dim &&
-          items[i + 2].batch->heads[0].dim == dim && items[i + 3].batch->heads[0].dim == dim) {
-        // Four at a time: short 8-lane payloads (two layers' K and V) run in lockstep.
-        const RansPayload p[4] = {pa, slice_payload(items[i + 1], second),
-                                  slice_payload(items[i + 2], second + slice_elements),
-                                  slice_payload(items[i + 3], second + 2 * slice_elements)};
-        const DecodeTables* const t[4] = {&a.batch->tables, &items[i + 1].batch->tables,
-                                          &items[i + 2].batch->tables, &items[i + 3].batch->tables};
-        rans_decode_quad(p, t, dim);
-        for (size_t k = 0; k < 4; ++k) emit(items[i + k], p[k].symbols.data());
-        i += 4;
-      } else if (i + 1 < s1 && items[i + 1].batch->heads[0].dim == dim) {
-        const Item& b = items[i + 1];
-        rans_decode_pair(pa, a.batch->tables, slice_payload(b, second), b.batch->tables, dim);
-        emit(a, first);
-        emit(b, second);
-        i += 2;
-      } else {
-        rans_decode(pa.payload, pa.payload_offset, a.batch->tables, dim, pa.n_lanes, pa.symbols);
-        emit(a, first);
-        i += 1;
+      // Up to kMaxDecodeGroup items of one dim at a time: short 8-lane payloads (a chunk's
+      // layers' K and V) run in lockstep. Ten only where ten are left (a group of five layers),
+      // else up to eight: twelve 32-lane payloads as 8 + 4 are three quads, as 10 + 2 two quads
+      // and two pairs.
+      const size_t dim = items[i].batch->heads[0].dim;
+      size_t n = 1;
+      while (n < kMaxDecodeGroup && i + n < s1 && items[i + n].batch->heads[0].dim == dim) ++n;
+      if (n == kMaxDecodeGroup && i + n < s1) n = 8;
+      RansPayload p[kMaxDecodeGroup];
+      const DecodeTables* t[kMaxDecodeGroup];
+      for (size_t k = 0; k < n; ++k) {
+        p[k] = slice_payload(items[i + k], first + k * slice_elements);
+        t[k] = &items[i + k].batch->tables;
       }
+      rans_decode_group(std::span(p, n), std::span(t, n), dim);
+      for (size_t k = 0; k < n; ++k) emit(items[i + k], p[k].symbols.data());
+      i += n;
     }
   };
   parallel_for(runs, [&](size_t r) {

@@ -187,6 +187,14 @@ void rans_decode_pair(const RansPayload& a, const DecodeTables& ta, const RansPa
 // two pairs.
 void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeTables* const, 4> t,
                       size_t dim);
+// The most payloads rans_decode_group takes.
+inline constexpr size_t kMaxDecodeGroup = 10;
+// Up to kMaxDecodeGroup payloads of the same dim: the results and errors of rans_decode calls in
+// order. Six, eight or ten 8-lane payloads of one search alphabet on AVX-512 run in lockstep as
+// packed pairs (a chunk's three to five layers' K and V); others decode as quads, then a pair,
+// then one.
+void rans_decode_group(std::span<const RansPayload> p, std::span<const DecodeTables* const> t,
+                       size_t dim);
 
 // Kernel contract shared by every path: decode elements [begin, end) where begin is a multiple
 // of n_lanes, updating states and the word cursor. Returns the new cursor. Only full steps of
@@ -262,6 +270,9 @@ size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,
 // contract; 0 for anything else.
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
                                 size_t dim, size_t end, uint8_t* const* symbols);
+// The same for n = 6, 8 or 10 8-lane payloads.
+size_t rans_decode_avx512_group8(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                 size_t n, size_t dim, size_t end, uint8_t* const* symbols);
 // The same for four 32-lane payloads (each its own tables and precision).
 size_t rans_decode_avx512_quad32(RansDecodeState* const* states, const DecodeTables* const* tables,
                                  size_t dim, size_t end, uint8_t* const* symbols);

@@ -352,4 +352,31 @@ void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeT
                      });
 }
 
+void rans_decode_group(std::span<const RansPayload> p, std::span<const DecodeTables* const> t,
+                       size_t dim) {
+  const size_t n = p.size();
+  bool packed = simd_path() == SimdPath::avx512 && (n == 6 || n == 8 || n == 10);
+  for (size_t k = 0; packed && k < n; ++k) {
+    packed = p[k].n_lanes == static_cast<int>(kNarrowLanes) && t[k]->uses_search() &&
+             t[k]->n_syms >= 2 && t[k]->n_syms == t[0]->n_syms;
+  }
+  if (packed) {
+    const auto kernel = [&](RansDecodeState* const* st, size_t end, uint8_t* const* out) {
+      return rans_decode_avx512_group8(st, t.data(), n, dim, end, out);
+    };
+    if (n == 6) decode_lockstep<6>(p.data(), t.data(), dim, kernel);
+    if (n == 8) decode_lockstep<8>(p.data(), t.data(), dim, kernel);
+    if (n == 10) decode_lockstep<10>(p.data(), t.data(), dim, kernel);
+    return;
+  }
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    rans_decode_quad(p.subspan(i).first<4>(), t.subspan(i).first<4>(), dim);
+  if (i + 2 <= n) {
+    rans_decode_pair(p[i], *t[i], p[i + 1], *t[i + 1], dim);
+    i += 2;
+  }
+  if (i < n) rans_decode(p[i].payload, p[i].payload_offset, *t[i], dim, p[i].n_lanes, p[i].symbols);
+}
+
 }  // namespace cachegen::detail

@@ -363,12 +363,15 @@ bool lockstep_patterns(const ThresholdPattern32& a, const ThresholdPattern32& b)
   return a.period != 0 && b.period == a.period && a.thresholds.size() == b.thresholds.size();
 }
 
-// Four 8-lane search payloads in lockstep, two per ymm: a pair's slots packed as 16 u16 (the
-// first payload's lane l in the low half of 32-bit lane l, the second's in the high half), as
-// the 32-lane kernel packs its halves, so that the search costs one payload's uops for two.
+// Four to ten 8-lane search payloads in lockstep, two per ymm: a pair's slots packed as 16 u16
+// (the first payload's lane l in the low half of 32-bit lane l, the second's in the high half),
+// as the 32-lane kernel packs its halves, so that the search costs one payload's uops for two.
 // Two unpacked payloads were bound by uops (~60 per 8-lane step each), one packed pair by its
-// chain; two packed pairs in flight are neither alone. Each payload has its own tables and
-// precision.
+// chain; two packed pairs in flight still left the core waiting on their chains: a chunk's five
+// layers as five pairs take 0.86 of the time of two quads and a pair (stories260K's 3-bit file
+// decode, AMD Zen 4 VM), four pairs and a pair 0.88; past four pairs the rANS part's cost a
+// symbol no longer falls. (Four payloads packed in one 32-lane zmm step, two such chains: 1.05x
+// four ymm pairs' time there.) Each payload has its own tables and precision.
 struct PackedPair8 {
   std::vector<uint32_t> thresholds;  // [period][NT][8 lanes]: first | second << 16
   size_t period = 0;
@@ -417,57 +420,55 @@ inline void packed_pair_step(__m256i& xa, __m256i& xb, const uint32_t* th, const
                    _mm256_cvtepi32_epi8(_mm256_srli_epi32(sym, 16)));
 }
 
-template <int NT>
-size_t search8_quad(RansDecodeState* const* s, const DecodeTables* const* t, size_t dim, size_t end,
-                    uint8_t* const* out) {
-  thread_local PackedPair8 kept[2];
-  PackedPair8& ab = kept[0];
-  PackedPair8& cd = kept[1];
+template <int NT, size_t P>
+size_t search8_packed(RansDecodeState* const* s, const DecodeTables* const* t, size_t dim,
+                      size_t end, uint8_t* const* out) {
+  thread_local PackedPair8 kept[5];
+  static_assert(P <= 5);
   // Each pattern reference stays valid until the fourth cache miss after it.
-  {
-    const ThresholdPattern32& pa = make_narrow_pattern(*t[0], dim);
-    const ThresholdPattern32& pb = make_narrow_pattern(*t[1], dim);
-    if (!ab.build(pa, pb, t[0]->precision, t[1]->precision)) return 0;
+  for (size_t q = 0; q < P; ++q) {
+    const ThresholdPattern32& pa = make_narrow_pattern(*t[2 * q], dim);
+    const ThresholdPattern32& pb = make_narrow_pattern(*t[2 * q + 1], dim);
+    if (!kept[q].build(pa, pb, t[2 * q]->precision, t[2 * q + 1]->precision)) return 0;
   }
-  {
-    const ThresholdPattern32& pc = make_narrow_pattern(*t[2], dim);
-    const ThresholdPattern32& pd = make_narrow_pattern(*t[3], dim);
-    if (!cd.build(pc, pd, t[2]->precision, t[3]->precision)) return 0;
+  const size_t period = kept[0].period;
+  for (size_t q = 0; q < P; ++q) {
+    if (kept[q].period != period || kept[q].thresholds.size() != period * NT * kNarrowLanes)
+      return 0;
   }
-  const size_t period = ab.period;
-  if (cd.period != period || ab.thresholds.size() != period * NT * kNarrowLanes ||
-      cd.thresholds.size() != ab.thresholds.size())
-    return 0;
-  __m256i x[4];
-  const uint16_t* words[4];
-  size_t cursor[4], n_words[4];
-  for (int p = 0; p < 4; ++p) {
+  __m256i x[2 * P];
+  const uint16_t* words[2 * P];
+  size_t cursor[2 * P], n_words[2 * P];
+  uint8_t* o[2 * P];
+  for (size_t p = 0; p < 2 * P; ++p) {
     x[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s[p]->x));
     words[p] = s[p]->words;
     cursor[p] = s[p]->cursor;
     n_words[p] = s[p]->n_words;
+    o[p] = out[p];
   }
-  __m256i xa = x[0], xb = x[1], xc = x[2], xd = x[3];
-  size_t ca = cursor[0], cb = cursor[1], cc = cursor[2], cdd = cursor[3];
-  uint8_t *oa = out[0], *ob = out[1], *oc = out[2], *od = out[3];
   const size_t per_step = static_cast<size_t>(NT) * kNarrowLanes;
+  const auto room = [&] {
+    bool ok = true;
+#pragma GCC unroll 8
+    for (size_t p = 0; p < 2 * P; ++p) ok = ok && cursor[p] + kNarrowLanes <= n_words[p];
+    return ok;
+  };
   size_t i = 0, step = 0;
-  while (i + kNarrowLanes <= end && ca + kNarrowLanes <= n_words[0] &&
-         cb + kNarrowLanes <= n_words[1] && cc + kNarrowLanes <= n_words[2] &&
-         cdd + kNarrowLanes <= n_words[3]) {
+  while (i + kNarrowLanes <= end && room()) {
     const size_t at = step * per_step;
-    packed_pair_step<NT>(xa, xb, ab.thresholds.data() + at, ab, words[0], ca, words[1], cb, oa + i,
-                         ob + i);
-    packed_pair_step<NT>(xc, xd, cd.thresholds.data() + at, cd, words[2], cc, words[3], cdd, oc + i,
-                         od + i);
+#pragma GCC unroll 4
+    for (size_t q = 0; q < P; ++q) {
+      packed_pair_step<NT>(x[2 * q], x[2 * q + 1], kept[q].thresholds.data() + at, kept[q],
+                           words[2 * q], cursor[2 * q], words[2 * q + 1], cursor[2 * q + 1],
+                           o[2 * q] + i, o[2 * q + 1] + i);
+    }
     i += kNarrowLanes;
     if (++step == period) step = 0;
   }
-  const __m256i xs[4] = {xa, xb, xc, xd};
-  const size_t cs[4] = {ca, cb, cc, cdd};
-  for (int p = 0; p < 4; ++p) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s[p]->x), xs[p]);
-    s[p]->cursor = cs[p];
+  for (size_t p = 0; p < 2 * P; ++p) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s[p]->x), x[p]);
+    s[p]->cursor = cursor[p];
   }
   return i;
 }
@@ -585,16 +586,13 @@ size_t search4_packed(RansDecodeState* const* s, const DecodeTables* const* t, s
   return i;
 }
 
-// search4_packed for the payloads' alphabet of n_syms symbols; 0 (declined) for slot tables or
-// unequal alphabets.
-template <int N>
-size_t search4_packed_of(RansDecodeState* const* s, const DecodeTables* const* t, size_t dim,
-                         size_t end, uint8_t* const* out) {
-  for (int p = 1; p < 2 * N; ++p)
+// f(NT) for n payloads of one search alphabet (its NT thresholds as a constant); 0 (declined)
+// for slot tables or unequal alphabets.
+template <typename F>
+size_t with_one_alphabet(const DecodeTables* const* t, size_t n, F&& f) {
+  for (size_t p = 1; p < n; ++p)
     if (t[p]->n_syms != t[0]->n_syms) return 0;
-  return with_thresholds(t[0]->n_syms, size_t{0}, [&](auto nt) {
-    return search4_packed<decltype(nt)::value, N>(s, t, dim, end, out);
-  });
+  return with_thresholds(t[0]->n_syms, size_t{0}, f);
 }
 
 }  // namespace
@@ -681,20 +679,32 @@ size_t rans_decode_avx512_pair4(RansDecodeState& a, const DecodeTables& ta, Rans
   RansDecodeState* const s[2] = {&a, &b};
   const DecodeTables* const t[2] = {&ta, &tb};
   uint8_t* const out[2] = {symbols_a, symbols_b};
-  return search4_packed_of<1>(s, t, dim, end, out);
+  return with_one_alphabet(
+      t, 2, [&](auto nt) { return search4_packed<decltype(nt)::value, 1>(s, t, dim, end, out); });
 }
 
 size_t rans_decode_avx512_quad4(RansDecodeState* const* states, const DecodeTables* const* tables,
                                 size_t dim, size_t end, uint8_t* const* symbols) {
-  return search4_packed_of<2>(states, tables, dim, end, symbols);
+  return with_one_alphabet(tables, 4, [&](auto nt) {
+    return search4_packed<decltype(nt)::value, 2>(states, tables, dim, end, symbols);
+  });
 }
 
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
                                 size_t dim, size_t end, uint8_t* const* symbols) {
-  for (int p = 1; p < 4; ++p)
-    if (tables[p]->n_syms != tables[0]->n_syms) return 0;
-  return with_thresholds(tables[0]->n_syms, size_t{0}, [&](auto nt) {
-    return search8_quad<decltype(nt)::value>(states, tables, dim, end, symbols);
+  return with_one_alphabet(tables, 4, [&](auto nt) {
+    return search8_packed<decltype(nt)::value, 2>(states, tables, dim, end, symbols);
+  });
+}
+
+size_t rans_decode_avx512_group8(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                 size_t n, size_t dim, size_t end, uint8_t* const* symbols) {
+  return with_one_alphabet(tables, n, [&](auto nt) {
+    constexpr int NT = decltype(nt)::value;
+    if (n == 6) return search8_packed<NT, 3>(states, tables, dim, end, symbols);
+    if (n == 8) return search8_packed<NT, 4>(states, tables, dim, end, symbols);
+    if (n == 10) return search8_packed<NT, 5>(states, tables, dim, end, symbols);
+    return size_t{0};
   });
 }
 

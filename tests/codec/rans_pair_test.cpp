@@ -10,7 +10,10 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -373,14 +376,73 @@ TEST(RansPair, TwoTablesDecodeAsTwoSingleCalls) {
   set_simd_path(best_supported_simd_path());
 }
 
+// N payloads of one dim, each with its own tables, as one lockstep call.
+template <size_t N>
+struct LockstepCase {
+  size_t dim;
+  int bits[N], lanes;
+  size_t n[N];
+  int t[N];
+};
+
+// decode(payloads, tables, dim) gives what N single rans_decode calls in order give: the
+// symbols, and after damage the first damaged payload's error, on every SIMD path.
+template <size_t N, typename Decode>
+void expect_single_calls(std::span<const LockstepCase<N>> cases, uint32_t seed, Decode&& decode) {
+  for (const LockstepCase<N>& c : cases) {
+    std::vector<ChannelTable> tables[N];
+    std::vector<uint8_t> want[N], payload[N];
+    DecodeTables dt[N];
+    const DecodeTables* t[N];
+    for (size_t k = 0; k < N; ++k) {
+      tables[k] = random_tables(c.dim, c.bits[k], c.t[k], seed++);
+      want[k] = draw(tables[k], c.n[k], seed++);
+      rans_encode(want[k], c.dim, tables[k], c.t[k], c.lanes, payload[k]);
+      dt[k] = build_decode_tables(tables[k], c.t[k]);
+      t[k] = &dt[k];
+    }
+    for (SimdPath p : test::supported_simd_paths()) {
+      set_simd_path(p);
+      SCOPED_TRACE(std::string(simd_path_name(p)) + " dim " + std::to_string(c.dim) + " bits " +
+                   std::to_string(c.bits[0]) + "," + std::to_string(c.bits[1]));
+      std::vector<uint8_t> out[N];
+      auto together = [&](const std::vector<uint8_t>* pl) {
+        RansPayload rp[N];
+        for (size_t k = 0; k < N; ++k) {
+          out[k].assign(c.n[k], 0);
+          rp[k] = {pl[k], 0, c.lanes, out[k]};
+        }
+        decode(std::span<const RansPayload, N>(rp), std::span<const DecodeTables* const, N>(t),
+               c.dim);
+      };
+      together(payload);
+      for (size_t k = 0; k < N; ++k) EXPECT_EQ(out[k], want[k]) << "payload " << k;
+      // Damage in any payload, and every other time in the next one too: the error of N
+      // single calls in order (the first damaged payload's).
+      for (size_t victim = 0; victim < N; ++victim) {
+        for (size_t i = 3; i < payload[victim].size(); i += 211) {
+          std::vector<uint8_t> bad[N];
+          for (size_t k = 0; k < N; ++k) bad[k] = payload[k];
+          bad[victim][i] ^= 0x41;
+          std::vector<uint8_t>& next = bad[(victim + 1) % N];
+          if (i % 2 == 1 && i < next.size()) next[i] ^= 0x41;
+          const std::string expected = outcome([&] {
+            for (size_t k = 0; k < N; ++k) {
+              out[k].assign(c.n[k], 0);
+              rans_decode(bad[k], 0, dt[k], c.dim, c.lanes, out[k]);
+            }
+          });
+          ASSERT_EQ(outcome([&] { together(bad); }), expected)
+              << "payload " << victim << " byte " << i;
+        }
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
 TEST(RansQuad, FourTablesDecodeAsFourSingleCalls) {
-  struct Case {
-    size_t dim;
-    int bits[4], lanes;
-    size_t n[4];
-    int t[4];
-  };
-  const Case cases[] = {
+  const LockstepCase<4> cases[] = {
       {8, {3, 3, 3, 3}, 8, {8192, 8192, 8192, 8192}, {12, 10, 11, 12}},  // two short layers
       {8, {3, 3, 3, 3}, 8, {8192, 6144, 8192, 4096}, {12, 12, 9, 12}},   // unequal lengths
       {24, {4, 4, 4, 4}, 8, {7200, 7200, 7200, 7200}, {12, 9, 12, 10}},  // period 3, 16 symbols
@@ -395,53 +457,55 @@ TEST(RansQuad, FourTablesDecodeAsFourSingleCalls) {
       {32, {1, 1, 1, 1}, 32, {16384, 16384, 16384, 16384}, {7, 12, 10, 12}},    // two symbols
       {64, {3, 4, 3, 4}, 32, {16384, 16384, 16384, 16384}, {12, 12, 12, 12}},   // mixed: two pairs
   };
-  uint32_t seed = 100;
-  for (const Case& c : cases) {
-    std::vector<ChannelTable> tables[4];
-    std::vector<uint8_t> want[4], payload[4];
-    DecodeTables dt[4];
-    for (int k = 0; k < 4; ++k) {
-      tables[k] = random_tables(c.dim, c.bits[k], c.t[k], seed++);
-      want[k] = draw(tables[k], c.n[k], seed++);
-      rans_encode(want[k], c.dim, tables[k], c.t[k], c.lanes, payload[k]);
-      dt[k] = build_decode_tables(tables[k], c.t[k]);
-    }
-    const DecodeTables* const t[4] = {&dt[0], &dt[1], &dt[2], &dt[3]};
-    for (SimdPath p : test::supported_simd_paths()) {
-      set_simd_path(p);
-      SCOPED_TRACE(std::string(simd_path_name(p)) + " dim " + std::to_string(c.dim) + " bits " +
-                   std::to_string(c.bits[0]) + "," + std::to_string(c.bits[1]));
-      std::vector<uint8_t> out[4];
-      auto quad = [&](const std::vector<uint8_t>* pl) {
-        for (int k = 0; k < 4; ++k) out[k].assign(c.n[k], 0);
-        const RansPayload rp[4] = {{pl[0], 0, c.lanes, out[0]},
-                                   {pl[1], 0, c.lanes, out[1]},
-                                   {pl[2], 0, c.lanes, out[2]},
-                                   {pl[3], 0, c.lanes, out[3]}};
-        rans_decode_quad(rp, t, c.dim);
-      };
-      quad(payload);
-      for (int k = 0; k < 4; ++k) EXPECT_EQ(out[k], want[k]) << "payload " << k;
-      // Damage in any payload, and every other time in the next one too: the error of four
-      // single calls in order (the first damaged payload's).
-      for (int victim = 0; victim < 4; ++victim) {
-        for (size_t i = 3; i < payload[victim].size(); i += 211) {
-          std::vector<uint8_t> bad[4] = {payload[0], payload[1], payload[2], payload[3]};
-          bad[victim][i] ^= 0x41;
-          std::vector<uint8_t>& next = bad[(victim + 1) % 4];
-          if (i % 2 == 1 && i < next.size()) next[i] ^= 0x41;
-          const std::string expected = outcome([&] {
-            for (int k = 0; k < 4; ++k) {
-              out[k].assign(c.n[k], 0);
-              rans_decode(bad[k], 0, dt[k], c.dim, c.lanes, out[k]);
-            }
-          });
-          ASSERT_EQ(outcome([&] { quad(bad); }), expected) << "payload " << victim << " byte " << i;
-        }
-      }
-    }
-  }
-  set_simd_path(best_supported_simd_path());
+  expect_single_calls<4>(cases, 100,
+                         [](auto p, auto t, size_t dim) { rans_decode_quad(p, t, dim); });
+}
+
+// A case of N payloads of one alphabet and length (first_n for the first), precisions from t.
+template <size_t N>
+LockstepCase<N> group_case(size_t dim, int bits, int lanes, size_t n, std::initializer_list<int> t,
+                           size_t first_n = 0) {
+  LockstepCase<N> c{dim, {}, lanes, {}, {}};
+  std::fill(std::begin(c.bits), std::end(c.bits), bits);
+  std::fill(std::begin(c.n), std::end(c.n), n);
+  if (first_n != 0) c.n[0] = first_n;
+  std::copy(t.begin(), t.begin() + N, c.t);
+  return c;
+}
+
+TEST(RansGroup, UpToTenTablesDecodeAsSingleCalls) {
+  const auto group = [](auto p, auto t, size_t dim) { rans_decode_group(p, t, dim); };
+  const std::initializer_list<int> t = {12, 10, 11, 12, 9, 12, 11, 10, 12, 8};
+  using C8 = LockstepCase<8>;
+  C8 unequal = group_case<8>(8, 3, 8, 8192, t);
+  std::copy_n(std::begin({8192, 6144, 8192, 4096, 8192, 8192, 2048, 8192}), 8, unequal.n);
+  C8 mixed = group_case<8>(8, 3, 8, 8192, t);
+  mixed.bits[6] = 2;
+  const C8 eight[] = {
+      group_case<8>(8, 3, 8, 8192, t),     // four short layers
+      unequal,                             // unequal lengths
+      group_case<8>(24, 4, 8, 7200, t),    // period 3, 16 symbols
+      group_case<8>(8, 1, 8, 8192, t),     // two symbols
+      group_case<8>(8, 2, 8, 8192, t),     // four symbols
+      mixed,                               // mixed alphabets: two quads
+      group_case<8>(8, 6, 8, 8192, t),     // slot tables: two quads
+      group_case<8>(8, 3, 4, 2048, t),     // 4 lanes: two quads
+      group_case<8>(64, 3, 32, 16384, t),  // 32 lanes: two quads
+  };
+  expect_single_calls<8>(eight, 300, group);
+  const LockstepCase<10> ten[] = {
+      group_case<10>(8, 3, 8, 8192, t),        // five short layers (stories260K's chunk)
+      group_case<10>(8, 3, 8, 8192, t, 4096),  // a shorter first payload
+      group_case<10>(8, 6, 8, 8192, t),        // slot tables: quads and a pair
+  };
+  expect_single_calls<10>(ten, 400, group);
+  const LockstepCase<6> six[] = {group_case<6>(8, 3, 8, 8192, t), group_case<6>(24, 2, 8, 7200, t)};
+  expect_single_calls<6>(six, 500, group);
+  // Odd counts: quads, a pair, one.
+  const LockstepCase<7> seven[] = {group_case<7>(8, 3, 8, 8192, t)};
+  expect_single_calls<7>(seven, 600, group);
+  const LockstepCase<3> three[] = {group_case<3>(8, 3, 8, 8192, t)};
+  expect_single_calls<3>(three, 700, group);
 }
 
 }  // namespace
