@@ -190,9 +190,9 @@ void rans_decode_quad(std::span<const RansPayload, 4> p, std::span<const DecodeT
 // The most payloads rans_decode_group takes.
 inline constexpr size_t kMaxDecodeGroup = 10;
 // Up to kMaxDecodeGroup payloads of the same dim: the results and errors of rans_decode calls in
-// order. Six, eight or ten 8-lane payloads of one search alphabet on AVX-512 run in lockstep as
-// packed pairs (a chunk's three to five layers' K and V); others decode as quads, then a pair,
-// then one.
+// order. Six, eight or ten 8- or 4-lane payloads of one search alphabet on AVX-512 run in
+// lockstep as packed pairs (a chunk's three to five layers' K and V); others decode as quads,
+// then a pair, then one.
 void rans_decode_group(std::span<const RansPayload> p, std::span<const DecodeTables* const> t,
                        size_t dim);
 
@@ -270,9 +270,10 @@ size_t rans_decode_avx2_slots_quad8(RansDecodeState* const* states,
 // contract; 0 for anything else.
 size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTables* const* tables,
                                 size_t dim, size_t end, uint8_t* const* symbols);
-// The same for n = 6, 8 or 10 8-lane payloads.
-size_t rans_decode_avx512_group8(RansDecodeState* const* states, const DecodeTables* const* tables,
-                                 size_t n, size_t dim, size_t end, uint8_t* const* symbols);
+// The same for n = 6, 8 or 10 payloads of `lanes` (8 or 4) lanes.
+size_t rans_decode_avx512_group(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                size_t n, int lanes, size_t dim, size_t end,
+                                uint8_t* const* symbols);
 // The same for four 32-lane payloads (each its own tables and precision).
 size_t rans_decode_avx512_quad32(RansDecodeState* const* states, const DecodeTables* const* tables,
                                  size_t dim, size_t end, uint8_t* const* symbols);

@@ -356,13 +356,15 @@ void rans_decode_group(std::span<const RansPayload> p, std::span<const DecodeTab
                        size_t dim) {
   const size_t n = p.size();
   bool packed = simd_path() == SimdPath::avx512 && (n == 6 || n == 8 || n == 10);
+  const int lanes = n == 0 ? 0 : p[0].n_lanes;
+  packed = packed && (lanes == static_cast<int>(kNarrowLanes) || lanes == 4);
   for (size_t k = 0; packed && k < n; ++k) {
-    packed = p[k].n_lanes == static_cast<int>(kNarrowLanes) && t[k]->uses_search() &&
-             t[k]->n_syms >= 2 && t[k]->n_syms == t[0]->n_syms;
+    packed = p[k].n_lanes == lanes && t[k]->uses_search() && t[k]->n_syms >= 2 &&
+             t[k]->n_syms == t[0]->n_syms;
   }
   if (packed) {
     const auto kernel = [&](RansDecodeState* const* st, size_t end, uint8_t* const* out) {
-      return rans_decode_avx512_group8(st, t.data(), n, dim, end, out);
+      return rans_decode_avx512_group(st, t.data(), n, lanes, dim, end, out);
     };
     if (n == 6) decode_lockstep<6>(p.data(), t.data(), dim, kernel);
     if (n == 8) decode_lockstep<8>(p.data(), t.data(), dim, kernel);

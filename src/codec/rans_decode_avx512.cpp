@@ -535,7 +535,8 @@ inline __m256i packed4_step(__m256i x, const uint32_t* th, const PackedPair4& k,
 template <int NT, int N>
 size_t search4_packed(RansDecodeState* const* s, const DecodeTables* const* t, size_t dim,
                       size_t end, uint8_t* const* out) {
-  thread_local PackedPair4 kept[2];
+  thread_local PackedPair4 kept[5];
+  static_assert(N <= 5);
   for (int q = 0; q < N; ++q) {
     // Each pattern reference stays valid until the fourth cache miss after it.
     const ThresholdPattern32& pa = make_narrow_pattern(*t[2 * q], dim, 4);
@@ -565,7 +566,7 @@ size_t search4_packed(RansDecodeState* const* s, const DecodeTables* const* t, s
   size_t i = 0, step = 0;
   while (i + 4 <= end && in_bounds()) {
     const size_t at = step * NT * kNarrowLanes;
-#pragma GCC unroll 2
+#pragma GCC unroll 5
     for (int q = 0; q < N; ++q) {
       x[q] = packed4_step<NT>(x[q], kept[q].thresholds.data() + at, kept[q], s[2 * q]->words,
                               cursor[2 * q], s[2 * q + 1]->words, cursor[2 * q + 1], out[2 * q] + i,
@@ -697,13 +698,18 @@ size_t rans_decode_avx512_quad8(RansDecodeState* const* states, const DecodeTabl
   });
 }
 
-size_t rans_decode_avx512_group8(RansDecodeState* const* states, const DecodeTables* const* tables,
-                                 size_t n, size_t dim, size_t end, uint8_t* const* symbols) {
+size_t rans_decode_avx512_group(RansDecodeState* const* states, const DecodeTables* const* tables,
+                                size_t n, int lanes, size_t dim, size_t end,
+                                uint8_t* const* symbols) {
   return with_one_alphabet(tables, n, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
-    if (n == 6) return search8_packed<NT, 3>(states, tables, dim, end, symbols);
-    if (n == 8) return search8_packed<NT, 4>(states, tables, dim, end, symbols);
-    if (n == 10) return search8_packed<NT, 5>(states, tables, dim, end, symbols);
+    const auto pairs = [&]<int P>() {
+      return lanes == 4 ? search4_packed<NT, P>(states, tables, dim, end, symbols)
+                        : search8_packed<NT, P>(states, tables, dim, end, symbols);
+    };
+    if (n == 6) return pairs.template operator()<3>();
+    if (n == 8) return pairs.template operator()<4>();
+    if (n == 10) return pairs.template operator()<5>();
     return size_t{0};
   });
 }

@@ -308,12 +308,13 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
   // Complete K/V pairs waiting to be decoded, in groups decoded together: four layers' of a
   // quantized file, the last group taking what is left (their short payloads run in lockstep,
   // rans_decode_group: stories260K's five layers' 8-lane chunk tensors decode in 0.86 of the
-  // time of groups of two layers, whose two chains left the core waiting on their latency; AMD
-  // Zen 4 VM), one layer's of a lossless one. With dst_per_tensor every pair is held until the
-  // walk ends and the groups run on the pool's threads: a chunk read alone (a short context's
-  // file, a context store's chunk) would otherwise decode on one thread. There, where groups of
-  // four layers would give each thread fewer than two, they are of two (stories260K's five
-  // layers as 4 + 1 on two threads: 1.35x the time of 2 + 2 + 1).
+  // time of groups of two layers, whose two chains left the core waiting on their latency; in
+  // 64-token chunks, 4-lane payloads, 0.75, and tinystories-hd64's 0.93; AMD Zen 4 VM), one
+  // layer's of a lossless one. With dst_per_tensor every pair is held until the walk ends and
+  // the groups run on the pool's threads: a chunk read alone (a short context's file, a context
+  // store's chunk) would otherwise decode on one thread. There, where groups of four layers
+  // would give each thread fewer than two, they are of two (stories260K's five layers as 4 + 1
+  // on two threads: 1.35x the time of 2 + 2 + 1).
   const bool lossless = info.codec == ContainerCodec::lossless_fp16;
   const size_t most = lossless ? 1 : 4;
   const size_t pairs_per_call = dst_per_tensor ? SIZE_MAX : most;

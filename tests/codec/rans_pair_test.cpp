@@ -489,7 +489,7 @@ TEST(RansGroup, UpToTenTablesDecodeAsSingleCalls) {
       group_case<8>(8, 2, 8, 8192, t),     // four symbols
       mixed,                               // mixed alphabets: two quads
       group_case<8>(8, 6, 8, 8192, t),     // slot tables: two quads
-      group_case<8>(8, 3, 4, 2048, t),     // 4 lanes: two quads
+      group_case<8>(8, 3, 4, 2048, t),     // 4 lanes (64-token chunks)
       group_case<8>(64, 3, 32, 16384, t),  // 32 lanes: two quads
   };
   expect_single_calls<8>(eight, 300, group);
@@ -497,6 +497,7 @@ TEST(RansGroup, UpToTenTablesDecodeAsSingleCalls) {
       group_case<10>(8, 3, 8, 8192, t),        // five short layers (stories260K's chunk)
       group_case<10>(8, 3, 8, 8192, t, 4096),  // a shorter first payload
       group_case<10>(8, 6, 8, 8192, t),        // slot tables: quads and a pair
+      group_case<10>(8, 3, 4, 2048, t, 1024),  // 4 lanes
   };
   expect_single_calls<10>(ten, 400, group);
   const LockstepCase<6> six[] = {group_case<6>(8, 3, 8, 8192, t), group_case<6>(24, 2, 8, 7200, t)};
