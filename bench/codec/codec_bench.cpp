@@ -273,9 +273,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
   // The same KV in chunks of 64 tokens: short chunks' tensors (a context's last chunk, or a
   // store's small ones) are short payloads, stories260K's of 4 lanes.
   std::vector<uint8_t> short_chunks;
+  KVEncodeOptions short_options = file_options;
+  short_options.chunk_tokens = (64 + o.group_size - 1) / o.group_size * o.group_size;
   if (in.cgkv.empty()) {
-    KVEncodeOptions short_options = file_options;
-    short_options.chunk_tokens = (64 + o.group_size - 1) / o.group_size * o.group_size;
     short_chunks = encode_kv_array(view, in.shape, short_options);
     benchmark::RegisterBenchmark("file_decode_chunks64/1t",
                                  read_whole_file(short_chunks, 1, profile));
@@ -415,6 +415,14 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
           }
           items(st, n);
         });
+  }
+  // The same in chunks of 64 tokens (file_decode_chunks64's file).
+  if (!short_chunks.empty()) {
+    benchmark::RegisterBenchmark("file_encode_chunks64/1t", [&](benchmark::State& st) {
+      set_thread_count(1);
+      for (auto _ : st) benchmark::DoNotOptimize(encode_kv_array(view, in.shape, short_options));
+      items(st, n);
+    });
   }
   // The transform path (a profile given): the KV as a transform file of the quantized file's
   // size (the scale found once by the size search), decoded whole and encoded at that scale.
@@ -585,6 +593,9 @@ int run_codec_benchmark(const CodecBenchOptions& o) {
     j["file_decode_chunks64_elems_per_s"] = ips("file_decode_chunks64/1t");
     j["file_decode_chunks64_over_file_decode"] =
         speed_ratio("file_decode_chunks64/1t", "file_decode/1t");
+    j["file_encode_chunks64_elems_per_s"] = ips("file_encode_chunks64/1t");
+    j["file_encode_chunks64_over_file_encode"] =
+        speed_ratio("file_encode_chunks64/1t", "file_encode/1t");
   }
   j["file_decode_mt_over_1t"] = speed_ratio("file_decode/mt", "file_decode/1t");
   j["file_encode_mt_over_1t"] = speed_ratio("file_encode/mt", "file_encode/1t");

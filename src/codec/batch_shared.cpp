@@ -762,10 +762,13 @@ std::array<bool, 2> encode_batch_shared_pair(std::span<const SharedBatchInput, 2
     shared[k] =
         e[k]->plan(batches[k].streams, batches[k].precisions, options, batches[k].compact_sections);
   }
-  // Two batches of one 8-lane slice each (a chunk's short K and V): coded in lockstep.
-  if (shared[0] && shared[1] && e[0]->n_slices() == 1 && e[1]->n_slices() == 1 &&
-      e[0]->slice_lanes(0) == static_cast<int>(kNarrowLanes) &&
-      e[1]->slice_lanes(0) == static_cast<int>(kNarrowLanes)) {
+  // Two batches of one 8- or 4-lane slice each (a chunk's short K and V): coded in lockstep,
+  // or two 4-lane ones as one 8-lane step (rans_encode_pair).
+  const auto narrow = [&](int k) {
+    return e[k]->slice_lanes(0) == static_cast<int>(kNarrowLanes) || e[k]->slice_lanes(0) == 4;
+  };
+  if (shared[0] && shared[1] && e[0]->n_slices() == 1 && e[1]->n_slices() == 1 && narrow(0) &&
+      narrow(1)) {
     const RansJob a = e[0]->slice(0, Scratch::symbols);
     rans_encode_pair(a, e[1]->slice(0, Scratch::symbols_pair));
   } else {

@@ -115,7 +115,8 @@ struct RansJob {
 // rans_encode of two payloads, the same bytes. An 8-lane payload is one vector whose steps are
 // one dependency chain (a step's multiplies and shifts wait on the last step's states), so two
 // of them are coded in lockstep on AVX-512: a chunk's short tensors (stories260K's 256-token
-// K and V: 8,192 codes each).
+// K and V: 8,192 codes each). Two 4-lane payloads (its 64-token chunks' 2,048 codes) share one
+// 8-lane step.
 void rans_encode_pair(const RansJob& a, const RansJob& b);
 
 // The SIMD encoders' view of the models, entry [channel * n_syms + symbol] at precision p.
@@ -154,6 +155,24 @@ void rans_encode_avx512_lanes8_pair(const RansEncodeTables& ta, const uint8_t* s
                                     size_t& w_pos_a, const RansEncodeTables& tb,
                                     const uint8_t* symbols_b, size_t dim_b, size_t end_b,
                                     uint32_t* x_b, uint16_t* words_b, size_t& w_pos_b);
+
+// A 4-lane payload's side of rans_encode_avx512_lanes4_pair: elements [0, end) (end a multiple
+// of 4) from the states x[4], words downwards from words + w_pos (updated); its entries (the
+// narrow ones) at `base` of the shared table. symbols == nullptr: no payload.
+struct RansLanes4 {
+  const uint8_t* symbols = nullptr;
+  size_t dim = 0, n_syms = 0, end = 0;
+  int precision = 0;
+  size_t base = 0;
+  uint32_t* x = nullptr;
+  uint16_t* words = nullptr;
+  size_t w_pos = 0;
+};
+// Two 4-lane payloads as one 8-lane step (a's lanes 0..3, b's 4..7; one alone: the other's lanes
+// idle), their entries gathered from one table whose entry `idle` is 0 (a lane with entry 0 keeps
+// its state and emits nothing). The same steps and bytes as the scalar encoder.
+void rans_encode_avx512_lanes4_pair(const uint64_t* entries, size_t idle, RansLanes4& a,
+                                    RansLanes4& b);
 
 // AVX2: elements [0, end) of a 32- or 8-lane payload (end a multiple of n_lanes), as above.
 size_t rans_encode_avx2(const RansEncodeTables& t, const uint8_t* symbols, size_t dim, size_t end,

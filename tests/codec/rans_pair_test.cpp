@@ -15,6 +15,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cachegen/error.h"
@@ -96,7 +97,8 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
   // at most 16, 32 or 64 entries over 1, 2, 4, 8 or 16 channels by permutes of 1, 2 or 4
   // registers, of 2, 4 or 8 symbols over 32, 48, 128 or 256 channels by blends of rows, the
   // rest gathered (33 and 264 channels, 16 symbols over 8); of at most 8 symbols over 24 or 40
-  // channels it keeps 8 lanes a vector and blends of 8-channel rows.
+  // channels it keeps 8 lanes a vector and blends of 8-channel rows. A 4-lane payload alone
+  // takes the scalar loop on every path (two share an 8-lane step: the pair test below).
   const Case cases[] = {
       {8, 8192, 3, 8},   {24, 7205, 4, 8},    {33, 4099, 2, 8},    {8, 8, 1, 8},
       {1, 9000, 5, 8},   {8, 7, 3, 8},        {128, 32768, 3, 32}, {33, 16411, 4, 32},
@@ -105,7 +107,9 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
       {8, 4096, 4, 32},  {1, 8192, 4, 8},     {1, 4096, 1, 32},    {2, 4096, 1, 8},
       {16, 4096, 2, 32}, {24, 4104, 1, 32},   {40, 8000, 3, 8},    {16, 4096, 1, 8},
       {8, 4096, 2, 8},   {256, 16384, 3, 32}, {264, 16896, 3, 32}, {256, 8200, 2, 8},
-      {4, 4100, 3, 32},  {32, 8192, 1, 32},   {48, 4800, 2, 32},   {40, 8000, 3, 32}};
+      {4, 4100, 3, 32},  {32, 8192, 1, 32},   {48, 4800, 2, 32},   {40, 8000, 3, 32},
+      {8, 2003, 3, 4},   {24, 4099, 4, 4},    {33, 2050, 5, 4},    {8, 4, 2, 4},
+      {3, 2047, 6, 4},   {8, 3, 3, 4}};
   uint32_t seed = 500;
   for (const Case& c : cases) {
     // Channels at their own precisions, one with a single symbol at t = 0 (frequency 2^p
@@ -146,8 +150,9 @@ TEST(RansEncode, PairWritesTheBytesOfTwoSingleEncodes) {
     int bits_a, bits_b, lanes_a, lanes_b;
   };
   // Two 8-lane payloads of the same kind of entries run in lockstep on AVX-512, each's rest
-  // alone (either longer, partial steps at the ends), both gathered too; any other pair one
-  // after the other: kinds that differ, 32 lanes, too short for a step, no SIMD path.
+  // alone (either longer, partial steps at the ends), both gathered too; two 4-lane ones as one
+  // 8-lane step (the longer one's rest with the other half idle); any other pair one after the
+  // other: kinds that differ, 32 lanes, 4 and 8 lanes, too short for a step, no SIMD path.
   const Case cases[] = {
       {8, 8192, 8, 8192, 3, 3, 8, 8},    // a chunk's K and V (rows held in registers)
       {8, 8192, 8, 3000, 3, 3, 8, 8},    // b shorter
@@ -160,7 +165,11 @@ TEST(RansEncode, PairWritesTheBytesOfTwoSingleEncodes) {
       {8, 8192, 8, 8192, 3, 3, 32, 8},   // a 32-lane payload
       {8, 8192, 8, 8192, 3, 3, 32, 32},  // two
       {8, 7, 8, 8192, 3, 3, 8, 8},       // a partial step only
-      {8, 2000, 8, 2000, 3, 3, 4, 4},    // 4 lanes: no SIMD kernel
+      {8, 2000, 8, 2000, 3, 3, 4, 4},    // 4 lanes (a 64-token chunk's K and V)
+      {8, 2000, 8, 1004, 3, 3, 4, 4},    // b shorter
+      {8, 1003, 24, 2050, 2, 4, 4, 4},   // a shorter, partial steps, other dims and alphabets
+      {8, 2000, 8, 2000, 3, 3, 4, 8},    // 4 and 8 lanes
+      {8, 2, 8, 2000, 3, 3, 4, 4},       // a too short for a step
   };
   uint32_t seed = 900;
   for (const Case& c : cases) {
@@ -221,7 +230,10 @@ TEST(RansEncode, SimdKernelsRenormaliseAtTheScalarBound) {
       }
       const RansEncodeTables t{narrow.data(), static_cast<int>(n_syms), p, entry.data(),
                                magic.data()};
-      for (const int lanes : {kMaxLanes, 8}) {
+      // 4 lanes: six steps, so that every lane meets every case.
+      const std::pair<int, int> runs[] = {{kMaxLanes, 0}, {8, 0}, {4, 0}, {4, 1},
+                                          {4, 2},         {4, 3}, {4, 4}, {4, 5}};
+      for (const auto& [lanes, shift] : runs) {
         // Element i (lane i) codes a present symbol; its state is one of the cases for the
         // symbol's frequency f, bound b = f * 2^(32-p).
         std::vector<uint8_t> symbols(static_cast<size_t>(lanes));
@@ -229,11 +241,12 @@ TEST(RansEncode, SimdKernelsRenormaliseAtTheScalarBound) {
         std::vector<uint16_t> want_words;
         uint32_t want_x[kMaxLanes];
         for (int l = 0; l < lanes; ++l) {
-          const auto s = static_cast<uint8_t>(l % 5 % n_syms);
+          const int k = lanes == 4 ? l + shift : l / 5;  // the case
+          const auto s = static_cast<uint8_t>((lanes == 4 ? k : l) % 5 % n_syms);
           symbols[static_cast<size_t>(l)] = s;
           const uint64_t f = freq[s], b = f << (32 - p);
           const uint64_t cases[] = {b - 1, b, b + f - 1, b + f, kRansLow, 0xffffffffu};
-          const uint64_t x = std::clamp<uint64_t>(cases[l / 5 % 6], kRansLow, 0xffffffffu);
+          const uint64_t x = std::clamp<uint64_t>(cases[k % 6], kRansLow, 0xffffffffu);
           x0[l] = static_cast<uint32_t>(x);
           uint64_t y = x;
           if (y >= b) {
@@ -254,6 +267,21 @@ TEST(RansEncode, SimdKernelsRenormaliseAtTheScalarBound) {
               want_words);
           EXPECT_TRUE(std::equal(x, x + lanes, want_x));
         };
+        if (lanes == 4) {  // AVX-512 only: the payload in either half of the 8-lane step
+          if (!avx512) continue;
+          std::vector<uint64_t> with_idle = narrow;
+          with_idle.push_back(0);
+          for (int half = 0; half < 2; ++half) {
+            check(half ? "avx512 4-lane, second half" : "avx512 4-lane",
+                  [&](uint32_t* x, uint16_t* w, size_t w_pos) {
+                    RansLanes4 side{symbols.data(), dim, n_syms, 4, p, 0, x, w, w_pos}, none;
+                    rans_encode_avx512_lanes4_pair(with_idle.data(), narrow.size(),
+                                                   half ? none : side, half ? side : none);
+                    return side.w_pos;
+                  });
+          }
+          continue;
+        }
         check("avx2", [&](uint32_t* x, uint16_t* w, size_t w_pos) {
           return rans_encode_avx2(t, symbols.data(), dim, symbols.size(), lanes, x, w, w_pos);
         });
