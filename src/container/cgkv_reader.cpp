@@ -353,7 +353,10 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
     if (pairs.empty()) return;
     const std::vector<std::pair<Held, Held>> held = std::move(pairs);
     pairs.clear();
-    const size_t threads = detail::inside_parallel_for() ? 1 : thread_count();
+    // One group at a time where dst is one scratch buffer for every tensor (verify's, resized
+    // by dst): groups on two threads wrote it, and resized it, at once.
+    const size_t threads =
+        !dst_per_tensor || detail::inside_parallel_for() ? 1 : thread_count();
     const size_t group = most == 1 || threads == 1 || held.size() >= 2 * most * threads ? most : 2;
     // The last group takes what is left (stories260K's five layers as one group of ten payloads
     // in lockstep, not 4 + 1).

@@ -205,6 +205,45 @@ TEST(Container, ArrayEncodeIndependentOfThreads) {
   set_thread_count(0);
 }
 
+// verify() decodes every tensor into one scratch buffer (resized as it goes): a chunk's groups of
+// layers, which read_tokens_into decodes on the pool's threads, run one at a time there (on two
+// threads they wrote and resized it at once: the Python hostile-bytes test crashed). Five narrow
+// layers (8-lane tensors: four layers' K and V decoded together, then the fifth) on four
+// threads; scripts/test.sh runs this under ThreadSanitizer.
+TEST(Container, VerifyOnThreadsDecodesOneGroupAtATime) {
+  const size_t L = 5, T = 256, H = 4, D = 8;
+  const std::vector<Half> kv = kv_array(L, T, H, D);
+  const size_t shape[5] = {L, 2, T, H, D};
+  const ModelShape model = kv_array_model_shape(shape, ErrorCode::invalid_argument, "kv");
+  KVEncodeOptions o;
+  o.bits = 3;
+  o.chunk_tokens = 128;
+  const std::vector<uint8_t> file = encode_kv_array(array_view(kv, L, T, H, D), model, o);
+  std::vector<uint8_t> bad = file;
+  bad[bad.size() / 2] ^= 0x10;  // a chunk's checksum fails
+  set_thread_count(1);
+  const std::string want = [&] {
+    try {
+      CgkvReader::from_bytes(bad).verify();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_NE(want, "no error");
+  set_thread_count(4);
+  for (int round = 0; round < 4; ++round) {
+    CgkvReader::from_bytes(file).verify();
+    try {
+      CgkvReader::from_bytes(bad).verify();
+      ADD_FAILURE() << "the damaged file verified";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
+  set_thread_count(0);
+}
+
 TEST(Container, EmptyCacheWritesAValidFile) {
   KVCacheConfig cfg;
   const KVCache c = KVCacheBuilder::for_model(test::small_shape(), cfg);
