@@ -30,23 +30,23 @@ namespace {
 // x + (2^p - f) * 2^(32-p) >= 2^32 beside the multiply, off the state's chain (the 8-lane
 // kernel, one vector: bound by that chain; taking the compare off it was -5% a symbol, best of
 // 2,000 encodes of an 8-lane payload, 2.45-2.62 -> 2.30-2.49 TSC). Returns the lanes that emit
-// the low 16 bits of their state before the step.
+// the low 16 bits of their state before the step. The shift 32 - p is per lane: two 4-lane
+// payloads of their own precisions share a vector (rans_encode_avx512_lanes4_pair).
 template <bool kFromQuotient>
 struct Step8 {
-  __m512i mask13, mask12, quotient_bound, state_bound;
-  __m128i renorm_shift;
+  __m512i mask13, mask12, quotient_bound, state_bound, renorm_shift;
   explicit Step8(int precision)
-      : mask13(_mm512_set1_epi64(0x1fff)),
-        mask12(_mm512_set1_epi64(0xfff)),
-        quotient_bound(_mm512_set1_epi64(int64_t{1} << (32 - precision))),
-        state_bound(_mm512_set1_epi64(int64_t{1} << 32)),
-        renorm_shift(_mm_cvtsi32_si128(32 - precision)) {}
+      : Step8(_mm512_set1_epi64(int64_t{1} << (32 - precision)),
+              _mm512_set1_epi64(32 - precision)) {}
+  // Each lane's 32 - p (its emit test by the state, not the quotient).
+  explicit Step8(__m512i renorm_shifts) requires(!kFromQuotient)
+      : Step8(_mm512_setzero_si512(), renorm_shifts) {}
   __mmask8 operator()(__m512i& x, __m512i e) const {
     const __m512i cmpl = _mm512_and_si512(_mm512_srli_epi64(e, 32), mask13);
     const __m512i bias = _mm512_and_si512(_mm512_srli_epi64(e, 45), mask12);
     __mmask8 emit = 0;
     if constexpr (!kFromQuotient) {
-      emit = _mm512_cmpge_epu64_mask(_mm512_add_epi64(x, _mm512_sll_epi64(cmpl, renorm_shift)),
+      emit = _mm512_cmpge_epu64_mask(_mm512_add_epi64(x, _mm512_sllv_epi64(cmpl, renorm_shift)),
                                      state_bound);
     }
     __m512i q =
@@ -58,6 +58,14 @@ struct Step8 {
     x = _mm512_add_epi64(_mm512_add_epi64(x, bias), _mm512_mul_epu32(q, cmpl));
     return emit;
   }
+
+ private:
+  Step8(__m512i quotient_bounds, __m512i renorm_shifts)
+      : mask13(_mm512_set1_epi64(0x1fff)),
+        mask12(_mm512_set1_epi64(0xfff)),
+        quotient_bound(quotient_bounds),
+        state_bound(_mm512_set1_epi64(int64_t{1} << 32)),
+        renorm_shift(renorm_shifts) {}
 };
 
 // The same for 8-lane payloads: one 64-bit gather a step of 8, indexed by the lanes' table rows
@@ -650,12 +658,11 @@ void rans_encode_avx512_lanes4_pair(const uint64_t* entries, size_t idle, RansLa
   };
   set_lanes(0);
   set_lanes(1);
-  const __m512i mask13 = _mm512_set1_epi64(0x1fff), mask12 = _mm512_set1_epi64(0xfff);
-  const __m512i state_bound = _mm512_set1_epi64(int64_t{1} << 32);
   while (active[0] || active[1]) {
     __m512i x = _mm512_load_si512(x0), row = _mm512_load_si512(row0);
     const __m512i step = _mm512_load_si512(step0), wrap = _mm512_load_si512(wrap0);
-    const __m512i floor = _mm512_load_si512(floor0), shift = _mm512_load_si512(shift0);
+    const __m512i floor = _mm512_load_si512(floor0);
+    const Step8<false> code(_mm512_load_si512(shift0));
     // Both sides' steps while each active one has one left; then the other alone.
     size_t steps = SIZE_MAX;
     for (int h = 0; h < 2; ++h)
@@ -672,18 +679,8 @@ void rans_encode_avx512_lanes4_pair(const uint64_t* entries, size_t idle, RansLa
       const __m512i e = _mm512_i64gather_epi64(_mm512_add_epi64(row, sym), entries, 8);
       row = _mm512_sub_epi64(row, step);
       row = _mm512_mask_add_epi64(row, _mm512_cmplt_epi64_mask(row, floor), row, wrap);
-      // Step8's step with each lane's own renormalisation shift.
       const __m512i before = x;
-      const __m512i cmpl = _mm512_and_si512(_mm512_srli_epi64(e, 32), mask13);
-      const __m512i bias = _mm512_and_si512(_mm512_srli_epi64(e, 45), mask12);
-      const __mmask8 emit =
-          _mm512_cmpge_epu64_mask(_mm512_add_epi64(x, _mm512_sllv_epi64(cmpl, shift)), state_bound);
-      __m512i q =
-          _mm512_srlv_epi64(_mm512_add_epi64(_mm512_srli_epi64(_mm512_mul_epu32(x, e), 32), x),
-                            _mm512_srli_epi64(e, 58));
-      q = _mm512_mask_srli_epi64(q, emit, q, 16);
-      x = _mm512_mask_srli_epi64(x, emit, x, 16);
-      x = _mm512_add_epi64(_mm512_add_epi64(x, bias), _mm512_mul_epu32(q, cmpl));
+      const __mmask8 emit = code(x, e);
       if (sym_a) {
         store_words8(static_cast<__mmask8>(emit & 0x0f), before, a.words, wa);
         ia -= 4;
