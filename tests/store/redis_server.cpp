@@ -103,7 +103,21 @@ RedisServer::~RedisServer() {
   std::filesystem::remove_all(dir_, ec);
 }
 
+// free_loopback_port() only says that a port was free a moment ago: another test process may
+// take it before our server binds it (its own server, or a connection's local port). Then our
+// server exits at start-up, or our PING reaches the other server (seen once in a parallel
+// ctest: a test's FLUSHALL emptied another's server under it). A fresh server moves to
+// another port; a restarted one must keep its port, which its clients hold.
 void RedisServer::start() {
+  std::string why;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (attempt > 0) port_ = free_loopback_port();
+    if (try_start(&why)) return;
+  }
+  throw std::runtime_error(why);
+}
+
+bool RedisServer::try_start(std::string* why) {
   const std::string port = std::to_string(port_), log = dir_ + "/redis.log";
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed: " + std::string(std::strerror(errno)));
@@ -131,12 +145,26 @@ void RedisServer::start() {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      throw std::runtime_error("redis-server exited during start-up; its log says:\n" +
-                               read_file(log));
+      *why = "redis-server exited during start-up; its log says:\n" + read_file(log);
+      return false;
     }
+    bool answered = false;
     try {
-      if (command({"PING"}) == "PONG") return;
+      answered = command({"PING"}) == "PONG";
     } catch (const std::runtime_error&) {
+    }
+    if (answered) {
+      // Ours, or another process's server on this port?
+      std::string info;
+      try {
+        info = command({"INFO", "server"});
+      } catch (const std::runtime_error& e) {
+        info = e.what();
+      }
+      if (info.find("process_id:" + std::to_string(pid_) + "\r") != std::string::npos) return true;
+      kill_hard();
+      *why = "port " + port + " was taken by another redis-server before ours bound it";
+      return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -167,7 +195,8 @@ void RedisServer::kill_hard() {
 
 void RedisServer::restart() {
   kill_hard();
-  start();
+  std::string why;
+  if (!try_start(&why)) throw std::runtime_error(why);
 }
 
 void RedisServer::pause() {

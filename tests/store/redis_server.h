@@ -36,7 +36,10 @@ class RedisServer {
   std::string command(const std::vector<std::string>& args) const;
 
  private:
-  void start();
+  void start();  // on port_, or on another free port where port_ was taken meanwhile
+  // Starts on port_; false (and why) where the server exited at start-up or another
+  // process's server answers there.
+  bool try_start(std::string* why);
   void stop();
 
   std::string dir_;
