@@ -48,6 +48,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _redis_pid(port: int):
+    """The process id of the redis-server answering on port (INFO server), or None."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as c:
+            c.sendall(b"INFO server\r\n")
+            reply = b""
+            while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError:
+        return None
+    for line in reply.split(b"\r\n"):
+        if line.startswith(b"process_id:"):
+            return int(line.split(b":")[1])
+    return None
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory):
     """A redis-server on a free loopback port with a temp dir, for the session."""
@@ -55,20 +74,23 @@ def redis_url(tmp_path_factory):
     if exe is None:
         pytest.skip("redis-server is not installed (scripts/install-deps.sh installs it)")
     d = tmp_path_factory.mktemp("redis")
-    for _ in range(5):
+    # The port was free a moment ago: another process may take it before our server binds it
+    # (then ours exits, or another server answers there), so the server must be ours by its pid.
+    for _ in range(8):
         port = _free_port()
         proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                  "--appendonly", "no", "--dir", str(d)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
+        pid = None
+        while time.monotonic() < deadline and proc.poll() is None and pid is None:
+            pid = _redis_pid(port)
+            if pid is None:
                 time.sleep(0.05)
-        if proc.poll() is None:
+        if pid == proc.pid and proc.poll() is None:
             break
+        proc.kill()
+        proc.wait(timeout=10)
     else:
         pytest.fail("redis-server did not start")
     yield f"redis://127.0.0.1:{port}/0"

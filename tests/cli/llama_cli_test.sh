@@ -55,10 +55,27 @@ field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 expect() {  # expect NAME ACTUAL WANTED
   if [[ $2 == "$3" ]]; then passed=$((passed + 1)); else fail "$1: got '$2', expected '$3'"; fi
 }
-redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
-redis_pid=$!
-for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+# A port free a moment ago may be taken before our server binds it (then ours exits, or another
+# process's server answers there): the server answering must be ours, by its pid.
+for _ in $(seq 8); do
+  redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
+  redis_pid=$!
+  ours=0
+  for _ in $(seq 50); do
+    if redis-cli -p "$redis_port" info server 2>/dev/null | tr -d '\r' | grep -x "process_id:$redis_pid" >/dev/null; then
+      ours=1
+      break
+    fi
+    kill -0 "$redis_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ $ours == 1 ]] && break
+  kill "$redis_pid" 2>/dev/null
+  wait "$redis_pid" 2>/dev/null
+  redis_pid=
+done
+[[ -n $redis_pid ]] || fail "redis-server did not start"
 for url in "file://$work/store" "redis://127.0.0.1:$redis_port/0"; do
   cold=$(run "$m" "$work/prompt.txt" "$url") || fail "cold run on $url"
   n=$(field "$cold" prompt_tokens)
