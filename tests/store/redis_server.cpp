@@ -149,19 +149,13 @@ bool RedisServer::try_start(std::string* why) {
       *why = "redis-server exited during start-up; its log says:\n" + read_file(log);
       return false;
     }
-    bool answered = false;
+    // Ours, or another process's server on this port? (Before ours listens, the command fails.)
+    std::string info;
     try {
-      answered = command({"PING"}) == "PONG";
+      info = command({"INFO", "server"});
     } catch (const std::runtime_error&) {
     }
-    if (answered) {
-      // Ours, or another process's server on this port?
-      std::string info;
-      try {
-        info = command({"INFO", "server"});
-      } catch (const std::runtime_error& e) {
-        info = e.what();
-      }
+    if (!info.empty()) {
       if (info.find("process_id:" + std::to_string(pid_) + "\r") != std::string::npos) return true;
       kill_hard();
       *why = "port " + port + " was taken by another redis-server before ours bound it";
@@ -170,7 +164,7 @@ bool RedisServer::try_start(std::string* why) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   stop();
-  throw std::runtime_error("redis-server on port " + port + " did not answer PING within 10 s");
+  throw std::runtime_error("redis-server on port " + port + " did not answer within 10 s");
 }
 
 void RedisServer::stop() {
