@@ -86,8 +86,10 @@ std::vector<uint8_t> encode(const CodeStream& stream, const EncodeOptions& optio
 // coded_bytes. Per group and channel, with min/max of the group (padding rows included):
 //   zero  = the largest grid value <= min; scale = the smallest grid value with
 //   zero + scale * (2^bits - 1) >= max (and >= 1e-8),
-// then codes = quantize_with_params(x, ..., scale, zero). Max abs error per element stays
-// <= scale/2; scale exceeds the reference's (max-min)/(2^bits-1) by at most a factor
+// then codes = clamp(round_half_even((x - zero) * (1 / scale)), 0, 2^bits - 1), in fp32: the
+// codes of quantize_with_params(x, ..., scale, zero), its division by a multiply with the
+// reciprocal (a quotient within ~2^-22 * (2^bits - 1) of a half-integer may round the other
+// way). Max abs error per element stays <= scale/2 (to that margin); scale exceeds the reference's (max-min)/(2^bits-1) by at most a factor
 // (1 + 2^-scale_mantissa_bits) * (2^bits-1) / (2^bits-1 - 2^-zero_step_log2).
 // If the returned pointer `quantized` is non-null it receives the CodeStream that was coded
 // (so decode(result) == *quantized).

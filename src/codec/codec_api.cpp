@@ -49,13 +49,12 @@ bool minmax_first(const Half* x, size_t rows, size_t dim, size_t stride, float* 
 void quantize_checked_into(std::span<const float> x, size_t /*stride: dim*/, size_t n_rows,
                            size_t dim, int bits, size_t group_size, std::span<const float> scale,
                            std::span<const float> zero, CodeStream& s) {
-  detail::quantize_with_checked_params_into(x, n_rows, dim, bits, group_size, scale, zero, s);
+  detail::codec_quantize_into(x, n_rows, dim, bits, group_size, scale, zero, s);
 }
 void quantize_checked_into(std::span<const Half> x, size_t stride, size_t n_rows, size_t dim,
                            int bits, size_t group_size, std::span<const float> scale,
                            std::span<const float> zero, CodeStream& s) {
-  detail::quantize_with_checked_params_into(x.data(), stride, n_rows, dim, bits, group_size, scale,
-                                            zero, s);
+  detail::codec_quantize_into(x.data(), stride, n_rows, dim, bits, group_size, scale, zero, s);
 }
 // Rows x[r * stride, r * stride + dim) copied side by side (for the reference quantizer).
 template <typename T>

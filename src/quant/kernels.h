@@ -14,6 +14,10 @@
 
 namespace cachegen::detail {
 
+// How a quantizer scales x - zero: divided by the scale (the reference's quantize_rows) or
+// multiplied by its reciprocal (the codec's quantize_rows_inv).
+enum class Scaling { divide, multiply };
+
 struct QuantKernels {
   // Widen n fp16 / bf16 values to fp32 (exact).
   void (*f16_to_f32)(const uint16_t* in, float* out, size_t n);
@@ -33,9 +37,19 @@ struct QuantKernels {
   // codes[r, c] = clamp(round_half_even((x[r, c] - zero[c]) / scale[c]), 0, max_code).
   void (*quantize_rows)(const float* x, size_t rows, size_t dim, const float* scale,
                         const float* zero, float max_code, uint8_t* codes);
-  // quantize_rows of fp16 values' exact widenings, row r at x + r * stride (stride >= dim).
-  void (*quantize_rows_f16)(const uint16_t* x, size_t rows, size_t dim, size_t stride,
-                            const float* scale, const float* zero, float max_code, uint8_t* codes);
+  // The codec's quantizer (quantize_with_checked_params_into): quantize_rows with the division
+  // by scale[c] replaced by a multiply by inv_scale[c] (= 1.0f / scale[c], reciprocals), every
+  // operation in fp32. Codes differ from the division's only where (x - zero) / scale lies
+  // within ~2^-23 * max_code of a half-integer (either code is then half a step off, to within
+  // that). The reference quantizer keeps the division (the golden vectors).
+  void (*quantize_rows_inv)(const float* x, size_t rows, size_t dim, const float* inv_scale,
+                            const float* zero, float max_code, uint8_t* codes);
+  // quantize_rows_inv of fp16 values' exact widenings, row r at x + r * stride (stride >= dim).
+  void (*quantize_rows_inv_f16)(const uint16_t* x, size_t rows, size_t dim, size_t stride,
+                                const float* inv_scale, const float* zero, float max_code,
+                                uint8_t* codes);
+  // out[i] = 1.0f / x[i] (IEEE, one rounding: the same on every path).
+  void (*reciprocals)(const float* x, float* out, size_t n);
   // out[r * out_stride + c] = fp16(clamp((float(codes[r, c]) * scale[c]) + zero[c], -65504,
   // 65504)), two fp32 roundings (out_stride >= dim). The clamp saturates instead of rounding to
   // +-Inf: a group of finite fp16 inputs reaching +-65504 has a rounded-up scale whose top level
@@ -81,15 +95,20 @@ const QuantKernels& quant_kernels_avx512();
 const QuantKernels& quant_kernels();
 
 // quantize_with_params_into for callers that have checked its inputs: x finite, scale and
-// zero n_groups * dim values each, every scale finite and > 0, every zero finite (e.g. the
-// codec's rounded parameters, from a min/max pass that found x finite).
+// zero n_groups * dim values each, every scale finite and > 0, every zero finite.
 void quantize_with_checked_params_into(std::span<const float> x, size_t n_rows, size_t dim,
                                        int bits, size_t group_size, std::span<const float> scale,
                                        std::span<const float> zero, CodeStream& s);
+// The codec's quantizer, with the same checked inputs (its rounded parameters, from a min/max
+// pass that found x finite): quantize_with_checked_params_into's stream, its codes by a multiply
+// with each scale's reciprocal (quantize_rows_inv: a near-tie may round the other way).
+void codec_quantize_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                         size_t group_size, std::span<const float> scale,
+                         std::span<const float> zero, CodeStream& s);
 // The same for fp16 values (their exact widenings quantised: the same codes), row r at
 // x + r * stride (stride >= dim).
-void quantize_with_checked_params_into(const Half* x, size_t stride, size_t n_rows, size_t dim,
-                                       int bits, size_t group_size, std::span<const float> scale,
-                                       std::span<const float> zero, CodeStream& s);
+void codec_quantize_into(const Half* x, size_t stride, size_t n_rows, size_t dim, int bits,
+                         size_t group_size, std::span<const float> scale,
+                         std::span<const float> zero, CodeStream& s);
 
 }  // namespace cachegen::detail

@@ -279,12 +279,15 @@ static bool minmax_rows_first_f16(const uint16_t* x, size_t rows, size_t dim, si
 // - NaN: the scalar max_f(NaN, -1) is -1, code 0; here MINPS(max_code, NaN) returns the NaN,
 //   which converts to INT_MIN: 0.
 // Its results are codes only after the saturating packs (store_codes32, quantize_span).
+template <Scaling kScaling>
 struct Quantize8 {
   __m256 max;
   explicit Quantize8(float max_code) : max(_mm256_set1_ps(max_code)) {}
   template <typename T>
   __m256i operator()(const T* x, __m256 scale, __m256 zero) const {
-    const __m256 v = _mm256_div_ps(_mm256_sub_ps(widen8(x), zero), scale);
+    const __m256 d = _mm256_sub_ps(widen8(x), zero);
+    const __m256 v =
+        kScaling == Scaling::divide ? _mm256_div_ps(d, scale) : _mm256_mul_ps(d, scale);
     const __m256 q = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return _mm256_cvttps_epi32(_mm256_min_ps(max, q));
   }
@@ -297,8 +300,9 @@ struct Quantize8 {
 // MXCSR's) and narrowed to bytes (every value lies in 0..255). Quantize8 took 0.29 TSC a value
 // (ROUNDPS, the packs and their permute), this 0.17-0.18 on rows of 8, 64 and 128 (kernel
 // microbenchmark, groups of 32 rows in L1): on Zen 4 the instruction count bounded the loop,
-// not the vector width (a multiply by inverse scales instead of the division: 0.13, not kept:
-// not measurable in a whole encode, and it would change codes at near-ties).
+// not the vector width (the codec's multiply by inverse scales: 0.13). On the 34th session's
+// Intel machine the 512-bit division bounded it (0.50 TSC a value; the multiply 0.28).
+template <Scaling kScaling>
 struct Quantize16 {
   __m512 max;
   explicit Quantize16(float max_code) : max(_mm512_set1_ps(max_code)) {}
@@ -307,7 +311,9 @@ struct Quantize16 {
     (*this)(widen16(x), scale, zero, out);
   }
   void operator()(__m512 x, __m512 scale, __m512 zero, uint8_t* out) const {
-    const __m512 v = _mm512_div_ps(_mm512_sub_ps(x, zero), scale);
+    const __m512 d = _mm512_sub_ps(x, zero);
+    const __m512 v =
+        kScaling == Scaling::divide ? _mm512_div_ps(d, scale) : _mm512_mul_ps(d, scale);
     const __m512 c = _mm512_min_ps(max, _mm512_max_ps(v, _mm512_setzero_ps()));
     const __m512i q = _mm512_cvt_roundps_epi32(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(q));
@@ -324,21 +330,21 @@ static inline void store_codes32(__m256i a, __m256i b, __m256i c, __m256i d, uin
 }
 #endif
 
-// n consecutive values with their own scale and zero each.
+// n consecutive values with their own scale (or its reciprocal, Scaling::multiply) and zero each.
 // The vector loop gives the scalar loop's codes (Quantize8): GCC 12 turned the scalar loop's
 // clamps into branches it then did not vectorise (18% of an AVX2 fp16 encode).
-template <typename T>
+template <Scaling kScaling, typename T>
 static inline void quantize_span(const T* x, size_t n, const float* scale, const float* zero,
                                  float max_code, uint8_t* out) {
   const float hi = max_code + 1.0f;
   size_t c = 0;
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
-  const Quantize16 q16(max_code);
+  const Quantize16<kScaling> q16(max_code);
   for (; c + 16 <= n; c += 16)
     q16(x + c, _mm512_loadu_ps(scale + c), _mm512_loadu_ps(zero + c), out + c);
 #endif
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX2__)
-  const Quantize8 q8(max_code);
+  const Quantize8<kScaling> q8(max_code);
   const auto eight = [&](size_t i) {
     return q8(x + i, _mm256_loadu_ps(scale + i), _mm256_loadu_ps(zero + i));
   };
@@ -352,7 +358,8 @@ static inline void quantize_span(const T* x, size_t n, const float* scale, const
   }
 #endif
   for (; c < n; ++c) {
-    float v = (widen1(x + c) - zero[c]) / scale[c];
+    const float d = widen1(x + c) - zero[c];
+    float v = kScaling == Scaling::divide ? d / scale[c] : d * scale[c];
     // Pre-clamp keeps the rounding trick in range; the final clamp is the reference's.
     v = min_f(max_f(v, -1.0f), hi);
     float q = (v + kRoundMagic) - kRoundMagic;
@@ -361,21 +368,22 @@ static inline void quantize_span(const T* x, size_t n, const float* scale, const
   }
 }
 
-// Row r at x + r * stride (stride >= dim); codes row-major, dim a row.
-template <typename T>
+// Row r at x + r * stride (stride >= dim); codes row-major, dim a row. `scale`: the scales
+// (Scaling::divide) or their reciprocals (Scaling::multiply), as quantize_span's.
+template <Scaling kScaling, typename T>
 static void quantize_rows_of(const T* x, size_t rows, size_t dim, size_t stride, const float* scale,
                              const float* zero, float max_code, uint8_t* codes) {
   size_t r = 0;
 #if defined(CACHEGEN_HAVE_F16C) && defined(__AVX512F__)
   if (dim == 8) {  // two rows a vector
-    const Quantize16 q16(max_code);
+    const Quantize16<kScaling> q16(max_code);
     const auto twice = [](const float* p) {  // (AVX512F, where broadcast_f32x8 is DQ)
       return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
     };
     const __m512 s = twice(scale), z = twice(zero);
     for (; r + 2 <= rows; r += 2) q16(widen8x2(x + r * stride, stride), s, z, codes + r * 8);
   } else if (dim % 16 == 0) {  // whole vectors a row, without quantize_span's tails
-    const Quantize16 q16(max_code);
+    const Quantize16<kScaling> q16(max_code);
     for (; r < rows; ++r) {
       for (size_t c = 0; c < dim; c += 16)
         q16(x + r * stride + c, _mm512_loadu_ps(scale + c), _mm512_loadu_ps(zero + c),
@@ -387,7 +395,7 @@ static void quantize_rows_of(const T* x, size_t rows, size_t dim, size_t stride,
   if (dim == 8) {
     // Rows of 8 (head_dim 8): one vector a row, the parameters loaded once (repeating them
     // for the span below was a third of quantizing such groups).
-    const Quantize8 q8(max_code);
+    const Quantize8<kScaling> q8(max_code);
     const __m256 s = _mm256_loadu_ps(scale), z = _mm256_loadu_ps(zero);
     for (; r + 4 <= rows; r += 4) {
       const T* xr = x + r * stride;
@@ -398,7 +406,7 @@ static void quantize_rows_of(const T* x, size_t rows, size_t dim, size_t stride,
 #endif
   if (stride != dim) {  // rows apart: one at a time
     for (; r < rows; ++r)
-      quantize_span(x + r * stride, dim, scale, zero, max_code, codes + r * dim);
+      quantize_span<kScaling>(x + r * stride, dim, scale, zero, max_code, codes + r * dim);
     return;
   }
   if (dim < 32 && rows - r >= (64 + dim - 1) / dim) {
@@ -416,18 +424,37 @@ static void quantize_rows_of(const T* x, size_t rows, size_t dim, size_t stride,
       c = c + 1 == dim ? 0 : c + 1;
     }
     for (; r + per <= rows; r += per)
-      quantize_span(x + r * dim, len, s_rep, z_rep, max_code, codes + r * dim);
+      quantize_span<kScaling>(x + r * dim, len, s_rep, z_rep, max_code, codes + r * dim);
   }
-  for (; r < rows; ++r) quantize_span(x + r * dim, dim, scale, zero, max_code, codes + r * dim);
+  for (; r < rows; ++r)
+    quantize_span<kScaling>(x + r * dim, dim, scale, zero, max_code, codes + r * dim);
 }
 static void quantize_rows(const float* x, size_t rows, size_t dim, const float* scale,
                           const float* zero, float max_code, uint8_t* codes) {
-  quantize_rows_of(x, rows, dim, dim, scale, zero, max_code, codes);
+  quantize_rows_of<Scaling::divide>(x, rows, dim, dim, scale, zero, max_code, codes);
 }
-static void quantize_rows_f16(const uint16_t* x, size_t rows, size_t dim, size_t stride,
-                              const float* scale, const float* zero, float max_code,
-                              uint8_t* codes) {
-  quantize_rows_of(x, rows, dim, stride, scale, zero, max_code, codes);
+static void quantize_rows_inv(const float* x, size_t rows, size_t dim, const float* inv_scale,
+                              const float* zero, float max_code, uint8_t* codes) {
+  quantize_rows_of<Scaling::multiply>(x, rows, dim, dim, inv_scale, zero, max_code, codes);
+}
+static void quantize_rows_inv_f16(const uint16_t* x, size_t rows, size_t dim, size_t stride,
+                                  const float* inv_scale, const float* zero, float max_code,
+                                  uint8_t* codes) {
+  quantize_rows_of<Scaling::multiply>(x, rows, dim, stride, inv_scale, zero, max_code, codes);
+}
+
+// out[i] = 1.0f / x[i], IEEE division (one rounding) on every path.
+static void reciprocals(const float* x, float* out, size_t n) {
+  size_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_div_ps(one, _mm512_loadu_ps(x + i)));
+#elif defined(__AVX2__)
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_div_ps(one, _mm256_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) out[i] = 1.0f / x[i];
 }
 
 #if defined(CACHEGEN_HAVE_F16C)
@@ -778,10 +805,24 @@ static uint16_t max_f16_magnitude(const uint16_t* x, size_t n) {
 // Internal linkage: an inline variable is a unique symbol of the shared library, which a process
 // holding two builds of it (two namespaces, RTLD_LOCAL) would share: one build's code would call
 // the other's kernels through a table of another layout.
-static const QuantKernels kTable = {
-    f16_to_f32,     bf16_to_f32,      minmax_rows,       minmax_rows_first,  minmax_rows_first_f16,
-    all_finite,     quantize_rows,    quantize_rows_f16, dequant_rows,       basis_combine,
-    f32_to_f16_sat, f32_to_f16,       rope_f16,          channel_histograms, present_symbols,
-    max_byte,       max_f16_magnitude};
+static const QuantKernels kTable = {f16_to_f32,
+                                    bf16_to_f32,
+                                    minmax_rows,
+                                    minmax_rows_first,
+                                    minmax_rows_first_f16,
+                                    all_finite,
+                                    quantize_rows,
+                                    quantize_rows_inv,
+                                    quantize_rows_inv_f16,
+                                    reciprocals,
+                                    dequant_rows,
+                                    basis_combine,
+                                    f32_to_f16_sat,
+                                    f32_to_f16,
+                                    rope_f16,
+                                    channel_histograms,
+                                    present_symbols,
+                                    max_byte,
+                                    max_f16_magnitude};
 
 }  // namespace cachegen::detail::CACHEGEN_KERNEL_NS

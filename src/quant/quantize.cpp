@@ -165,19 +165,28 @@ void quantize_with_params_into(std::span<const float> x, size_t n_rows, size_t d
 namespace {
 
 // Row r of x at x + r * stride; x_size: the values the caller has (checked: n_rows * dim).
-template <typename T, typename QuantizeRows>
+// quantize_rows(x, rows, dim, scales, zeros, max_code, codes) quantizes a group; kScaling says
+// whether it takes the scales (divide) or their reciprocals (multiply).
+template <detail::Scaling kScaling, typename T, typename QuantizeRows>
 void quantize_checked(const T* x, size_t x_size, size_t stride, size_t n_rows, size_t dim, int bits,
                       size_t group_size, std::span<const float> scale, std::span<const float> zero,
                       CodeStream& s, QuantizeRows quantize_rows) {
   make_stream(x_size, n_rows, dim, bits, group_size, s);
   std::copy(scale.begin(), scale.end(), s.scale.begin());
   std::copy(zero.begin(), zero.end(), s.zero.begin());
+  const float* by = s.scale.data();
+  if constexpr (kScaling == detail::Scaling::multiply) {
+    thread_local std::vector<float> inverse;  // per thread, as the stream's buffers
+    inverse.resize(scale.size());
+    detail::quant_kernels().reciprocals(scale.data(), inverse.data(), scale.size());
+    by = inverse.data();
+  }
   const float max_code = static_cast<float>((1 << bits) - 1);
   for (size_t g = 0; g < s.n_groups(); ++g) {
     const size_t row0 = g * group_size;
     const size_t rows = std::min(group_size, n_rows - row0);
-    quantize_rows(x + row0 * stride, rows, dim, s.scale.data() + g * dim, s.zero.data() + g * dim,
-                  max_code, s.codes.data() + row0 * dim);
+    quantize_rows(x + row0 * stride, rows, dim, by + g * dim, s.zero.data() + g * dim, max_code,
+                  s.codes.data() + row0 * dim);
   }
   pad_last_group(s);
 }
@@ -188,22 +197,30 @@ void detail::quantize_with_checked_params_into(std::span<const float> x, size_t 
                                                int bits, size_t group_size,
                                                std::span<const float> scale,
                                                std::span<const float> zero, CodeStream& s) {
-  quantize_checked(x.data(), x.size(), dim, n_rows, dim, bits, group_size, scale, zero, s,
-                   detail::quant_kernels().quantize_rows);
+  quantize_checked<detail::Scaling::divide>(x.data(), x.size(), dim, n_rows, dim, bits, group_size,
+                                            scale, zero, s, detail::quant_kernels().quantize_rows);
 }
 
-void detail::quantize_with_checked_params_into(const Half* x, size_t stride, size_t n_rows,
-                                               size_t dim, int bits, size_t group_size,
-                                               std::span<const float> scale,
-                                               std::span<const float> zero, CodeStream& s) {
-  const auto quantize_rows = detail::quant_kernels().quantize_rows_f16;
-  quantize_checked(x, checked_mul(n_rows, dim, "x (n_rows * dim)"), stride, n_rows, dim, bits,
-                   group_size, scale, zero, s,
-                   [&](const Half* rows_x, size_t rows, size_t d, const float* sc, const float* z,
-                       float max_code, uint8_t* codes) {
-                     quantize_rows(reinterpret_cast<const uint16_t*>(rows_x), rows, d, stride, sc,
-                                   z, max_code, codes);
-                   });
+void detail::codec_quantize_into(std::span<const float> x, size_t n_rows, size_t dim, int bits,
+                                 size_t group_size, std::span<const float> scale,
+                                 std::span<const float> zero, CodeStream& s) {
+  quantize_checked<detail::Scaling::multiply>(x.data(), x.size(), dim, n_rows, dim, bits,
+                                              group_size, scale, zero, s,
+                                              detail::quant_kernels().quantize_rows_inv);
+}
+
+void detail::codec_quantize_into(const Half* x, size_t stride, size_t n_rows, size_t dim, int bits,
+                                 size_t group_size, std::span<const float> scale,
+                                 std::span<const float> zero, CodeStream& s) {
+  const auto quantize_rows = detail::quant_kernels().quantize_rows_inv_f16;
+  quantize_checked<detail::Scaling::multiply>(
+      x, checked_mul(n_rows, dim, "x (n_rows * dim)"), stride, n_rows, dim, bits, group_size, scale,
+      zero, s,
+      [&](const Half* rows_x, size_t rows, size_t d, const float* inv, const float* z,
+          float max_code, uint8_t* codes) {
+        quantize_rows(reinterpret_cast<const uint16_t*>(rows_x), rows, d, stride, inv, z, max_code,
+                      codes);
+      });
 }
 
 void validate(const CodeStream& s) {

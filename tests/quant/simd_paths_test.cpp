@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -158,10 +159,11 @@ TEST(SimdPaths, RopeF16IsTheFp32RotationRoundedBack) {
   }
 }
 
-// quantize_rows on every path against the scalar one, byte for byte, with parameters and
-// values the codec never makes as well (NaN, infinities, zero and negative scales, values far
-// outside their group's range), for row widths that take the 32- and 8-wide vector loops,
-// rows of 8 one vector each, their tails and the short-row blocks.
+// quantize_rows (the division) and quantize_rows_inv (the multiply, fp32 and fp16 inputs) on
+// every path against the scalar ones, byte for byte, with parameters and values the codec never
+// makes as well (NaN, infinities, zero and negative scales, values far outside their group's
+// range), for row widths that take the 32- and 8-wide vector loops, rows of 8 one vector each,
+// their tails and the short-row blocks; and reciprocals bit for bit.
 TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(11);
@@ -173,15 +175,19 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
   for (const float max_code : {1.0f, 3.0f, 7.0f, 15.0f, 255.0f}) {
     for (const size_t dim : {1u, 3u, 8u, 24u, 31u, 32u, 33u, 40u, 64u, 100u}) {
       for (const size_t rows : {1u, 3u, 17u, 32u}) {
-        std::vector<float> x(rows * dim), scale(dim), zero(dim);
+        std::vector<float> x(rows * dim), scale(dim), zero(dim), inv(dim);
         for (float& v : x) v = pick(u(rng) * 3.0f);
         for (size_t c = 0; c < dim; ++c) {
           scale[c] = pick(std::abs(u(rng)) / max_code);
           zero[c] = pick(u(rng));
         }
-        std::vector<uint8_t> want(x.size());
+        std::vector<float> want_inv(dim);
+        for (size_t c = 0; c < dim; ++c) want_inv[c] = 1.0f / scale[c];
+        std::vector<uint8_t> want(x.size()), want_by_inv(x.size());
         tables[0]->quantize_rows(x.data(), rows, dim, scale.data(), zero.data(), max_code,
                                  want.data());
+        tables[0]->quantize_rows_inv(x.data(), rows, dim, want_inv.data(), zero.data(), max_code,
+                                     want_by_inv.data());
         // The fp16 kernel against the fp32 one on the values' fp16 roundings, widened.
         std::vector<uint16_t> xh(x.size());
         std::vector<float> xw(x.size());
@@ -190,15 +196,25 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
           xw[i] = half_to_float(Half{xh[i]});
         }
         std::vector<uint8_t> want_h(x.size());
-        tables[0]->quantize_rows(xw.data(), rows, dim, scale.data(), zero.data(), max_code,
-                                 want_h.data());
+        tables[0]->quantize_rows_inv(xw.data(), rows, dim, want_inv.data(), zero.data(), max_code,
+                                     want_h.data());
         for (const detail::QuantKernels* k : tables) {
+          std::fill(inv.begin(), inv.end(), 7.0f);
+          k->reciprocals(scale.data(), inv.data(), dim);
+          for (size_t c = 0; c < dim; ++c) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(inv[c]), std::bit_cast<uint32_t>(want_inv[c]))
+                << "reciprocal of " << scale[c] << " dim " << dim;
+          }
           std::vector<uint8_t> got(x.size(), 0xAA);
           k->quantize_rows(x.data(), rows, dim, scale.data(), zero.data(), max_code, got.data());
           ASSERT_EQ(got, want) << "max_code " << max_code << " dim " << dim << " rows " << rows;
           std::fill(got.begin(), got.end(), 0xAA);
-          k->quantize_rows_f16(xh.data(), rows, dim, dim, scale.data(), zero.data(), max_code,
-                               got.data());
+          k->quantize_rows_inv(x.data(), rows, dim, inv.data(), zero.data(), max_code, got.data());
+          ASSERT_EQ(got, want_by_inv)
+              << "inverse max_code " << max_code << " dim " << dim << " rows " << rows;
+          std::fill(got.begin(), got.end(), 0xAA);
+          k->quantize_rows_inv_f16(xh.data(), rows, dim, dim, inv.data(), zero.data(), max_code,
+                                   got.data());
           ASSERT_EQ(got, want_h) << "fp16 max_code " << max_code << " dim " << dim << " rows "
                                  << rows;
           // The same rows apart (one head's inside token-major rows of three), NaN between.
@@ -207,8 +223,8 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
             for (size_t r = 0; r < rows; ++r)
               std::copy_n(xh.data() + r * dim, dim, apart.data() + r * stride);
             std::fill(got.begin(), got.end(), 0xAA);
-            k->quantize_rows_f16(apart.data(), rows, dim, stride, scale.data(), zero.data(),
-                                 max_code, got.data());
+            k->quantize_rows_inv_f16(apart.data(), rows, dim, stride, inv.data(), zero.data(),
+                                     max_code, got.data());
             ASSERT_EQ(got, want_h) << "fp16 stride " << stride << " max_code " << max_code
                                    << " dim " << dim << " rows " << rows;
           }
@@ -216,6 +232,63 @@ TEST(SimdPaths, QuantizeRowsGivesTheScalarCodes) {
       }
     }
   }
+}
+
+// The codec's multiply against the reference's division, on the values and parameters the
+// codec makes (fp16 values, scales with 8-bit mantissas, zeros on a grid) and on every exact
+// half-step: the codes differ only where the quotient, in exact arithmetic, lies within
+// max_code * 2^-22 of a half-integer, by one, and every code is within half a step of its
+// value, to that margin.
+TEST(SimdPaths, QuantizeByInverseDiffersOnlyAtNearTies) {
+  const detail::QuantKernels& k = detail::quant_kernels();
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  size_t differ = 0, total = 0;
+  for (const float max_code : {3.0f, 7.0f, 15.0f, 255.0f}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      const size_t dim = 64, rows = 32;
+      std::vector<float> scale(dim), zero(dim), inv(dim);
+      std::vector<uint16_t> xh(rows * dim);
+      std::vector<float> xw(rows * dim);
+      for (size_t c = 0; c < dim; ++c) {
+        // An 8-bit mantissa (the codec's compact grid) and a zero on a 1/64 grid.
+        int e = 0;
+        const float m = std::frexp(std::abs(u(rng)) / max_code + 1e-3f, &e);
+        scale[c] = std::ldexp(std::round(std::ldexp(m, 8)), e - 8);
+        zero[c] = std::round(u(rng) * 64.0f) / 64.0f;
+      }
+      for (size_t r = 0; r < rows; ++r) {
+        for (size_t c = 0; c < dim; ++c) {
+          // Every fourth value an exact tie (zero + (j + 1/2) * scale, where fp16 holds it).
+          float v = zero[c] + u(rng) * scale[c] * max_code / 4.0f + scale[c] * max_code / 2.0f;
+          if (r % 4 == 0) v = zero[c] + (static_cast<float>(rng() % 255) + 0.5f) * scale[c];
+          xh[r * dim + c] = float_to_half(v).bits;
+          xw[r * dim + c] = half_to_float(Half{xh[r * dim + c]});
+        }
+      }
+      k.reciprocals(scale.data(), inv.data(), dim);
+      std::vector<uint8_t> by_div(rows * dim), by_inv(rows * dim);
+      k.quantize_rows(xw.data(), rows, dim, scale.data(), zero.data(), max_code, by_div.data());
+      k.quantize_rows_inv_f16(xh.data(), rows, dim, dim, inv.data(), zero.data(), max_code,
+                              by_inv.data());
+      const double margin = static_cast<double>(max_code) * std::ldexp(1.0, -22);
+      for (size_t i = 0; i < rows * dim; ++i) {
+        const size_t c = i % dim;
+        const double q = (static_cast<double>(xw[i]) - zero[c]) / scale[c];
+        const double err = std::abs(q - by_inv[i]);
+        ++total;
+        if (q < -0.5 || q > max_code + 0.5) continue;  // clamped: both give the bound
+        ASSERT_LE(err, 0.5 + margin) << "value " << xw[i] << " quotient " << q;
+        if (by_inv[i] != by_div[i]) {
+          ++differ;
+          ASSERT_EQ(std::abs(int{by_inv[i]} - int{by_div[i]}), 1) << "quotient " << q;
+          ASSERT_LE(std::abs(std::abs(q - std::floor(q)) - 0.5), margin) << "quotient " << q;
+        }
+      }
+    }
+  }
+  // Ties are common on such grids; most codes agree.
+  EXPECT_LT(differ * 20, total) << differ << " of " << total;
 }
 
 // dequant_rows on every path against the scalar one, bit for bit, into contiguous and strided
