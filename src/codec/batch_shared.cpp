@@ -119,36 +119,46 @@ std::vector<HeadParams>& thread_head_params() {
   return kept;
 }
 
-// The parameters of the framed blocks `jobs` (in order), two at a time: a compact pair's codes
-// read side by side and their group-0 chains too (one head's reader is a chain of ~10 cycles per
-// code, its group-0 chain a division and roundings a channel), in parallel where there are
-// enough (compact bits were most of decoding a batch of short heads, and fixed-width ones a
-// serial part that held 2-thread decodes to ~1.6x). A pair reports its first head's error
-// before the second's, so the first error in order is the one reported, naming the head.
+// The parameters of the framed blocks `jobs` (in order): compact blocks of one shape up to
+// kMaxLaneReaders at a time where the AVX-512 lanes reader runs (at least kMinLanes of them; a
+// block's codes are a chain of ~10 cycles each, which the lanes reader runs 8 or 16 side by
+// side), the rest two at a time (a compact pair's codes read side by side and their group-0
+// chains too), in parallel where there are enough (compact bits were most of decoding a batch
+// of short heads, and fixed-width ones a serial part that held 2-thread decodes to ~1.6x). The
+// first error in order is the one reported, naming the head: a unit reports its first failing
+// head (a lanes unit that fails is read again in pairs, in order), and the first failing unit's
+// error is thrown.
 void decode_head_params(std::span<const HeadParams> jobs) {
-  const size_t n_pairs = (jobs.size() + 1) / 2;
-  auto decode_pair = [&](size_t pair) {
-    const size_t i = 2 * pair;
-    size_t at = i;  // the job whose error this is
-    const auto params = [&](size_t k) -> const FramedParams& {
-      return jobs[k].batch->params[jobs[k].head];
-    };
-    const auto head = [&](size_t k) -> CodeStream& { return jobs[k].batch->heads[jobs[k].head]; };
-    try {
-      if (i + 1 < jobs.size() && params(i).precision == ParamPrecision::compact &&
-          params(i + 1).precision == ParamPrecision::compact) {
-        int failing = 0;
-        try {
-          decode_compact_params_pair(params(i), head(i), params(i + 1), head(i + 1), failing);
-        } catch (const Error&) {
-          at = i + static_cast<size_t>(failing);
-          throw;
+  // Fewer blocks than this side by side run slower than in pairs (the lanes' chain is a gather
+  // and four prefix counts: ~50 cycles for four codes of each).
+  constexpr size_t kMinLanes = 6;
+  // The most residual bytes (8 a code, two codes a parameter) a lanes unit reads before it
+  // reconstructs its blocks' parameters: 16 heads of 128 x 128 parameters (4 MiB) ran past this
+  // machine's 2 MiB L2, and the unit was slower than pairs.
+  constexpr size_t kLaneBytes = size_t{1} << 20;
+  const auto params = [&](size_t k) -> const FramedParams& {
+    return jobs[k].batch->params[jobs[k].head];
+  };
+  const auto head = [&](size_t k) -> CodeStream& { return jobs[k].batch->heads[jobs[k].head]; };
+  const auto in_pairs = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; i += 2) {
+      size_t at = i;  // the job whose error this is
+      try {
+        if (i + 1 < end && params(i).precision == ParamPrecision::compact &&
+            params(i + 1).precision == ParamPrecision::compact) {
+          int failing = 0;
+          try {
+            decode_compact_params_pair(params(i), head(i), params(i + 1), head(i + 1), failing);
+          } catch (const Error&) {
+            at = i + static_cast<size_t>(failing);
+            throw;
+          }
+          continue;
         }
-        return;
+        for (at = i; at < i + 2 && at < end; ++at) decode_framed_params(params(at), head(at));
+      } catch (const Error& e) {
+        throw head_error(jobs[at].head, e);
       }
-      for (at = i; at < i + 2 && at < jobs.size(); ++at) decode_framed_params(params(at), head(at));
-    } catch (const Error& e) {
-      throw head_error(jobs[at].head, e);
     }
   };
   size_t n_params = 0;
@@ -156,22 +166,76 @@ void decode_head_params(std::span<const HeadParams> jobs) {
     const CodeStream& s = j.batch->heads[j.head];
     n_params += s.n_groups() * s.dim;
   }
-  const double pair_ns = jobs.empty() ? 0.0
-                                      : kParamNs * 2.0 * static_cast<double>(n_params) /
-                                            static_cast<double>(jobs.size());
-  if (jobs.size() >= 2 && threads_for_work(n_pairs, pair_ns) > 1) {
-    std::vector<std::exception_ptr> errors(n_pairs);
-    parallel_for_work(n_pairs, pair_ns, [&](size_t pair) {
+  const double job_ns =
+      jobs.empty() ? 0.0
+                   : kParamNs * static_cast<double>(n_params) / static_cast<double>(jobs.size());
+  const size_t threads = threads_for_work(jobs.size(), job_ns);
+  // Units [begin, end): runs of compact blocks of one shape cut into lanes units (as many as
+  // the threads where that leaves kMinLanes each), the rest in pairs.
+  struct Unit {
+    size_t begin, end;
+    bool lanes;
+  };
+  thread_local std::vector<Unit> kept_units;
+  std::vector<Unit>& units = kept_units;
+  units.clear();
+  const bool lanes = BitReader::lanes_available();
+  for (size_t i = 0; i < jobs.size();) {
+    const auto same_shape = [&](size_t k) {
+      return params(k).precision == ParamPrecision::compact &&
+             head(k).n_groups() == head(i).n_groups() && head(k).dim == head(i).dim;
+    };
+    const size_t most = std::min(
+        kMaxLaneReaders, kLaneBytes / std::max<size_t>(1, 16 * head(i).n_groups() * head(i).dim));
+    size_t run = i;
+    while (lanes && most >= kMinLanes && run < jobs.size() && same_shape(run)) ++run;
+    const size_t length = run - i;
+    if (length < kMinLanes) {
+      const size_t end = std::min(jobs.size(), i + 2);
+      units.push_back(Unit{i, end, false});
+      i = end;
+      continue;
+    }
+    // As few units as hold the run, or a multiple of the threads where that leaves each enough.
+    size_t parts = (length + most - 1) / most;
+    const size_t even = (parts + threads - 1) / threads * threads;
+    if (length / even >= kMinLanes) parts = even;
+    for (size_t p = 0; p < parts; ++p)
+      units.push_back(Unit{i + length * p / parts, i + length * (p + 1) / parts, true});
+    i = run;
+  }
+  const auto decode_unit = [&](const Unit& u) {
+    if (u.lanes) {
+      const FramedParams* framed[kMaxLaneReaders];
+      CodeStream* streams[kMaxLaneReaders];
+      const size_t m = u.end - u.begin;
+      for (size_t k = 0; k < m; ++k) {
+        framed[k] = &params(u.begin + k);
+        streams[k] = &head(u.begin + k);
+      }
       try {
-        decode_pair(pair);
+        if (decode_compact_params_lanes(std::span(framed, m), std::span(streams, m))) return;
       } catch (const Error&) {
-        errors[pair] = std::current_exception();
+        // read again in pairs below: their first error in order
+      }
+    }
+    in_pairs(u.begin, u.end);
+  };
+  if (units.size() >= 2 && threads > 1) {
+    std::vector<std::exception_ptr> errors(units.size());
+    const double unit_ns =
+        job_ns * static_cast<double>(jobs.size()) / static_cast<double>(units.size());
+    parallel_for_work(units.size(), unit_ns, [&](size_t u) {
+      try {
+        decode_unit(units[u]);
+      } catch (const Error&) {
+        errors[u] = std::current_exception();
       }
     });
     for (const std::exception_ptr& e : errors)
       if (e) std::rethrow_exception(e);
   } else {
-    for (size_t pair = 0; pair < n_pairs; ++pair) decode_pair(pair);
+    for (const Unit& u : units) decode_unit(u);
   }
 }
 

@@ -111,6 +111,32 @@ void BitReader::signed_exp_golomb_runs(BitReader& a, int64_t* out_a, size_t n_a,
   exp_golomb_kernels().signed_runs_pair(sa, a.bit_pos_, got_a, sb, b.bit_pos_, got_b);
 }
 
+bool BitReader::lanes_available() noexcept {
+  static const bool cd = [] {  // (every AVX-512 CPU so far)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512cd") != 0;
+  }();
+  return simd_path() == SimdPath::avx512 && cd;
+}
+
+size_t BitReader::signed_exp_golomb_lanes(std::span<BitReader* const> r, int64_t* const* out,
+                                          size_t from, size_t n, const int (*k)[2]) noexcept {
+  if (r.empty() || r.size() > kMaxLaneReaders || from % 2 != 0 || !lanes_available()) return 0;
+  LaneReaders lanes;
+  lanes.n = r.size();
+  for (size_t j = 0; j < r.size(); ++j) {
+    lanes.in[j] = r[j]->in_.data();
+    lanes.limit[j] = r[j]->run_limit();
+    lanes.pos[j] = r[j]->bit_pos_;
+    lanes.out[j] = out[j];
+    lanes.k[j][0] = k[j][0];
+    lanes.k[j][1] = k[j][1];
+  }
+  const size_t got = signed_exp_golomb_lanes_avx512(lanes, from, n);
+  for (size_t j = 0; j < r.size(); ++j) r[j]->bit_pos_ = lanes.pos[j];
+  return got;
+}
+
 uint64_t BitReader::get_long(int n_bits, const char* field) {
   const uint64_t high = get(n_bits - 32, field);
   return (high << 32) | get(32, field);

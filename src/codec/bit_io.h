@@ -102,6 +102,20 @@ struct BitRunSide {
   size_t n;
   const int* k;  // the orders of codes 0, 1 (then in turn)
 };
+// Readers side by side for BitReader::signed_exp_golomb_lanes: reader j's input, run limit,
+// bit position (advanced), output and orders.
+inline constexpr size_t kMaxLaneReaders = 16;
+struct LaneReaders {
+  size_t n = 0;  // 1..kMaxLaneReaders
+  const uint8_t* in[kMaxLaneReaders];
+  size_t limit[kMaxLaneReaders];
+  size_t pos[kMaxLaneReaders];
+  int64_t* out[kMaxLaneReaders];
+  int k[kMaxLaneReaders][2];
+};
+// The lanes kernel (bit_io_avx512.cpp): codes [from, from + returned) of every reader, the
+// returned count a multiple of 4 (see BitReader::signed_exp_golomb_lanes).
+size_t signed_exp_golomb_lanes_avx512(LaneReaders& r, size_t from, size_t n) noexcept;
 // A BitWriter's state as put_pairs and put_list take it.
 struct BitPairState {
   uint8_t* out;
@@ -185,6 +199,15 @@ class BitReader {
   static void signed_exp_golomb_runs(BitReader& a, int64_t* out_a, size_t n_a, const int ka[2],
                                      size_t& got_a, BitReader& b, int64_t* out_b, size_t n_b,
                                      const int kb[2], size_t& got_b) noexcept;
+  // signed_exp_golomb_run on up to kMaxLaneReaders readers in lockstep, one reader a 64-bit
+  // vector lane (AVX-512 with CD's VPLZCNTQ): codes [from, n) of each into out[j] (from even;
+  // codes 0, 1 of orders k[j][0], k[j][1], then in turn), four a reader at a time; returns how
+  // many each read, a multiple of 4. It stops before four codes of any reader that do not fit
+  // its 57 bits at their position, or where a reader is near its input's end (signed_exp_golomb
+  // reads those); 0 where the path cannot run it (lanes_available()).
+  static size_t signed_exp_golomb_lanes(std::span<BitReader* const> r, int64_t* const* out,
+                                        size_t from, size_t n, const int (*k)[2]) noexcept;
+  static bool lanes_available() noexcept;
   size_t bits_left() const noexcept { return in_.size() * 8 - bit_pos_; }
   // All bytes consumed except zero padding in the last partial byte.
   void finish(const char* section);

@@ -511,6 +511,53 @@ void read_params_compact_pair(BitReader& ra, size_t n_groups_a, size_t dim_a, co
   rb.finish(section);
 }
 
+bool read_params_compact_lanes(std::span<BitReader* const> r, size_t n_groups, size_t dim,
+                               std::span<const CompactGrid* const> grid,
+                               std::span<std::vector<float>* const> scale,
+                               std::span<std::vector<float>* const> zero, const char* section) {
+  const size_t m = r.size();
+  if (m == 0 || m > kMaxLaneReaders || !BitReader::lanes_available()) return false;
+  thread_local std::vector<int64_t> kept[kMaxLaneReaders];
+  CompactRead c[kMaxLaneReaders];
+  int k[kMaxLaneReaders][2];
+  int64_t* out[kMaxLaneReaders];
+  for (size_t j = 0; j < m; ++j) {
+    begin_compact(*r[j], n_groups, dim, *scale[j], *zero[j], kept[j], c[j]);
+    k[j][0] = c[j].k[0];
+    k[j][1] = c[j].k[1];
+    out[j] = kept[j].data();
+  }
+  // Four codes of every reader a step; where the kernel stops (a long code, a reader near its
+  // input's end), the next four of each one at a time, then the kernel again.
+  const size_t total = 2 * c[0].n;
+  size_t read = 0;
+  while (read < total) {
+    read += BitReader::signed_exp_golomb_lanes(r, out, read, total, k);
+    const size_t stop = std::min(total, read + 4);
+    for (size_t j = 0; j < m; ++j) {
+      for (size_t i = read; i < stop; ++i)
+        out[j][i] =
+            r[j]->signed_exp_golomb(k[j][i & 1], i & 1 ? "zero residual" : "scale residual");
+    }
+    read = stop;
+  }
+  // The group-0 chains side by side (each a channel after another: read_params_compact_pair),
+  // then the rest of each section.
+  bool first_good[kMaxLaneReaders];
+  std::fill_n(first_good, m, true);
+  for (size_t ch = 0; ch < dim && total > 0; ++ch) {
+    for (size_t j = 0; j < m; ++j)
+      first_good[j] &=
+          first_group_step(ch, n_groups, out[j], *grid[j], scale[j]->data(), zero[j]->data());
+  }
+  for (size_t j = 0; j < m; ++j) {
+    c[j].read = total;
+    complete_compact(n_groups, dim, *grid[j], *scale[j], *zero[j], c[j], nullptr, &first_good[j]);
+    r[j]->finish(section);
+  }
+  return true;
+}
+
 void check_decoded_params(std::span<const float> scale, std::span<const float> zero) {
   // One pass without branches (comparisons, false on NaN, OR-ed into a word: it vectorises),
   // then the first bad parameter's index only when there is one.

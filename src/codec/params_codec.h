@@ -88,6 +88,15 @@ void read_params_compact_pair(BitReader& ra, size_t n_groups_a, size_t dim_a, co
                               BitReader& rb, size_t n_groups_b, size_t dim_b, const CompactGrid& gb,
                               std::vector<float>& scale_b, std::vector<float>& zero_b,
                               const char* section, int& failing);
+// read_params_compact then finish(section) on readers r[0..m) (m <= kMaxLaneReaders) of
+// sections of one shape, their codes read side by side by BitReader::signed_exp_golomb_lanes:
+// false, reading nothing, where that does not run. Throws the first error it meets, which need
+// not be the first in the sections' order: a caller reports errors by reading the sections
+// again one by one (or in pairs).
+bool read_params_compact_lanes(std::span<BitReader* const> r, size_t n_groups, size_t dim,
+                               std::span<const CompactGrid* const> grid,
+                               std::span<std::vector<float>* const> scale,
+                               std::span<std::vector<float>* const> zero, const char* section);
 
 // The residuals of read_params_compact (pairs: scale then zero residual of each parameter in
 // coding order, channel by channel) of groups [g0, g1) and channels [c0, c1), laid out

@@ -1,6 +1,7 @@
 // Decoder of one head record. Every field is bounded before it sizes an allocation.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "codec/bit_io.h"
@@ -188,6 +189,25 @@ void decode_compact_params_pair(const FramedParams& ca, CodeStream& sa, const Fr
   BitReader ra(ca.bits, ca.offset), rb(cb.bits, cb.offset);
   read_params_compact_pair(ra, sa.n_groups(), sa.dim, ca.grid, sa.scale, sa.zero, rb, sb.n_groups(),
                            sb.dim, cb.grid, sb.scale, sb.zero, "compact parameters", failing);
+}
+
+bool decode_compact_params_lanes(std::span<const FramedParams* const> framed,
+                                 std::span<CodeStream* const> s) {
+  const size_t m = framed.size();
+  if (m == 0 || m > kMaxLaneReaders || !BitReader::lanes_available()) return false;
+  std::optional<BitReader> readers[kMaxLaneReaders];
+  BitReader* r[kMaxLaneReaders];
+  const CompactGrid* grid[kMaxLaneReaders];
+  std::vector<float>* scale[kMaxLaneReaders];
+  std::vector<float>* zero[kMaxLaneReaders];
+  for (size_t j = 0; j < m; ++j) {
+    r[j] = &readers[j].emplace(framed[j]->bits, framed[j]->offset);
+    grid[j] = &framed[j]->grid;
+    scale[j] = &s[j]->scale;
+    zero[j] = &s[j]->zero;
+  }
+  return read_params_compact_lanes(std::span(r, m), s[0]->n_groups(), s[0]->dim, std::span(grid, m),
+                                   std::span(scale, m), std::span(zero, m), "compact parameters");
 }
 
 void read_param_block(wire::Reader& r, CodeStream& s) {

@@ -153,6 +153,12 @@ void decode_framed_params(const FramedParams& framed, CodeStream& s);
 // (`failing` says whose: 0 or 1), the two sections' codes read side by side.
 void decode_compact_params_pair(const FramedParams& ca, CodeStream& sa, const FramedParams& cb,
                                 CodeStream& sb, int& failing);
+// decode_framed_params of up to kMaxLaneReaders compact blocks of one shape (s[j]'s n_groups and
+// dim), their codes read side by side (read_params_compact_lanes): false where that does not
+// run. Throws the first error it meets, not necessarily the first block's: callers read the
+// blocks again in order (decode_framed_params, decode_compact_params_pair) to report it.
+bool decode_compact_params_lanes(std::span<const FramedParams* const> framed,
+                                 std::span<CodeStream* const> s);
 
 // Shared-model batch (layout 1, or 2 with one model for every channel where that is estimated
 // smaller and options.allow_one_model): heads must share n_rows, dim, bits and group_size.

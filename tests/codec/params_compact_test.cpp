@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -575,6 +576,101 @@ TEST(ParamsCompact, BestOrderIsTheExhaustiveSearch) {
 // Two sections read side by side give what reading one whole section and then the other gives:
 // both sets of values, or the first error (a's before b's) and whose it is; on sections of
 // other shapes, intact, damaged or cut short.
+// Sections of one shape read side by side by the AVX-512 lanes reader (where it runs) give
+// what each gives read alone: the same parameters, or an error where one of them fails (the
+// caller then reads them again in order for the first error: decode_head_params). Up to 16
+// sections with every kind of parameters (far residuals: codes past 57 bits, which the lanes
+// reader leaves to signed_exp_golomb), damaged or cut short, and sections shorter than one
+// 8-byte load.
+TEST(ParamsCompact, LanesReadAsSectionsOneByOne) {
+  if (!BitReader::lanes_available()) GTEST_SKIP() << "no AVX-512 CD on this CPU";
+  const CompactGrid g{6, 4};
+  std::mt19937 rng(29);
+  size_t failed = 0, read = 0, long_codes = 0;
+  for (int t = 0; t < 400; ++t) {
+    const size_t m = 1 + rng() % kMaxLaneReaders;
+    const size_t n_groups = 1 + rng() % 12, dim = 1 + rng() % (t % 4 == 0 ? 4 : 80);
+    std::vector<std::vector<uint8_t>> bytes(m);
+    for (size_t j = 0; j < m; ++j) {
+      const Params p = random_params(n_groups, dim, static_cast<int>(rng() % 4), g,
+                                     static_cast<uint32_t>(rng()));
+      BitWriter w;
+      write_params_compact(w, p.scale, p.zero, n_groups, dim, g);
+      bytes[j] = w.finish();
+      if (t % 2 == 1 && rng() % 6 == 0)
+        bytes[j][rng() % bytes[j].size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      if (t % 2 == 1 && rng() % 12 == 0) bytes[j].resize(rng() % bytes[j].size());
+    }
+    std::vector<Params> want(m);
+    bool want_ok = true;
+    for (size_t j = 0; j < m; ++j) {
+      try {
+        BitReader r(bytes[j], 0);
+        read_params_compact(r, n_groups, dim, g, want[j].scale, want[j].zero);
+        r.finish("compact parameters");
+      } catch (const Error&) {
+        want_ok = false;
+      }
+    }
+    std::vector<BitReader> readers;
+    for (size_t j = 0; j < m; ++j) readers.emplace_back(bytes[j], 0);
+    std::vector<BitReader*> r;
+    std::vector<const CompactGrid*> grids(m, &g);
+    std::vector<Params> got(m);
+    std::vector<std::vector<float>*> scale, zero;
+    for (size_t j = 0; j < m; ++j) {
+      r.push_back(&readers[j]);
+      scale.push_back(&got[j].scale);
+      zero.push_back(&got[j].zero);
+    }
+    bool got_ok = true;
+    try {
+      ASSERT_TRUE(
+          read_params_compact_lanes(r, n_groups, dim, grids, scale, zero, "compact parameters"));
+    } catch (const Error&) {
+      got_ok = false;
+    }
+    ASSERT_EQ(got_ok, want_ok) << "trial " << t;
+    if (want_ok) {
+      for (size_t j = 0; j < m; ++j) {
+        ASSERT_TRUE(same_bits(got[j].scale, want[j].scale) && same_bits(got[j].zero, want[j].zero))
+            << "trial " << t << " section " << j;
+      }
+      // The kernel alone from the first code: where it stops short, signed_exp_golomb read on.
+      std::vector<BitReader> probe;
+      std::vector<BitReader*> pr;
+      std::vector<std::vector<int64_t>> codes(m, std::vector<int64_t>(2 * n_groups * dim));
+      std::vector<int64_t*> out;
+      std::vector<std::array<int, 2>> k(m);
+      for (size_t j = 0; j < m; ++j) {
+        probe.emplace_back(bytes[j], 0);
+        k[j][0] = static_cast<int>(probe[j].get(5, "order"));
+        k[j][1] = static_cast<int>(probe[j].get(5, "order"));
+        out.push_back(codes[j].data());
+      }
+      for (size_t j = 0; j < m; ++j) pr.push_back(&probe[j]);
+      const size_t n = 2 * n_groups * dim;
+      const size_t first = BitReader::signed_exp_golomb_lanes(
+          pr, out.data(), 0, n, reinterpret_cast<const int(*)[2]>(k.data()));
+      ASSERT_EQ(first % 4, 0u);
+      ASSERT_LE(first, n);
+      for (size_t j = 0; j < m; ++j) {
+        BitReader one(bytes[j], 0);
+        one.get(10, "orders");
+        for (size_t i = 0; i < first; ++i)
+          ASSERT_EQ(codes[j][i], one.signed_exp_golomb(k[j][i & 1], "code")) << t << " " << i;
+        // Stopped well before the input's last 8 bytes: a code that did not fit its load.
+        long_codes += first < n && probe[j].bits_left() > 128;
+      }
+    }
+    failed += !want_ok;
+    read += want_ok;
+  }
+  EXPECT_GT(failed, 40u);
+  EXPECT_GT(read, 200u);
+  EXPECT_GT(long_codes, 0u);
+}
+
 TEST(ParamsCompact, PairReadsAsTwoSectionsInTurn) {
   const CompactGrid g{6, 4};
   std::mt19937 rng(23);

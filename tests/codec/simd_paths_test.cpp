@@ -178,6 +178,12 @@ TEST(CodecSimd, ParallelParameterParseMatchesSequential) {
   const std::string one = outcome(bytes);
   set_thread_count(2);
   EXPECT_EQ(outcome(bytes), one);
+  set_thread_count(1);
+  for (SimdPath p : paths()) {
+    set_simd_path(p);
+    EXPECT_EQ(outcome(bytes), one) << simd_path_name(p);
+  }
+  set_simd_path(best_supported_simd_path());
   // Damage that fails (most damage to compact parameters only changes their values): bytes of
   // the parameter blocks zeroed or set, kept where one thread's parse fails; each such byte,
   // then pairs of them in different heads (blocks are ~1 KB: the first head's error wins).
@@ -194,12 +200,20 @@ TEST(CodecSimd, ParallelParameterParseMatchesSequential) {
     }
   }
   ASSERT_GE(failing.size(), 20u);
+  // (And on every SIMD path: the AVX-512 one reads blocks side by side in lanes, and where
+  // any fails, again in pairs for the first error in order.)
   auto same_on_two_threads = [&](std::initializer_list<std::pair<size_t, uint8_t>> edits) {
     const std::vector<uint8_t> bad = damaged(edits);
     set_thread_count(1);
     const std::string want = outcome(bad);
     set_thread_count(2);
     EXPECT_EQ(outcome(bad), want) << "bytes " << edits.begin()->first;
+    set_thread_count(1);
+    for (SimdPath p : paths()) {
+      set_simd_path(p);
+      EXPECT_EQ(outcome(bad), want) << "bytes " << edits.begin()->first << " " << simd_path_name(p);
+    }
+    set_simd_path(best_supported_simd_path());
   };
   for (const auto& f : failing) same_on_two_threads({f});
   size_t pairs = 0;
