@@ -125,8 +125,9 @@ size_t BitReader::signed_exp_golomb_lanes(std::span<BitReader* const> r, int64_t
   LaneReaders lanes;
   lanes.n = r.size();
   for (size_t j = 0; j < r.size(); ++j) {
+    if (r[j]->in_.size() < 8) return 0;
     lanes.in[j] = r[j]->in_.data();
-    lanes.limit[j] = r[j]->run_limit();
+    lanes.bytes[j] = r[j]->in_.size();
     lanes.pos[j] = r[j]->bit_pos_;
     lanes.out[j] = out[j];
     lanes.k[j][0] = k[j][0];

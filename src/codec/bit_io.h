@@ -102,13 +102,13 @@ struct BitRunSide {
   size_t n;
   const int* k;  // the orders of codes 0, 1 (then in turn)
 };
-// Readers side by side for BitReader::signed_exp_golomb_lanes: reader j's input, run limit,
-// bit position (advanced), output and orders.
+// Readers side by side for BitReader::signed_exp_golomb_lanes: reader j's input and its size
+// (>= 8 bytes), bit position (advanced), output and orders.
 inline constexpr size_t kMaxLaneReaders = 16;
 struct LaneReaders {
   size_t n = 0;  // 1..kMaxLaneReaders
   const uint8_t* in[kMaxLaneReaders];
-  size_t limit[kMaxLaneReaders];
+  size_t bytes[kMaxLaneReaders];
   size_t pos[kMaxLaneReaders];
   int64_t* out[kMaxLaneReaders];
   int k[kMaxLaneReaders][2];
@@ -203,8 +203,8 @@ class BitReader {
   // vector lane (AVX-512 with CD's VPLZCNTQ): codes [from, n) of each into out[j] (from even;
   // codes 0, 1 of orders k[j][0], k[j][1], then in turn), four a reader at a time; returns how
   // many each read, a multiple of 4. It stops before four codes of any reader that do not fit
-  // its 57 bits at their position, or where a reader is near its input's end (signed_exp_golomb
-  // reads those); 0 where the path cannot run it (lanes_available()).
+  // the 57 bits at their position or the bits left (signed_exp_golomb reads those, or reports
+  // them); 0 where the path cannot run it (lanes_available()) or an input is under 8 bytes.
   static size_t signed_exp_golomb_lanes(std::span<BitReader* const> r, int64_t* const* out,
                                         size_t from, size_t n, const int (*k)[2]) noexcept;
   static bool lanes_available() noexcept;

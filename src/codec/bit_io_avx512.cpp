@@ -11,26 +11,29 @@ namespace cachegen::detail {
 namespace {
 
 // Up to kGroups groups of 8 readers, one reader a 64-bit lane, all at the same code: a step
-// gathers each lane's 64 bits at its position (its first 57 the input's), takes 4 codes from
-// them one after the other in every lane, and keeps them where all 4 of every lane fit in the 57
-// bits (else it stops there, with nothing of the step kept). Two groups side by side: one
+// gathers each lane's 64 bits at its position (from the input's last 8 bytes where fewer are
+// left: then its bits past the end are zeros), takes 4 codes from them one after the other in
+// every lane, and keeps them where all 4 of every lane fit in the first 57 of those bits and in
+// the input (else it stops there, with nothing of the step kept). Two groups side by side: one
 // group's step is a chain (the gather, then four prefix counts), about half of it waiting.
 // The reference: BitReader::signed_exp_golomb_run's take_code, four at a time.
 template <int kGroups>
 size_t lanes_kernel(LaneReaders& r, size_t from, size_t n) {
   constexpr int kCodes = 4;  // a step's codes per lane
   const auto m = static_cast<int>(r.n);
-  __m512i base[kGroups], limit[kGroups], bits[kGroups][2], offset[kGroups][2], pos[kGroups];
+  __m512i base[kGroups], last[kGroups], end[kGroups], bits[kGroups][2], offset[kGroups][2];
+  __m512i pos[kGroups];
   __mmask8 live[kGroups];
   for (int g = 0; g < kGroups; ++g) {
-    alignas(64) uint64_t b[8] = {}, l[8] = {}, p[8] = {}, o0[8] = {}, o1[8] = {};
+    alignas(64) uint64_t b[8] = {}, l[8] = {}, e[8] = {}, p[8] = {}, o0[8] = {}, o1[8] = {};
     alignas(64) uint64_t s0[8] = {}, s1[8] = {};
     const int have = m - 8 * g < 8 ? m - 8 * g : 8;
     live[g] = static_cast<__mmask8>((1u << have) - 1);
     for (int j = 0; j < have; ++j) {
       const size_t i = static_cast<size_t>(8 * g + j);
       b[j] = reinterpret_cast<uint64_t>(r.in[i]);
-      l[j] = r.limit[i];
+      l[j] = r.bytes[i] - 8;  // the last 8-byte load's
+      e[j] = 8 * r.bytes[i];
       p[j] = r.pos[i];
       o0[j] = static_cast<uint64_t>(r.k[i][0]) + 1;
       o1[j] = static_cast<uint64_t>(r.k[i][1]) + 1;
@@ -38,7 +41,8 @@ size_t lanes_kernel(LaneReaders& r, size_t from, size_t n) {
       s1[j] = uint64_t{1} << r.k[i][1];
     }
     base[g] = _mm512_load_si512(b);
-    limit[g] = _mm512_load_si512(l);
+    last[g] = _mm512_load_si512(l);
+    end[g] = _mm512_load_si512(e);
     pos[g] = _mm512_load_si512(p);
     bits[g][0] = _mm512_load_si512(o0);
     bits[g][1] = _mm512_load_si512(o1);
@@ -48,20 +52,22 @@ size_t lanes_kernel(LaneReaders& r, size_t from, size_t n) {
   // Each quadword's bytes reversed: the input is MSB first.
   const __m512i bswap = _mm512_set4_epi32(0x08090a0b, 0x0c0d0e0f, 0x00010203, 0x04050607);
   const __m512i c64 = _mm512_set1_epi64(64), c57 = _mm512_set1_epi64(57);
-  const __m512i seven = _mm512_set1_epi64(7), one = _mm512_set1_epi64(1);
+  const __m512i one = _mm512_set1_epi64(1);
   const __m512i lo_pairs = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
   const __m512i hi_pairs = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   size_t i = from;
   for (; i + kCodes <= n; i += kCodes) {
     bool stop = false;
-    for (int g = 0; g < kGroups; ++g)
-      stop |= _mm512_mask_cmpge_epu64_mask(live[g], pos[g], limit[g]) != 0;
-    if (stop) break;
-    __m512i w[kGroups], used[kGroups], raw[kGroups][kCodes];
+    __m512i w[kGroups], used[kGroups], room[kGroups], raw[kGroups][kCodes];
     for (int g = 0; g < kGroups; ++g) {
-      const __m512i at = _mm512_add_epi64(base[g], _mm512_srli_epi64(pos[g], 3));
+      // The load at byte min(pos / 8, bytes - 8), shifted by pos's distance from it (64 at the
+      // end: nothing left); room = min(57, end - pos) bits.
+      const __m512i byte = _mm512_min_epu64(_mm512_srli_epi64(pos[g], 3), last[g]);
+      const __m512i at = _mm512_add_epi64(base[g], byte);
       w[g] = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), live[g], at, nullptr, 1);
-      w[g] = _mm512_sllv_epi64(_mm512_shuffle_epi8(w[g], bswap), _mm512_and_si512(pos[g], seven));
+      w[g] = _mm512_sllv_epi64(_mm512_shuffle_epi8(w[g], bswap),
+                               _mm512_sub_epi64(pos[g], _mm512_slli_epi64(byte, 3)));
+      room[g] = _mm512_min_epu64(c57, _mm512_sub_epi64(end[g], pos[g]));
       used[g] = _mm512_setzero_si512();
     }
     for (int c = 0; c < kCodes; ++c) {
@@ -75,7 +81,7 @@ size_t lanes_kernel(LaneReaders& r, size_t from, size_t n) {
       }
     }
     for (int g = 0; g < kGroups; ++g)
-      stop |= _mm512_mask_cmpgt_epu64_mask(live[g], used[g], c57) != 0;
+      stop |= _mm512_mask_cmpgt_epu64_mask(live[g], used[g], room[g]) != 0;
     if (stop) break;
     for (int g = 0; g < kGroups; ++g) {
       pos[g] = _mm512_add_epi64(pos[g], used[g]);
