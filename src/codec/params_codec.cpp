@@ -418,10 +418,13 @@ bool first_group_step(size_t ch, size_t n_groups, const int64_t* res, const Comp
 }
 
 // The parameters of a section whose residuals were read (read_error: the reader's error, if
-// any), first_good the result of its group-0 chain where already computed (nullptr: not yet).
+// any), first_good the result of its group-0 chain where already computed (nullptr: not yet),
+// later_good that of the SIMD code's later groups where it ran (nullptr: not yet; false: the
+// portable code computes them).
 void complete_compact(size_t n_groups, size_t dim, const CompactGrid& g, std::vector<float>& scale,
                       std::vector<float>& zero, const CompactRead& c,
-                      const std::exception_ptr& read_error, const bool* first_good) {
+                      const std::exception_ptr& read_error, const bool* first_good,
+                      const bool* later_good = nullptr) {
   // First every residual (scale and zero of each parameter in coding order), then the
   // parameters group by group: the channels' prediction chains run side by side, not one
   // after the other behind the bit reader.
@@ -440,7 +443,8 @@ void complete_compact(size_t n_groups, size_t dim, const CompactGrid& g, std::ve
     for (size_t ch = 0; ch < dim && n > 0; ++ch)
       good &= first_group_step(ch, n_groups, res, g, scale.data(), zero.data());
   }
-  if (!later_groups_simd(n_groups, dim, res, g, scale.data(), zero.data())) {
+  if (later_good ? !*later_good
+                 : !later_groups_simd(n_groups, dim, res, g, scale.data(), zero.data())) {
     int64_t s;
     for (size_t gi = 1; gi < n_groups; ++gi) {
       for (size_t ch = 0; ch < dim; ++ch) {
@@ -550,9 +554,33 @@ bool read_params_compact_lanes(std::span<BitReader* const> r, size_t n_groups, s
       first_good[j] &=
           first_group_step(ch, n_groups, out[j], *grid[j], scale[j]->data(), zero[j]->data());
   }
+  // Rows of at most 16 channels: the sections' later-group chains side by side too (one
+  // section's is a division and its roundings a group, latency bound).
+  bool later_good[kMaxLaneReaders];
+  const bool side_by_side = simd_path() == SimdPath::avx512 && dim <= 16 && n_groups >= 2;
+  if (side_by_side) {
+    thread_local std::vector<int32_t> kept_rows;
+    const size_t n = n_groups * dim;
+    kept_rows.resize(2 * n * m);
+    const int32_t *ds[kMaxLaneReaders], *dz[kMaxLaneReaders];
+    const CompactGrid* g[kMaxLaneReaders];
+    float *sc[kMaxLaneReaders], *ze[kMaxLaneReaders];
+    size_t which[kMaxLaneReaders], k = 0;
+    for (size_t j = 0; j < m; ++j) {
+      int32_t* const rows = kept_rows.data() + 2 * n * j;
+      later_good[j] = false;
+      if (!residual_rows_avx512(out[j], n_groups, dim, rows, rows + n)) continue;
+      ds[k] = rows, dz[k] = rows + n, g[k] = grid[j];
+      sc[k] = scale[j]->data(), ze[k] = zero[j]->data(), which[k++] = j;
+    }
+    bool good[kMaxLaneReaders];
+    compact_later_groups_many_avx512(k, n_groups, dim, ds, dz, g, sc, ze, good);
+    for (size_t i = 0; i < k; ++i) later_good[which[i]] = good[i];
+  }
   for (size_t j = 0; j < m; ++j) {
     c[j].read = total;
-    complete_compact(n_groups, dim, *grid[j], *scale[j], *zero[j], c[j], nullptr, &first_good[j]);
+    complete_compact(n_groups, dim, *grid[j], *scale[j], *zero[j], c[j], nullptr, &first_good[j],
+                     side_by_side ? &later_good[j] : nullptr);
     r[j]->finish(section);
   }
   return true;

@@ -115,6 +115,12 @@ bool residual_rows_avx512(const int64_t* res, size_t n_groups, size_t dim, int32
 // computes them all.
 bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
                                  const CompactGrid& g, float* scale, float* zero);
+// compact_later_groups_avx512 of m sections of one shape, at most 16 channels (a vector a
+// group), their chains side by side: good[j] as section j's result.
+void compact_later_groups_many_avx512(size_t m, size_t n_groups, size_t dim,
+                                      const int32_t* const* ds, const int32_t* const* dz,
+                                      const CompactGrid* const* g, float* const* scale,
+                                      float* const* zero, bool* good);
 // The same, 8 channels at a time (AVX2).
 bool compact_later_groups_avx2(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
                                const CompactGrid& g, float* scale, float* zero);

@@ -3,6 +3,7 @@
 // says the CPU has them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -10,52 +11,89 @@
 
 namespace cachegen::detail {
 
-bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
-                                 const CompactGrid& g, float* scale, float* zero) {
-  const __m128i shift = _mm_cvtsi32_si128(23 - g.scale_mantissa_bits);
-  const __m128i mbits = _mm_cvtsi32_si128(g.scale_mantissa_bits);
-  const __m512 to_step = _mm512_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2));
-  const __m512 magic = _mm512_set1_ps(12582912.0f), near = _mm512_set1_ps(4194304.0f);
-  const __m512i one = _mm512_set1_epi32(1), exponents = _mm512_set1_epi32(254);
-  __mmask16 bad = 0;
+namespace {
+
+// One section's chain through its groups for compact_later_groups_avx512: its grid's constants
+// and arrays, and the lanes whose parameters the vector code does not give.
+class LaterGroups {
+ public:
+  LaterGroups(size_t dim, const int32_t* ds, const int32_t* dz, const CompactGrid& g, float* scale,
+              float* zero)
+      : shift_(_mm_cvtsi32_si128(23 - g.scale_mantissa_bits)),
+        mbits_(_mm_cvtsi32_si128(g.scale_mantissa_bits)),
+        to_step_(_mm512_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2))),
+        dim_(dim),
+        ds_(ds),
+        dz_(dz),
+        scale_(scale),
+        zero_(zero) {}
   // Group gi's 16 channels from c, their previous group's scales and zeros given (sp, zp):
   // stores them and returns them (as the next group's).
-  const auto step_group = [&](size_t gi, size_t c, __mmask16 lanes, __m512& sp, __m512& zp) {
-    const size_t row = gi * dim;
+  void step(size_t gi, size_t c, __mmask16 lanes, __m512& sp, __m512& zp) {
+    const __m512 magic = _mm512_set1_ps(12582912.0f), near = _mm512_set1_ps(4194304.0f);
+    const __m512i one = _mm512_set1_epi32(1), exponents = _mm512_set1_epi32(254);
+    const size_t row = gi * dim_;
     // The scale index: the previous group's plus the residual. With the previous scale a
     // positive float (bits < 2^31) and |residual| < 2^30, the 32-bit sum is the index when
     // its exponent is 1..254 and out of that range (as the wider sum) otherwise.
-    const __m512i s = _mm512_add_epi32(_mm512_srl_epi32(_mm512_castps_si512(sp), shift),
-                                       _mm512_maskz_loadu_epi32(lanes, ds + row + c));
+    const __m512i s = _mm512_add_epi32(_mm512_srl_epi32(_mm512_castps_si512(sp), shift_),
+                                       _mm512_maskz_loadu_epi32(lanes, ds_ + row + c));
     const __mmask16 valid = _mm512_cmple_epu32_mask(
-        _mm512_sub_epi32(_mm512_srl_epi32(s, mbits), one), _mm512_sub_epi32(exponents, one));
+        _mm512_sub_epi32(_mm512_srl_epi32(s, mbits_), one), _mm512_sub_epi32(exponents, one));
     const __m512 sf =
-        _mm512_castsi512_ps(_mm512_maskz_mov_epi32(valid, _mm512_sll_epi32(s, shift)));
-    const __m512 step = _mm512_mul_ps(sf, to_step);
+        _mm512_castsi512_ps(_mm512_maskz_mov_epi32(valid, _mm512_sll_epi32(s, shift_)));
+    const __m512 step = _mm512_mul_ps(sf, to_step_);
     // The zero index: nearest to the previous zero over the step (rounded as predict_index
     // rounds below 2^22) plus the residual (|sum| < 2^31).
     const __m512 q = _mm512_div_ps(zp, _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), valid, step));
     const __mmask16 fast = _mm512_cmp_ps_mask(_mm512_abs_ps(q), near, _CMP_LT_OQ);
     const __m512i k =
         _mm512_add_epi32(_mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(q, magic), magic)),
-                         _mm512_maskz_loadu_epi32(lanes, dz + row + c));
+                         _mm512_maskz_loadu_epi32(lanes, dz_ + row + c));
     const __m512 z = _mm512_mul_ps(_mm512_cvtepi32_ps(k), step);
-    _mm512_mask_storeu_ps(scale + row + c, lanes, sf);
-    _mm512_mask_storeu_ps(zero + row + c, lanes, z);
-    bad |= static_cast<__mmask16>(lanes & ~(valid & fast));
+    _mm512_mask_storeu_ps(scale_ + row + c, lanes, sf);
+    _mm512_mask_storeu_ps(zero_ + row + c, lanes, z);
+    bad_ |= static_cast<__mmask16>(lanes & ~(valid & fast));
     sp = sf;
     zp = z;
-  };
-  // Rows of at most 16 channels: the previous group's parameters stay in registers (reloaded
-  // from the masked stores just made, each group waited on them: the chain of a head_dim-8
-  // head's groups was 12% of stories260K's compact decode, 5.7% so; rows of 4 or 8 vectors,
-  // whose vectors are chains side by side, measured no faster so).
-  if (dim <= 16) {
-    const auto lanes = static_cast<__mmask16>((1u << dim) - 1);
-    __m512 sp = _mm512_maskz_loadu_ps(lanes, scale), zp = _mm512_maskz_loadu_ps(lanes, zero);
-    for (size_t gi = 1; gi < n_groups; ++gi) step_group(gi, 0, lanes, sp, zp);
-    return bad == 0;
   }
+  // Every later group of a section of at most 16 channels: the previous group's parameters
+  // stay in registers (reloaded from the masked stores just made, each group waited on them:
+  // the chain of a head_dim-8 head's groups was 12% of stories260K's compact decode, 5.7% so).
+  // M sections side by side: M chains (a division and its roundings a group each).
+  template <int M>
+  static void rows(LaterGroups* c, size_t n_groups) {
+    const auto lanes = static_cast<__mmask16>((1u << c[0].dim_) - 1);
+    __m512 sp[M], zp[M];
+    for (int j = 0; j < M; ++j) {
+      sp[j] = _mm512_maskz_loadu_ps(lanes, c[j].scale_);
+      zp[j] = _mm512_maskz_loadu_ps(lanes, c[j].zero_);
+    }
+    for (size_t gi = 1; gi < n_groups; ++gi)
+      for (int j = 0; j < M; ++j) c[j].step(gi, 0, lanes, sp[j], zp[j]);
+  }
+  bool good() const { return bad_ == 0; }
+
+ private:
+  __m128i shift_, mbits_;
+  __m512 to_step_;
+  size_t dim_;
+  const int32_t *ds_, *dz_;
+  float *scale_, *zero_;
+  __mmask16 bad_ = 0;
+};
+
+}  // namespace
+
+bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
+                                 const CompactGrid& g, float* scale, float* zero) {
+  LaterGroups chain(dim, ds, dz, g, scale, zero);
+  if (dim <= 16) {
+    LaterGroups::rows<1>(&chain, n_groups);
+    return chain.good();
+  }
+  // (Rows of 4 or 8 vectors, whose vectors are chains side by side, measured no faster loaded
+  // from the stores than kept in registers.)
   for (size_t gi = 1; gi < n_groups; ++gi) {
     const size_t prev = (gi - 1) * dim;
     for (size_t c = 0; c < dim; c += 16) {
@@ -63,10 +101,29 @@ bool compact_later_groups_avx512(size_t n_groups, size_t dim, const int32_t* ds,
           static_cast<__mmask16>(dim - c >= 16 ? 0xffff : (1u << (dim - c)) - 1);
       __m512 sp = _mm512_maskz_loadu_ps(lanes, scale + prev + c);
       __m512 zp = _mm512_maskz_loadu_ps(lanes, zero + prev + c);
-      step_group(gi, c, lanes, sp, zp);
+      chain.step(gi, c, lanes, sp, zp);
     }
   }
-  return bad == 0;
+  return chain.good();
+}
+
+void compact_later_groups_many_avx512(size_t m, size_t n_groups, size_t dim,
+                                      const int32_t* const* ds, const int32_t* const* dz,
+                                      const CompactGrid* const* g, float* const* scale,
+                                      float* const* zero, bool* good) {
+  for (size_t j0 = 0; j0 < m; j0 += 4) {
+    const size_t k = std::min<size_t>(4, m - j0);
+    const auto chain = [&](size_t j) {
+      const size_t i = j0 + std::min(j, k - 1);  // (rows<k> runs the first k)
+      return LaterGroups(dim, ds[i], dz[i], *g[i], scale[i], zero[i]);
+    };
+    LaterGroups run[4] = {chain(0), chain(1), chain(2), chain(3)};
+    if (k == 4) LaterGroups::rows<4>(run, n_groups);
+    if (k == 3) LaterGroups::rows<3>(run, n_groups);
+    if (k == 2) LaterGroups::rows<2>(run, n_groups);
+    if (k == 1) LaterGroups::rows<1>(run, n_groups);
+    for (size_t j = 0; j < k; ++j) good[j0 + j] = run[j].good();
+  }
 }
 
 bool round_params_compact_avx512(const float* mins, const float* maxs, size_t n, int bits,
