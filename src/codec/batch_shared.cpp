@@ -121,7 +121,7 @@ std::vector<HeadParams>& thread_head_params() {
 
 // The parameters of the framed blocks `jobs` (in order): compact blocks of one shape up to
 // kMaxLaneReaders at a time where the AVX-512 lanes reader runs (at least kMinLanes of them; a
-// block's codes are a chain of ~10 cycles each, which the lanes reader runs 8 or 16 side by
+// block's codes are a chain of ~10 cycles each, which the lanes reader runs 8, 16 or 24 side by
 // side), the rest two at a time (a compact pair's codes read side by side and their group-0
 // chains too), in parallel where there are enough (compact bits were most of decoding a batch
 // of short heads, and fixed-width ones a serial part that held 2-thread decodes to ~1.6x). The
@@ -196,8 +196,11 @@ void decode_head_params(std::span<const HeadParams> jobs) {
       i = end;
       continue;
     }
-    // As few units as hold the run, or a multiple of the threads where that leaves each enough.
-    size_t parts = (length + most - 1) / most;
+    // As few units as hold the run (three groups of 8 lanes only where they hold all of it:
+    // tinystories-hd64's 24 heads 0.98 of the time as one unit, not two of 12; stories260K's 40
+    // 1.01 as two of 20, not three), or a multiple of the threads where that leaves each enough.
+    const size_t two_groups = std::min<size_t>(16, most);
+    size_t parts = length <= most ? 1 : (length + two_groups - 1) / two_groups;
     const size_t even = (parts + threads - 1) / threads * threads;
     if (length / even >= kMinLanes) parts = even;
     for (size_t p = 0; p < parts; ++p)

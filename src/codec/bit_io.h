@@ -104,7 +104,7 @@ struct BitRunSide {
 };
 // Readers side by side for BitReader::signed_exp_golomb_lanes: reader j's input and its size
 // (>= 8 bytes), bit position (advanced), output and orders.
-inline constexpr size_t kMaxLaneReaders = 16;
+inline constexpr size_t kMaxLaneReaders = 24;
 struct LaneReaders {
   size_t n = 0;  // 1..kMaxLaneReaders
   const uint8_t* in[kMaxLaneReaders];

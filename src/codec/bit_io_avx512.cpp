@@ -14,8 +14,9 @@ namespace {
 // gathers each lane's 64 bits at its position (from the input's last 8 bytes where fewer are
 // left: then its bits past the end are zeros), takes 4 codes from them one after the other in
 // every lane, and keeps them where all 4 of every lane fit in the first 57 of those bits and in
-// the input (else it stops there, with nothing of the step kept). Two groups side by side: one
-// group's step is a chain (the gather, then four prefix counts), about half of it waiting.
+// the input (else it stops there, with nothing of the step kept). Two or three groups side by
+// side: one group's step is a chain (the gather, then four prefix counts), about half of it
+// waiting.
 // The reference: BitReader::signed_exp_golomb_run's take_code, four at a time.
 template <int kGroups>
 size_t lanes_kernel(LaneReaders& r, size_t from, size_t n) {
@@ -122,6 +123,7 @@ size_t lanes_kernel(LaneReaders& r, size_t from, size_t n) {
 }  // namespace
 
 size_t signed_exp_golomb_lanes_avx512(LaneReaders& r, size_t from, size_t n) noexcept {
+  if (r.n > 16) return lanes_kernel<3>(r, from, n);
   return r.n > 8 ? lanes_kernel<2>(r, from, n) : lanes_kernel<1>(r, from, n);
 }
 
