@@ -565,17 +565,17 @@ bool read_params_compact_lanes(std::span<BitReader* const> r, size_t n_groups, s
     const int32_t *ds[kMaxLaneReaders], *dz[kMaxLaneReaders];
     const CompactGrid* g[kMaxLaneReaders];
     float *sc[kMaxLaneReaders], *ze[kMaxLaneReaders];
-    size_t which[kMaxLaneReaders], k = 0;
+    size_t which[kMaxLaneReaders], count = 0;
     for (size_t j = 0; j < m; ++j) {
       int32_t* const rows = kept_rows.data() + 2 * n * j;
       later_good[j] = false;
       if (!residual_rows_avx512(out[j], n_groups, dim, rows, rows + n)) continue;
-      ds[k] = rows, dz[k] = rows + n, g[k] = grid[j];
-      sc[k] = scale[j]->data(), ze[k] = zero[j]->data(), which[k++] = j;
+      ds[count] = rows, dz[count] = rows + n, g[count] = grid[j];
+      sc[count] = scale[j]->data(), ze[count] = zero[j]->data(), which[count++] = j;
     }
     bool good[kMaxLaneReaders];
-    compact_later_groups_many_avx512(k, n_groups, dim, ds, dz, g, sc, ze, good);
-    for (size_t i = 0; i < k; ++i) later_good[which[i]] = good[i];
+    compact_later_groups_many_avx512(count, n_groups, dim, ds, dz, g, sc, ze, good);
+    for (size_t i = 0; i < count; ++i) later_good[which[i]] = good[i];
   }
   for (size_t j = 0; j < m; ++j) {
     c[j].read = total;
