@@ -37,11 +37,11 @@ struct QuantKernels {
   // codes[r, c] = clamp(round_half_even((x[r, c] - zero[c]) / scale[c]), 0, max_code).
   void (*quantize_rows)(const float* x, size_t rows, size_t dim, const float* scale,
                         const float* zero, float max_code, uint8_t* codes);
-  // The codec's quantizer (quantize_with_checked_params_into): quantize_rows with the division
-  // by scale[c] replaced by a multiply by inv_scale[c] (= 1.0f / scale[c], reciprocals), every
-  // operation in fp32. Codes differ from the division's only where (x - zero) / scale lies
-  // within ~2^-23 * max_code of a half-integer (either code is then half a step off, to within
-  // that). The reference quantizer keeps the division (the golden vectors).
+  // The codec's quantizer (codec_quantize_into): quantize_rows with the division by scale[c]
+  // replaced by a multiply by inv_scale[c] (= 1.0f / scale[c], reciprocals), every operation in
+  // fp32. Codes differ from the division's only where (x - zero) / scale lies within ~2^-22 *
+  // max_code of a half-integer (either code is then half a step off, to within that). The
+  // reference quantizer keeps the division (the golden vectors).
   void (*quantize_rows_inv)(const float* x, size_t rows, size_t dim, const float* inv_scale,
                             const float* zero, float max_code, uint8_t* codes);
   // quantize_rows_inv of fp16 values' exact widenings, row r at x + r * stride (stride >= dim).
