@@ -144,6 +144,46 @@ TEST(RansEncode, EveryPathWritesTheScalarBytes) {
   set_simd_path(best_supported_simd_path());
 }
 
+TEST(RansEncode, EveryPathCodesModelsAtPrecisionZero) {
+  // A constant tensor's codes: every channel one symbol at t = 0, so the coder's precision is 0
+  // and each present entry has f = 1 = 2^p (never renormalises). Its 64-bit AVX-512 entry is 0,
+  // as an absent symbol's; the 8-lane kernels' 32-bit fields must still read f = 1 (they once
+  // read 0 there and emitted a word every step: a stream the decoder refused).
+  for (const size_t dim : {size_t{1}, size_t{8}, size_t{24}}) {
+    for (const int bits : {1, 3}) {
+      for (const int lanes : {8, kMaxLanes}) {
+        const size_t n_syms = size_t{1} << bits;
+        ChannelTable one;
+        one.t = 0;
+        one.freq.assign(n_syms, 0);
+        one.freq[0] = 1;
+        one.cum.assign(n_syms, 1);
+        one.cum[0] = 0;
+        const std::vector<ChannelTable> tables(dim, one);
+        const std::vector<uint8_t> symbols(8 * 4096 + 5, 0);
+        SCOPED_TRACE("dim " + std::to_string(dim) + " bits " + std::to_string(bits) + " lanes " +
+                     std::to_string(lanes));
+        std::vector<uint8_t> reference;
+        for (SimdPath p : test::supported_simd_paths()) {
+          set_simd_path(p);
+          std::vector<uint8_t> single, a, b;
+          rans_encode(symbols, dim, tables, 0, lanes, single);
+          rans_encode_pair(RansJob{symbols, dim, tables, 0, lanes, &a, 0},
+                           RansJob{symbols, dim, tables, 0, lanes, &b, 0});
+          if (reference.empty()) reference = single;
+          EXPECT_EQ(single, reference) << simd_path_name(p);
+          EXPECT_EQ(a, reference) << simd_path_name(p);
+          EXPECT_EQ(b, reference) << simd_path_name(p);
+        }
+        std::vector<uint8_t> back(symbols.size(), 1);
+        rans_decode(reference, 0, build_decode_tables(tables, 0), dim, lanes, back);
+        EXPECT_EQ(back, symbols);
+      }
+    }
+  }
+  set_simd_path(best_supported_simd_path());
+}
+
 TEST(RansEncode, PairWritesTheBytesOfTwoSingleEncodes) {
   struct Case {
     size_t dim_a, n_a, dim_b, n_b;
@@ -197,8 +237,9 @@ TEST(RansEncode, PairWritesTheBytesOfTwoSingleEncodes) {
 
 // The SIMD kernels' renormalisation at its bound. A lane emits a word where its state x >=
 // f * 2^(32-p) (the AVX-512 32-lane kernel decides by the quotient floor(x / f) >= 2^(32-p),
-// the 8-lane one by x + (2^p - f) * 2^(32-p) >= 2^32, the 16-lane one and AVX2 by
-// x >> (32-p) >= f): states just below, at and just past
+// the 8-lane one on 64-bit entries by x + (2^p - f) * 2^(32-p) >= 2^32, the 8-lane one on
+// blended 32-bit fields, the 16-lane one and AVX2 by x >> (32-p) >= f): states just below, at
+// and just past
 // the bound and at the ends of [2^16, 2^32), one step of every kernel from the tables rans.h
 // describes, against the scalar step written out here. Random symbols almost never reach these
 // states (a step's state is within f of its bound about once in 2^(32-p)).
