@@ -56,14 +56,14 @@ size_t narrow_search(RansDecodeState& st, const DecodeTables& tables, size_t dim
   for (size_t l = 0; l < kNarrowLanes; ++l) lanes[l] = l < Lanes ? st.x[l] : kRansLow;
   __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes));
   const uint16_t* const words = st.words;
-  const size_t n_words = st.n_words;
+  const uint32_t* const th = pattern.thresholds.data();
+  const size_t n_words = st.n_words, period = pattern.period;
   size_t cursor = st.cursor;
-  size_t i = begin, step = pattern_step(begin, Lanes, pattern.period);
+  size_t i = begin, step = pattern_step(begin, Lanes, period);
   while (i + kNarrowLanes <= end && cursor + kNarrowLanes <= n_words) {
-    x = Step<NT>::run(x, pattern.thresholds.data() + step * NT * kNarrowLanes, k, words, cursor,
-                      symbols + i);
+    x = Step<NT>::run(x, th + step * NT * kNarrowLanes, k, words, cursor, symbols + i);
     i += Lanes;
-    if (++step == pattern.period) step = 0;
+    if (++step == period) step = 0;
   }
   st.cursor = cursor;
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), x);
@@ -90,17 +90,21 @@ size_t narrow_search_pair(RansDecodeState& a, const DecodeTables& ta, RansDecode
   }
   __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes_a));
   __m256i xb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes_b));
+  // In locals: the symbols' stores (uint8_t aliases everything) would reload them every step.
   const uint16_t* const words_a = a.words;
   const uint16_t* const words_b = b.words;
+  const uint32_t* const th_a = pa.thresholds.data();
+  const uint32_t* const th_b = pb.thresholds.data();
+  const size_t n_words_a = a.n_words, n_words_b = b.n_words, period = pa.period;
   size_t cursor_a = a.cursor, cursor_b = b.cursor;
   size_t i = 0, step = 0;
-  while (i + kNarrowLanes <= end && cursor_a + kNarrowLanes <= a.n_words &&
-         cursor_b + kNarrowLanes <= b.n_words) {
+  while (i + kNarrowLanes <= end && cursor_a + kNarrowLanes <= n_words_a &&
+         cursor_b + kNarrowLanes <= n_words_b) {
     const size_t at = step * NT * kNarrowLanes;
-    xa = Step<NT>::run(xa, pa.thresholds.data() + at, ka, words_a, cursor_a, symbols_a + i);
-    xb = Step<NT>::run(xb, pb.thresholds.data() + at, kb, words_b, cursor_b, symbols_b + i);
+    xa = Step<NT>::run(xa, th_a + at, ka, words_a, cursor_a, symbols_a + i);
+    xb = Step<NT>::run(xb, th_b + at, kb, words_b, cursor_b, symbols_b + i);
     i += Lanes;
-    if (++step == pa.period) step = 0;
+    if (++step == period) step = 0;
   }
   a.cursor = cursor_a;
   b.cursor = cursor_b;
