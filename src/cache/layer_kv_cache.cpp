@@ -352,7 +352,8 @@ CompressedBlock block_of(const std::vector<CodeStream>& streams, size_t token_be
   b.bytes = std::move(bytes);
   if (config.size_estimate)
     b.estimated_bytes = entropy_coded_bytes_batch(streams, config.use_delta, config.per_channel);
-  b.fixed_bytes = fixed_width_bytes_batch(streams);
+  // The cache's own streams (quantized here, checked by the encoder): sizes from their shapes.
+  for (const CodeStream& s : streams) b.fixed_bytes += detail::fixed_width_bytes_of(s);
   return b;
 }
 

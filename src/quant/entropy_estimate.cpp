@@ -7,6 +7,7 @@
 
 #include "cachegen/quant.h"
 #include "core/checks.h"
+#include "quant/kernels.h"
 
 namespace cachegen {
 namespace {
@@ -55,10 +56,14 @@ double symbol_entropy_bits(std::span<const int16_t> symbols) {
   return entropy_impl(symbols);
 }
 
-size_t fixed_width_bytes(const CodeStream& s) {
-  validate(s);
+size_t detail::fixed_width_bytes_of(const CodeStream& s) {
   const size_t code_bits = s.n_rows * s.dim * static_cast<size_t>(s.bits);
   return (code_bits + 7) / 8 + s.n_groups() * s.dim * 4;
+}
+
+size_t fixed_width_bytes(const CodeStream& s) {
+  validate(s);
+  return detail::fixed_width_bytes_of(s);
 }
 
 size_t entropy_coded_bytes(const CodeStream& s, bool use_delta, bool per_channel) {

@@ -111,4 +111,8 @@ void codec_quantize_into(const Half* x, size_t stride, size_t n_rows, size_t dim
                          size_t group_size, std::span<const float> scale,
                          std::span<const float> zero, CodeStream& s);
 
+// fixed_width_bytes of a stream this library made (its shape consistent: not checked again,
+// its codes not read).
+size_t fixed_width_bytes_of(const CodeStream& s);
+
 }  // namespace cachegen::detail
