@@ -387,12 +387,10 @@ void LayerKVCache::seal_blocks() {
   for (int kind = 0; kind < 2; ++kind) {
     PlaneState& p = plane_[kind];
     p.blocks.push_back(std::move(blocks[kind]));
-    for (CodeStream& s : p.pending) {  // emptied, its buffers kept for the next block
-      s.n_rows = 0;
-      s.codes.clear();
-      s.scale.clear();
-      s.zero.clear();
-    }
+    // Emptied: n_rows 0 (append_stream and quantize_groups take such a stream as empty), its
+    // vectors kept at their sizes, so that the next block's quantizer, which writes every code
+    // and parameter, finds them sized and does not zero-fill them first.
+    for (CodeStream& s : p.pending) s.n_rows = 0;
   }
 }
 
