@@ -35,6 +35,18 @@ void check_finite_half(const Half* x, size_t n, const char* name, const char* pr
 }
 
 namespace {
+
+constexpr const char* kNotFinite = " holds a NaN, Inf or a value beyond the fp16 range";
+
+// The report of check_finite_half for an fp16 view (none for other types): the first
+// non-finite value's place in the view.
+void check_finite_view(const KVBlockView& x, const char* name) {
+  if (x.dtype == KVDType::f16 && x.data != nullptr) {
+    check_finite_half(static_cast<const Half*>(x.data), x.n_kv_heads * x.n_tokens * x.head_dim,
+                      name, kNotFinite);
+  }
+}
+
 template <size_t D>
 void copy_rows_of(const Half* from, size_t from_stride, Half* to, size_t to_stride, size_t rows) {
   for (size_t j = 0; j < rows; ++j)
@@ -62,19 +74,19 @@ void copy_rows(const Half* from, size_t from_stride, Half* to, size_t to_stride,
   }
 }
 
-HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vector<Half>& storage) {
+HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vector<Half>& storage,
+                   bool check_in_place) {
   const size_t H = x.n_kv_heads, T = x.n_tokens, D = x.head_dim, n = H * T * D;
   if (n == 0) return {nullptr, T * D, D};
   if (x.data == nullptr) invalid(std::string(name) + ".data is null");
   if (x.dtype != KVDType::f16 && x.dtype != KVDType::bf16 && x.dtype != KVDType::f32)
     invalid(std::string(name) + ".dtype is not f32, f16 or bf16");
-  // fp16 is checked and read where it is (unless a copy is asked for); other types are
-  // converted into storage in the view's order and checked there.
+  // fp16 is checked (unless check_in_place is false) and read where it is (unless a copy is
+  // asked for); other types are converted into storage in the view's order and checked there.
   const bool token_major = x.token_major && H > 1;
-  const char* const not_finite = " holds a NaN, Inf or a value beyond the fp16 range";
   const Half* const f16 = x.dtype == KVDType::f16 ? static_cast<const Half*>(x.data) : nullptr;
   if (f16) {
-    check_finite_half(f16, n, name, not_finite);
+    if (copy || check_in_place) check_finite_half(f16, n, name, kNotFinite);
     if (!copy) return token_major ? HalfRows{f16, D, H * D} : HalfRows{f16, T * D, D};
   } else {
     storage.resize(n);
@@ -85,7 +97,7 @@ HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vecto
       const auto* in = static_cast<const float*>(x.data);
       for (size_t i = 0; i < n; ++i) storage[i] = float_to_half(in[i]);
     }
-    check_finite_half(storage.data(), n, name, not_finite);
+    check_finite_half(storage.data(), n, name, kNotFinite);
   }
   if (!token_major) {
     if (f16) storage.assign(f16, f16 + n);
@@ -202,36 +214,67 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
     n_tokens_ += k.n_tokens;
     return;
   }
+  const size_t T = k.n_tokens, gs = config_.group_size, B = config_.block_tokens;
+  const bool on_pool = thread_count() > 1 && !detail::inside_parallel_for();
   // Convert and check everything before changing any state. fp16 rows are copied into the
   // groups straight from the caller's array (once, transposed on the way); other types, and
   // keys to un-rotate, go through a converted [heads, tokens, dim] copy first.
+  // Where the rows are taken by one step that commits nothing before it completes (whole
+  // blocks on the pool's threads, or whole groups inside the open block: a file encode's
+  // appends), the compact quantizer's min/max pass, which reads every value anyway, is the
+  // fp16 rows' finiteness check (a pass of its own was ~2% of a file encode): on its error the
+  // pending streams go back to their rows and the first non-finite value is reported as before.
+  const bool whole_blocks =
+      residual_rows_ == 0 && pending_rows_ == 0 && T >= 2 * B && T % B == 0 && on_pool;
+  const bool one_step = residual_rows_ == 0 && T % gs == 0 && T <= B - pending_rows_;
+  const bool quantizer_checks =
+      config_.params == ParamMode::compact && T > 0 && (whole_blocks || one_step);
   std::vector<Half> k_storage, v_storage;
-  const detail::HalfRows kh = detail::half_rows(k, "k", config_.key_pre_rope, k_storage);
-  const detail::HalfRows vh = detail::half_rows(v, "v", false, v_storage);
-  const size_t T = k.n_tokens, gs = config_.group_size;
+  const detail::HalfRows kh =
+      detail::half_rows(k, "k", config_.key_pre_rope, k_storage, !quantizer_checks);
+  const detail::HalfRows vh = detail::half_rows(v, "v", false, v_storage, !quantizer_checks);
   if (config_.key_pre_rope) {
     rotate_keys(k_storage, T, n_tokens_, true);
     detail::check_finite_half(k_storage.data(), k_storage.size(), "k",
                               ": a key with RoPE undone exceeds the fp16 range");
   }
+  const auto checked = [&](const auto& quantize) {
+    if (!quantizer_checks) return quantize();
+    try {
+      quantize();
+    } catch (...) {
+      for (PlaneState& p : plane_) {
+        for (CodeStream& s : p.pending) {
+          s.n_rows = pending_rows_;  // 0: empty (its vectors kept)
+          if (pending_rows_ == 0) continue;
+          s.codes.resize(pending_rows_ * dim_);
+          s.scale.resize(pending_rows_ / gs * dim_);
+          s.zero.resize(pending_rows_ / gs * dim_);
+        }
+      }
+      detail::check_finite_view(k, "k");
+      detail::check_finite_view(v, "v");
+      throw;  // not a non-finite value
+    }
+  };
   size_t t = 0;
-  const size_t B = config_.block_tokens;
   while (t < T) {
-    if (residual_rows_ == 0 && pending_rows_ == 0 && T - t >= 2 * B && thread_count() > 1 &&
-        !detail::inside_parallel_for()) {
+    if (residual_rows_ == 0 && pending_rows_ == 0 && T - t >= 2 * B && on_pool) {
       // Whole blocks, each quantized and coded on one of the pool's threads (the same bytes): a
       // file encode's layers that do not split evenly over the threads come here one at a time.
       const size_t n_blocks = (T - t) / B;
       std::vector<std::array<CompressedBlock, 2>> coded(n_blocks);
-      detail::parallel_for(n_blocks, [&](size_t b) {
-        std::array<std::vector<CodeStream>, 2> pending{std::vector<CodeStream>(heads_),
-                                                       std::vector<CodeStream>(heads_)};
-        const size_t r = t + b * B;
-        quantize_groups(0, pending[0], kh.base + r * kh.row_stride, kh.head_stride, kh.row_stride,
-                        B);
-        quantize_groups(1, pending[1], vh.base + r * vh.row_stride, vh.head_stride, vh.row_stride,
-                        B);
-        coded[b] = code_blocks(pending[0], pending[1], n_tokens_ + b * B);
+      checked([&] {
+        detail::parallel_for(n_blocks, [&](size_t b) {
+          std::array<std::vector<CodeStream>, 2> pending{std::vector<CodeStream>(heads_),
+                                                         std::vector<CodeStream>(heads_)};
+          const size_t r = t + b * B;
+          quantize_groups(0, pending[0], kh.base + r * kh.row_stride, kh.head_stride, kh.row_stride,
+                          B);
+          quantize_groups(1, pending[1], vh.base + r * vh.row_stride, vh.head_stride, vh.row_stride,
+                          B);
+          coded[b] = code_blocks(pending[0], pending[1], n_tokens_ + b * B);
+        });
       });
       for (std::array<CompressedBlock, 2>& c : coded) {
         for (int kind = 0; kind < 2; ++kind) plane_[kind].blocks.push_back(std::move(c[kind]));
@@ -244,11 +287,13 @@ void LayerKVCache::append(const KVBlockView& k, const KVBlockView& v) {
       // Whole groups with none waiting: straight from the caller's rows, up to the block's end
       // (a quantizer call per head and block, not per group: the fixed costs of stories260K's
       // 256-value groups were ~8% of its 3-bit file encode).
-      const size_t rows = std::min(config_.block_tokens - pending_rows_, (T - t) / gs * gs);
-      quantize_groups(0, plane_[0].pending, kh.base + t * kh.row_stride, kh.head_stride,
-                      kh.row_stride, rows);
-      quantize_groups(1, plane_[1].pending, vh.base + t * vh.row_stride, vh.head_stride,
-                      vh.row_stride, rows);
+      const size_t rows = std::min(B - pending_rows_, (T - t) / gs * gs);
+      checked([&] {
+        quantize_groups(0, plane_[0].pending, kh.base + t * kh.row_stride, kh.head_stride,
+                        kh.row_stride, rows);
+        quantize_groups(1, plane_[1].pending, vh.base + t * vh.row_stride, vh.head_stride,
+                        vh.row_stride, rows);
+      });
       n_tokens_ += rows;
       pending_rows_ += rows;
       t += rows;

@@ -15,8 +15,10 @@ struct HalfRows {
 };
 // Checks x (its data, dtype, every value finite in fp16) and returns its fp16 rows: fp16 where
 // the caller keeps it, unless `copy`; otherwise (and for f32, bf16) converted into `storage`
-// as [heads, tokens, dim].
-HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vector<Half>& storage);
+// as [heads, tokens, dim]. fp16 read where the caller keeps it is checked for finite values
+// only if check_in_place (the caller's quantizer checks them otherwise).
+HalfRows half_rows(const KVBlockView& x, const char* name, bool copy, std::vector<Half>& storage,
+                   bool check_in_place = true);
 // rows rows of dim values from `from` (rows from_stride apart) to `to` (to_stride apart).
 void copy_rows(const Half* from, size_t from_stride, Half* to, size_t to_stride, size_t rows,
                size_t dim);

@@ -8,6 +8,7 @@
 #include "cache/cache_test_inputs.h"
 #include "cachegen/error.h"
 #include "cachegen/kv_cache.h"
+#include "cachegen/runtime.h"
 
 namespace cachegen {
 namespace {
@@ -302,6 +303,79 @@ TEST(LayerCache, BadInputLeavesCacheUnchanged) {
   EXPECT_THROW(c.append(view(k, 3, 10, kDim), view(k, 3, 10, kDim)), Error);
   EXPECT_EQ(c.n_tokens(), 10u);
   EXPECT_TRUE(same_half(c.fetch_keys(), k));
+}
+
+// Appends taken in one step (whole groups inside the open block, or whole blocks on the pool's
+// threads) leave the finiteness check to the quantizer: a non-finite value in K or V, found
+// there, still leaves the cache as it was (the pending groups of the other kind, quantized
+// before, dropped) and is reported at its place in the caller's view.
+TEST(LayerCache, NonFiniteFoundByTheQuantizerLeavesCacheUnchanged) {
+  KVCacheConfig cfg;
+  cfg.block_tokens = 64;  // two groups of 32
+  const auto k = kv_walk(kHeads, kTokens, kDim, 21), v = kv_walk(kHeads, kTokens, kDim, 22);
+  const size_t threads_before = thread_count();
+  struct Case {
+    size_t before, n;  // tokens appended before the bad call, tokens in it
+    size_t threads;
+  };
+  // Into an empty block, behind a pending group, a whole block, two whole blocks on the pool.
+  for (const Case& c :
+       {Case{0, 32, 1}, Case{32, 32, 1}, Case{64, 64, 1}, Case{32, 32, 2}, Case{64, 128, 2}}) {
+    for (const int bad_kind : {0, 1}) {
+      for (const bool by_token : {false, true}) {
+        SCOPED_TRACE(std::to_string(c.before) + " + " + std::to_string(c.n) + " tokens, " +
+                     std::to_string(c.threads) + " threads, bad " + (bad_kind ? "v" : "k") +
+                     (by_token ? ", token-major" : ""));
+        set_thread_count(c.threads);
+        // The call's arrays, in the view's order; the bad value at head 2, its last token.
+        const auto slice = [&](const std::vector<Half>& x, size_t t0, size_t n) {
+          const auto s = token_slice(x, kHeads, kTokens, kDim, t0, n);
+          return by_token ? token_major(s, kHeads, n, kDim) : s;
+        };
+        const auto as_view = [&](const std::vector<Half>& x, size_t n) {
+          return KVBlockView{x.data(), KVDType::f16, kHeads, n, kDim, by_token};
+        };
+        LayerKVCache cache(kHeads, kDim, 3, 4, cfg), clean(kHeads, kDim, 3, 4, cfg);
+        for (LayerKVCache* x : {&cache, &clean}) {
+          if (c.before == 0) continue;
+          const auto kb = slice(k, 0, c.before), vb = slice(v, 0, c.before);
+          x->append(as_view(kb, c.before), as_view(vb, c.before));
+        }
+        const auto kg = slice(k, c.before, c.n), vg = slice(v, c.before, c.n);
+        std::vector<Half> kb = kg, vb = vg;
+        const size_t at =
+            by_token ? ((c.n - 1) * kHeads + 2) * kDim + 5 : (2 * c.n + c.n - 1) * kDim + 5;
+        (bad_kind ? vb : kb)[at] = Half{0x7e00};  // NaN
+        try {
+          cache.append(as_view(kb, c.n), as_view(vb, c.n));
+          ADD_FAILURE() << "a NaN accepted";
+        } catch (const Error& e) {
+          const std::string want =
+              std::string("invalid_argument: ") + (bad_kind ? "v" : "k") +
+              " holds a NaN, Inf or a value beyond the fp16 range at element " + std::to_string(at);
+          EXPECT_EQ(e.what(), want);
+        }
+        EXPECT_EQ(cache.n_tokens(), c.before);
+        // The good rows after it, and the rest: the same cache as one never given the bad call.
+        for (LayerKVCache* x : {&cache, &clean}) {
+          x->append(as_view(kg, c.n), as_view(vg, c.n));
+          const size_t rest = kTokens - c.before - c.n;
+          const auto kr = slice(k, c.before + c.n, rest), vr = slice(v, c.before + c.n, rest);
+          x->append(as_view(kr, rest), as_view(vr, rest));
+        }
+        EXPECT_EQ(cache.n_tokens(), kTokens);
+        EXPECT_TRUE(same_half(cache.fetch_keys(), clean.fetch_keys()));
+        EXPECT_TRUE(same_half(cache.fetch_values(), clean.fetch_values()));
+        for (int kind = 0; kind < 2; ++kind) {
+          const auto a = cache.snapshot_blocks(kind), b = clean.snapshot_blocks(kind);
+          ASSERT_EQ(a.size(), b.size());
+          for (size_t i = 0; i < a.size(); ++i)
+            EXPECT_EQ(a[i].bytes, b[i].bytes) << kind << " " << i;
+        }
+      }
+    }
+  }
+  set_thread_count(threads_before);
 }
 
 }  // namespace
