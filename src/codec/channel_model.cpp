@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cachegen/runtime.h"
 #include "quant/kernels.h"
 
 namespace cachegen::detail {
@@ -412,18 +413,23 @@ CostBound table_cost_bound(const Present& p, const ListEnd& end, int bits) {
 // stayed in memory, each addition waiting on the store before it. Taken for a block of channels
 // at a time: per channel, fetching the tables and a separate pass counting the present symbols
 // had cost as much again.
-struct BoundParts {
-  double sum_clog;
-  uint64_t total;
-  uint32_t n, last;  // present symbols, the largest list place of one (0 if none)
-};
+// 3-bit codes' channels eight at a time on AVX-512 (bound_parts8_avx512, the same sums), as
+// long as their counts lie within the c log c table: ~3x faster (a gather per symbol; the loop
+// below was 3-5% of a .cgkv file encode).
 void bound_parts(const uint32_t* counts, size_t n_channels, int bits, bool delta,
                  BoundParts* parts) {
   const size_t n_syms = size_t{1} << bits;
   const double* const clog = count_log2_count_table();
   const uint16_t* const order =
       list_order(delta ? ChannelKind::delta_table : ChannelKind::raw_table, bits);
-  for (size_t ch = 0; ch < n_channels; ++ch, counts += n_syms) {
+  size_t ch = 0;
+  if (n_syms == 8 && simd_path() == SimdPath::avx512) {
+    uint8_t place[8];  // each symbol's list place
+    for (uint8_t j = 0; j < 8; ++j) place[order[j]] = j;
+    for (; ch + 8 <= n_channels; ch += 8, counts += 64)
+      if (!bound_parts8_avx512(counts, clog, place, parts + ch)) break;
+  }
+  for (; ch < n_channels; ++ch, counts += n_syms) {
     uint64_t total = 0;
     uint32_t n = 0;  // locals: through `parts` they were stores that counts may alias
     double part[4] = {0, 0, 0, 0};

@@ -66,6 +66,16 @@ uint64_t channel_cost_lower_bound(std::span<const uint32_t> raw_counts,
 // null = delta not allowed), its bound into bounds[c].
 void channel_cost_lower_bounds(const uint32_t* raw_counts, const uint32_t* delta_counts,
                                size_t n_channels, size_t n_rows, int bits, uint64_t* bounds);
+// What the lower bound needs of one histogram.
+struct BoundParts {
+  double sum_clog;  // the sum of c log2 c over its counts (count_log2_count)
+  uint64_t total;
+  uint32_t n, last;  // present symbols, the largest list place of one (0 if none)
+};
+// BoundParts of 8 channels of 8 symbols (counts channel after channel), place[s] symbol s's
+// list place; false (nothing written) where a count reaches kClogTable.
+bool bound_parts8_avx512(const uint32_t* counts, const double* clog, const uint8_t* place,
+                         BoundParts* parts);
 
 void write_channel_model(BitWriter& w, const ChannelModel& model, int bits);
 // Reads and validates one model (corrupt_input on an impossible table) into `model`, reusing
