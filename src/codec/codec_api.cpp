@@ -31,7 +31,9 @@ void check_options(const EncodeOptions& o) {
 }
 
 std::vector<uint8_t> with_magic(const uint8_t (&magic)[4]) {
-  std::vector<uint8_t> out(magic, magic + 4);
+  std::vector<uint8_t> out;
+  out.reserve(64);  // the header's room: one allocation before the body's size is known
+  out.assign(magic, magic + 4);
   out.push_back(detail::kFormatVersion);
   return out;
 }
@@ -193,6 +195,11 @@ std::vector<std::pair<size_t, size_t>> batch_records(std::span<const uint8_t> by
 // the second batch of a pair.
 std::vector<detail::CompactSection>& thread_sections(int which) {
   thread_local std::vector<detail::CompactSection> kept[2];
+  return kept[which];
+}
+// The same for the streams' parameter precisions.
+std::vector<ParamPrecision>& thread_precisions(int which) {
+  thread_local std::vector<ParamPrecision> kept[2];
   return kept[which];
 }
 
@@ -444,7 +451,9 @@ void check_and_pick(std::span<const CodeStream> streams, const EncodeOptions& op
   // found (~0.01 ns a code), on one thread but for large batches (parallel_for_work); the first
   // bad stream's error is the one thrown, as a sequential check reports it. (The checks ran one
   // stream after another before: ~9% of the synthetic set's 2-thread encode.)
-  std::vector<std::exception_ptr> errors(streams.size());
+  thread_local std::vector<std::exception_ptr> kept_errors;  // (kept: no allocation per batch)
+  std::vector<std::exception_ptr>& errors = kept_errors;
+  errors.assign(streams.size(), nullptr);
   const double per_stream =
       streams.empty() ? 0.0 : 0.06 * static_cast<double>(streams[0].codes.size());
   detail::parallel_for_work(streams.size(), per_stream, [&](size_t i) {
@@ -456,8 +465,12 @@ void check_and_pick(std::span<const CodeStream> streams, const EncodeOptions& op
     }
     precisions[i] = detail::exact_param_precision(streams[i], options, &sections[i]);
   });
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
+  for (std::exception_ptr& e : errors) {
+    if (!e) continue;
+    const std::exception_ptr first = std::move(e);
+    errors.clear();  // none kept alive until the next batch
+    std::rethrow_exception(first);
+  }
 }
 
 }  // namespace
@@ -465,7 +478,7 @@ void check_and_pick(std::span<const CodeStream> streams, const EncodeOptions& op
 std::vector<uint8_t> encode_batch(std::span<const CodeStream> streams,
                                   const EncodeOptions& options) {
   check_options(options);
-  std::vector<ParamPrecision> precisions;
+  std::vector<ParamPrecision>& precisions = thread_precisions(0);
   std::vector<detail::CompactSection>& sections = thread_sections(0);
   check_and_pick(streams, options, precisions, sections);
   return encode_batch_of(streams, precisions, options,
@@ -477,20 +490,20 @@ std::array<std::vector<uint8_t>, 2> detail::encode_batch_pair(std::span<const Co
                                                               const EncodeOptions& options) {
   check_options(options);
   const std::span<const CodeStream> streams[2] = {a, b};
-  std::vector<ParamPrecision> precisions[2];
+  std::vector<ParamPrecision>* const precisions[2] = {&thread_precisions(0), &thread_precisions(1)};
   std::span<const detail::CompactSection> sections[2];
   for (int k = 0; k < 2; ++k) {
     std::vector<detail::CompactSection>& kept = thread_sections(k);
-    check_and_pick(streams[k], options, precisions[k], kept);
+    check_and_pick(streams[k], options, *precisions[k], kept);
     sections[k] = std::span<const detail::CompactSection>(kept.data(), streams[k].size());
   }
   std::array<std::vector<uint8_t>, 2> out = {batch_start(a.size()), batch_start(b.size())};
-  const detail::SharedBatchInput inputs[2] = {{a, precisions[0], sections[0]},
-                                              {b, precisions[1], sections[1]}};
+  const detail::SharedBatchInput inputs[2] = {{a, *precisions[0], sections[0]},
+                                              {b, *precisions[1], sections[1]}};
   std::vector<uint8_t>* const outs[2] = {&out[0], &out[1]};
   const std::array<bool, 2> shared = detail::encode_batch_shared_pair(inputs, options, outs);
   for (int k = 0; k < 2; ++k)
-    if (!shared[k]) write_independent(streams[k], precisions[k], options, sections[k], out[k]);
+    if (!shared[k]) write_independent(streams[k], *precisions[k], options, sections[k], out[k]);
   return out;
 }
 
@@ -517,7 +530,8 @@ std::vector<uint8_t> encode_values_batch_of(std::span<const T> x, size_t n_heads
   std::vector<detail::CompactSection>& sections = thread_sections(0);
   if (streams.size() < n_heads) streams.resize(n_heads);
   if (sections.size() < n_heads) sections.resize(n_heads);
-  std::vector<ParamPrecision> precisions(n_heads);
+  std::vector<ParamPrecision>& precisions = thread_precisions(0);
+  precisions.resize(n_heads);  // every one written below
   // ~0.4 ns a value (parallel_for_work).
   detail::parallel_for_work(n_heads, 0.4 * static_cast<double>(per_head), [&](size_t h) {
     precisions[h] = quantize_and_pick(x.subspan(h * per_head, per_head), n_rows, dim, bits,

@@ -37,9 +37,9 @@ namespace {
 // the sleeper sees the change or the waker sees the sleeper, and no wake-up is lost.
 class Pool {
  public:
-  // Runs work() on the caller and on up to `helpers` pool threads; false (nothing run) when the
+  // Runs work(0) on the caller and on up to `helpers` pool threads; false (nothing run) when the
   // pool is busy.
-  bool try_run(size_t helpers, const std::function<void()>& work) {
+  bool try_run(size_t helpers, ItemFn work) {
     std::unique_lock<std::mutex> job(job_mutex_, std::try_to_lock);
     if (!job.owns_lock()) return false;
     grow(helpers);
@@ -52,7 +52,7 @@ class Pool {
       { std::lock_guard<std::mutex> lock(m_); }  // a sleeper is waiting, or sees the job
       wake_.notify_all();
     }
-    work();
+    work(0);
     // Closed: helpers that did not take a slot by now stay out.
     const uint64_t open = state_.exchange(generation << kSlotBits) & kSlotMask;
     const size_t joined = wanted - static_cast<size_t>(open);
@@ -135,7 +135,7 @@ class Pool {
         }
       }
       if (!joined) continue;
-      (*work_.load(std::memory_order_relaxed))();
+      (*work_.load(std::memory_order_relaxed))(0);
       finished_.fetch_add(1);  // (seq_cst: see try_run's wait)
       if (caller_waiting_.load()) {
         { std::lock_guard<std::mutex> lock(m_); }  // the caller is waiting, or sees the count
@@ -155,7 +155,7 @@ class Pool {
   std::mutex job_mutex_;              // held by the caller for a whole job
   std::vector<std::thread> threads_;  // only the job holder grows it
   std::atomic<uint64_t> state_{0};    // generation << kSlotBits | open slots
-  std::atomic<const std::function<void()>*> work_{nullptr};
+  std::atomic<const ItemFn*> work_{nullptr};
   std::atomic<size_t> finished_{0};  // helpers done with the job
   // Sleeping: helpers on wake_, the caller on done_, both under m_.
   std::mutex m_;
@@ -167,7 +167,7 @@ class Pool {
 thread_local bool t_in_item = false;  // this thread runs an item of a pool job
 
 // Runs fn(i) as an item of a pool job: nested parallel_for calls can tell (inside_parallel_for).
-void run_item(const std::function<void(size_t)>& fn, size_t i) {
+void run_item(ItemFn fn, size_t i) {
   const bool outer = t_in_item;
   t_in_item = true;
   try {
@@ -180,7 +180,7 @@ void run_item(const std::function<void(size_t)>& fn, size_t i) {
 }
 
 // fn(i) for i in [0, n) on up to `workers` threads, the caller's included.
-void run_items(size_t n, size_t workers, const std::function<void(size_t)>& fn) {
+void run_items(size_t n, size_t workers, ItemFn fn) {
   if (workers > n) workers = n;
   if (workers <= 1) {
     for (size_t i = 0; i < n; ++i) fn(i);  // not an item of the pool: nested calls may use it
@@ -202,7 +202,7 @@ void run_items(size_t n, size_t workers, const std::function<void(size_t)>& fn) 
   std::exception_ptr first_error;
   std::mutex error_mutex;
   const std::thread::id caller = std::this_thread::get_id();
-  const std::function<void()> work = [&] {
+  const auto work = [&](size_t /*unused*/) {
     const bool front = std::this_thread::get_id() == caller;
     for (;;) {
       if (stop.load(std::memory_order_relaxed)) return;
@@ -224,7 +224,7 @@ void run_items(size_t n, size_t workers, const std::function<void(size_t)>& fn) 
       }
     }
   };
-  if (!Pool::instance().try_run(workers - 1, work)) work();
+  if (!Pool::instance().try_run(workers - 1, work)) work(0);
   if (first_error) std::rethrow_exception(first_error);
 }
 
@@ -234,7 +234,7 @@ bool inside_parallel_for() noexcept {
   return t_in_item;
 }
 
-void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
+void parallel_for(size_t n, ItemFn fn) {
   run_items(n, thread_count(), fn);
 }
 
@@ -245,7 +245,7 @@ size_t threads_for_work(size_t n, double item_ns) noexcept {
   return std::max<size_t>(1, std::min({n, thread_count(), workers}));
 }
 
-void parallel_for_work(size_t n, double item_ns, const std::function<void(size_t)>& fn) {
+void parallel_for_work(size_t n, double item_ns, ItemFn fn) {
   run_items(n, threads_for_work(n, item_ns), fn);
 }
 
