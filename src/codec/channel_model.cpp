@@ -336,7 +336,11 @@ TableChoice best_table_choice(const Present& present, const ListEnd& end, size_t
     }
     if (present.n) list -= eg_bits[f[last_i]];
     consider(list, data, t);
-    if (winner && best.t == t) std::copy(f, f + present.n, winner);
+    if (winner && best.t == t) {
+      // 16 bytes at a time (f and winner hold 256): a copy of the runtime length became a
+      // `rep movs`, whose start-up was 14% of this search on 3-bit codes.
+      for (size_t i = 0; i < present.n; i += 8) std::memcpy(winner + i, f + i, 16);
+    }
     if (last_needed) break;
     // The bound on every higher precision (their frequencies < 2^12: within the table).
     const uint32_t n = static_cast<uint32_t>(present.n), d = n / 2, e = (n + ones) / 2;
