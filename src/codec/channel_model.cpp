@@ -388,14 +388,15 @@ struct CostBound {
   uint64_t cost_fp() const { return (desc_bits << 16) + data_fp; }
 };
 // The bound of a histogram of n present symbols totalling `total`, sum_clog the sum of c log2 c
-// over its counts, its last present symbol listed at place `last`.
-CostBound table_cost_bound(double sum_clog, uint64_t total, size_t n, uint32_t last, int bits) {
+// over its counts, its last present symbol listed at place `last` (clog: the table's pointer,
+// fetched once by the caller).
+CostBound table_cost_bound(const double* clog, double sum_clog, uint64_t total, size_t n,
+                           uint32_t last, int bits) {
   // The list's entries before the last present one (in list order) are the other present
   // ones (2 bits each) and absent ones (1 bit each).
   const uint64_t desc = kKindBits + kPrecisionBits + kEgOrderBits + static_cast<uint64_t>(bits) +
                         (n ? last + (n - 1) : 0);
-  const double entropy_fp =
-      (count_log2_count(count_log2_count_table(), total) - sum_clog) * 65536.0;
+  const double entropy_fp = (count_log2_count(clog, total) - sum_clog) * 65536.0;
   const double margin = entropy_fp * 1e-9 + 1024.0;
   return {desc, entropy_fp > margin ? static_cast<uint64_t>(entropy_fp - margin) : 0};
 }
@@ -409,7 +410,8 @@ CostBound table_cost_bound(const Present& p, const ListEnd& end, int bits) {
     for (size_t k = 0; k < 4; ++k) part[k] += count_log2_count(clog, p.count[i + k]);
   }
   for (size_t k = 0; i < p.n; ++i, ++k) part[k] += count_log2_count(clog, p.count[i]);
-  return table_cost_bound((part[0] + part[1]) + (part[2] + part[3]), p.total, p.n, end.last, bits);
+  return table_cost_bound(clog, (part[0] + part[1]) + (part[2] + part[3]), p.total, p.n, end.last,
+                          bits);
 }
 // One kind's bound parts of channels' counts (the estimates' bound, taken for every channel of
 // every head, needs no Present). Without a branch on zero counts (c log c of 0 is 0): wide
@@ -573,8 +575,9 @@ void channel_cost_lower_bounds(const uint32_t* raw_counts, const uint32_t* delta
   const size_t n_syms = size_t{1} << bits;
   const uint64_t constant = static_cast<uint64_t>(kKindBits + bits) << 16;  // exact
   const uint64_t uniform = static_cast<uint64_t>(kKindBits + n_rows * bits) << 16;
-  const auto cost = [bits](const BoundParts& p) {
-    return table_cost_bound(p.sum_clog, p.total, p.n, p.last, bits).cost_fp();
+  const double* const clog = count_log2_count_table();
+  const auto cost = [clog, bits](const BoundParts& p) {
+    return table_cost_bound(clog, p.sum_clog, p.total, p.n, p.last, bits).cost_fp();
   };
   constexpr size_t kBlock = 64;
   BoundParts raw[kBlock], delta[kBlock];
