@@ -118,6 +118,8 @@ class SharedEncoder {
   ChannelModel one_;  // the pooled model (layout 2)
   bool one_model_ = false;
   std::vector<ChannelTable> tables_;
+  RansWideTables wide_;  // tables_' AVX2 encoder tables, where wide_used_
+  bool wide_used_ = false;
   std::vector<std::vector<uint8_t>> payloads_, param_blocks_;
   std::vector<uint8_t> side_;  // the models' bits
 };
@@ -320,6 +322,12 @@ void SharedEncoder::take_models() {
   any_delta_ = std::any_of(models_.begin(), models_.end(),
                            [](const auto& m) { return m.kind == ChannelKind::delta_table; });
   codes_in_place_ = heads_per_slice_ == 1 && !any_delta_;
+  // The slices' encoder tables made once for all of them (every slice but the last has the
+  // first's lanes).
+  wide_used_ = false;
+  for (size_t i : {size_t{0}, n_slices_ - 1})
+    wide_used_ = wide_used_ || rans_wide_tables_used(dim_, size_t{1} << bits_, slice_lanes(i));
+  if (wide_used_) wide_.build(tables_, dim_, precision_);
 }
 
 RansJob SharedEncoder::slice(size_t i, Scratch slot) {
@@ -351,7 +359,8 @@ RansJob SharedEncoder::slice(size_t i, Scratch slot) {
                  precision_,
                  slice_lanes(i),
                  &payloads_[i],
-                 0};
+                 0,
+                 wide_used_ ? &wide_ : nullptr};
 }
 
 void SharedEncoder::write(std::vector<uint8_t>& out) {
@@ -396,10 +405,8 @@ void SharedEncoder::write(std::vector<uint8_t>& out) {
 
 // The planned batch's slices on the pool's threads.
 void code_slices(SharedEncoder& e) {
-  parallel_for_work(e.n_slices(), e.slice_ns(), [&](size_t i) {
-    const RansJob job = e.slice(i, Scratch::symbols);
-    rans_encode(job.symbols, job.dim, job.channels, job.precision, job.n_lanes, *job.out, job.at);
-  });
+  parallel_for_work(e.n_slices(), e.slice_ns(),
+                    [&](size_t i) { rans_encode(e.slice(i, Scratch::symbols)); });
 }
 
 }  // namespace

@@ -103,7 +103,19 @@ inline void rans_encode(std::span<const uint8_t> symbols, size_t dim,
   rans_encode(symbols, dim, channels, precision, n_lanes, out, out.size());
 }
 
-// rans_encode's arguments, for the pair below.
+// The AVX2 encoder's tables of a batch's models (RansEncodeTables::avx2_entry, avx2_magic: the
+// AVX-512 16-lane kernel's too), made once for the batch's payloads that code with them
+// (rans_wide_tables_used): made per payload, a 32-lane slice of 16,384 codes over 64 channels
+// spent ~2% of its encode making its 512 entries again.
+struct RansWideTables {
+  std::vector<uint32_t> entry, magic;  // [channel * n_syms + symbol]
+  void build(std::span<const ChannelTable> channels, size_t dim, int precision);
+};
+// Whether payloads of n_lanes lanes over these models code with RansWideTables here.
+bool rans_wide_tables_used(size_t dim, size_t n_syms, int n_lanes);
+
+// rans_encode's arguments, for the pair below (wide: the channels' RansWideTables, made at
+// `precision`, or null).
 struct RansJob {
   std::span<const uint8_t> symbols;
   size_t dim = 0;
@@ -111,7 +123,10 @@ struct RansJob {
   int precision = 0, n_lanes = 0;
   std::vector<uint8_t>* out = nullptr;
   size_t at = 0;
+  const RansWideTables* wide = nullptr;
 };
+// rans_encode of one job.
+void rans_encode(const RansJob& job);
 // rans_encode of two payloads, the same bytes. An 8-lane payload is one vector whose steps are
 // one dependency chain (a step's multiplies and shifts wait on the last step's states), so two
 // of them are coded in lockstep on AVX-512: a chunk's short tensors (stories260K's 256-token

@@ -68,11 +68,43 @@ const uint64_t* narrow_bases() {
 
 // One payload as rans_encode codes it: its partial step at the end (coded first) by begin(),
 // its full steps by a SIMD kernel (simd_steps, or a pair's), its bytes written by finish().
+// Calls f(entry, frequency, start) for every (channel, symbol) entry of `channels` at
+// `precision` (frequency 0: absent, never coded).
+template <typename F>
+void for_each_entry(std::span<const ChannelTable> channels, size_t dim, size_t n_syms,
+                    int precision, F&& f) {
+  for (size_t c = 0; c < dim; ++c) {
+    const int up = precision - channels[c].t;
+    const uint16_t* const freq = channels[c].freq.data();
+    const uint16_t* const cum = channels[c].cum.data();
+    for (size_t s = 0; s < n_syms; ++s) {
+      f(c * n_syms + s, static_cast<uint32_t>(freq[s]) << up, static_cast<uint32_t>(cum[s]) << up);
+    }
+  }
+}
+
+// The AVX2 encoder's two 32-bit entries of `channels` (RansEncodeTables).
+void wide_entries(std::span<const ChannelTable> channels, size_t dim, size_t n_syms, int precision,
+                  uint32_t* entry, uint32_t* magic) {
+  const uint64_t* const bases = narrow_bases();
+  for_each_entry(channels, dim, n_syms, precision, [&](size_t i, uint32_t f, uint32_t start) {
+    if (f == 0) {
+      entry[i] = magic[i] = 0;
+      return;
+    }
+    const uint64_t base = bases[f];
+    const auto L = static_cast<uint32_t>(base >> 58);
+    entry[i] = f | start << 13 | (L > 0 ? L - 1 : 0) << 25;
+    magic[i] = static_cast<uint32_t>(base);
+  });
+}
+
 struct Payload {
   std::span<const uint8_t> symbols;
   size_t dim = 0;
   std::span<const ChannelTable> channels;
   int precision = 0, n_lanes = 0;
+  const RansWideTables* wide = nullptr;  // prebuilt AVX2 tables, or null
   size_t n_syms = 0, n_entries = 0;
   bool simd = false;      // its full steps for a SIMD kernel
   size_t scalar_end = 0;  // where the scalar loop stops (the kernels' end)
@@ -84,15 +116,7 @@ struct Payload {
   // (frequency 0: absent, never coded).
   template <typename F>
   void for_each_entry(F&& f) const {
-    for (size_t c = 0; c < dim; ++c) {
-      const int up = precision - channels[c].t;
-      const uint16_t* const freq = channels[c].freq.data();
-      const uint16_t* const cum = channels[c].cum.data();
-      for (size_t s = 0; s < n_syms; ++s) {
-        f(c * n_syms + s, static_cast<uint32_t>(freq[s]) << up,
-          static_cast<uint32_t>(cum[s]) << up);
-      }
-    }
+    cachegen::detail::for_each_entry(channels, dim, n_syms, precision, f);
   }
   // The AVX-512 kernels' 64-bit entries (RansEncodeTables::narrow), not zero-filled first:
   // every entry is written once (absent ones, never read, as 0).
@@ -214,21 +238,15 @@ void simd_steps(Payload& p) {
   const bool lanes16 = path == SimdPath::avx512 && lanes == kMaxLanes &&
                        rans_encode_avx512_takes16(p.dim, static_cast<int>(p.n_syms));
   if (path == SimdPath::avx2 || lanes16) {
-    const uint64_t* const bases = narrow_bases();
-    const auto entry = std::make_unique_for_overwrite<uint32_t[]>(p.n_entries);
-    const auto magic = std::make_unique_for_overwrite<uint32_t[]>(p.n_entries);
-    p.for_each_entry([&](size_t i, uint32_t f, uint32_t start) {
-      if (f == 0) {
-        entry[i] = magic[i] = 0;
-        return;
-      }
-      const uint64_t base = bases[f];
-      const auto L = static_cast<uint32_t>(base >> 58);
-      entry[i] = f | start << 13 | (L > 0 ? L - 1 : 0) << 25;
-      magic[i] = static_cast<uint32_t>(base);
-    });
-    const RansEncodeTables t{nullptr, static_cast<int>(p.n_syms), p.precision, entry.get(),
-                             magic.get()};
+    std::unique_ptr<uint32_t[]> entry, magic;
+    if (p.wide == nullptr) {
+      entry = std::make_unique_for_overwrite<uint32_t[]>(p.n_entries);
+      magic = std::make_unique_for_overwrite<uint32_t[]>(p.n_entries);
+      wide_entries(p.channels, p.dim, p.n_syms, p.precision, entry.get(), magic.get());
+    }
+    const RansEncodeTables t{nullptr, static_cast<int>(p.n_syms), p.precision,
+                             p.wide ? p.wide->entry.data() : entry.get(),
+                             p.wide ? p.wide->magic.data() : magic.get()};
     p.w_pos =
         lanes16
             ? rans_encode_avx512_16(t, symbols, p.dim, p.scalar_end, p.x, p.words, p.w_pos)
@@ -260,18 +278,38 @@ Payload payload_of(const RansJob& job) {
   p.channels = job.channels;
   p.precision = job.precision;
   p.n_lanes = job.n_lanes;
+  p.wide = job.wide;
   return p;
 }
 
 }  // namespace
 
+void RansWideTables::build(std::span<const ChannelTable> channels, size_t dim, int precision) {
+  const size_t n_syms = channels.empty() ? 0 : channels[0].freq.size();
+  entry.resize(dim * n_syms);
+  magic.resize(dim * n_syms);
+  wide_entries(channels, dim, n_syms, precision, entry.data(), magic.data());
+}
+
+bool rans_wide_tables_used(size_t dim, size_t n_syms, int n_lanes) {
+  const SimdPath path = simd_path();
+  const auto lanes = static_cast<size_t>(n_lanes);
+  if (path == SimdPath::avx2) return lanes == kMaxLanes || lanes == kNarrowLanes;
+  return path == SimdPath::avx512 && lanes == kMaxLanes &&
+         rans_encode_avx512_takes16(dim, static_cast<int>(n_syms));
+}
+
+void rans_encode(const RansJob& job) {
+  Payload p = payload_of(job);
+  begin(p, Scratch::rans_words);
+  simd_steps(p);
+  finish(p, *job.out, job.at);
+}
+
 void rans_encode(std::span<const uint8_t> symbols, size_t dim,
                  std::span<const ChannelTable> channels, int precision, int n_lanes,
                  std::vector<uint8_t>& out, size_t at) {
-  Payload p = payload_of(RansJob{symbols, dim, channels, precision, n_lanes, &out, at});
-  begin(p, Scratch::rans_words);
-  simd_steps(p);
-  finish(p, out, at);
+  rans_encode(RansJob{symbols, dim, channels, precision, n_lanes, &out, at});
 }
 
 void rans_encode_pair(const RansJob& a, const RansJob& b) {
