@@ -66,8 +66,6 @@ const uint64_t* narrow_bases() {
   return table.v;
 }
 
-// One payload as rans_encode codes it: its partial step at the end (coded first) by begin(),
-// its full steps by a SIMD kernel (simd_steps, or a pair's), its bytes written by finish().
 // Calls f(entry, frequency, start) for every (channel, symbol) entry of `channels` at
 // `precision` (frequency 0: absent, never coded).
 template <typename F>
@@ -99,6 +97,8 @@ void wide_entries(std::span<const ChannelTable> channels, size_t dim, size_t n_s
   });
 }
 
+// One payload as rans_encode codes it: its partial step at the end (coded first) by begin(),
+// its full steps by a SIMD kernel (simd_steps, or a pair's), its bytes written by finish().
 struct Payload {
   std::span<const uint8_t> symbols;
   size_t dim = 0;
@@ -112,8 +112,7 @@ struct Payload {
   size_t words_end = 0, w_pos = 0;
   uint32_t x[kMaxLanes];
 
-  // Calls f(entry, frequency, start) for every (channel, symbol) entry at `precision`
-  // (frequency 0: absent, never coded).
+  // for_each_entry over its channels.
   template <typename F>
   void for_each_entry(F&& f) const {
     cachegen::detail::for_each_entry(channels, dim, n_syms, precision, f);
