@@ -143,6 +143,10 @@ void rans_encode_pair(const RansJob& a, const RansJob& b);
 // every x < 2^32, which lets the encoders take it before renormalising.
 // The AVX2 encoder's entries (also the AVX-512 16-lane kernel's) are two 32-bit tables: avx2_entry
 // f | start << 13 | (L - 1) << 25 (0 for f = 1) and avx2_magic m - 2^32, the narrow entries' parts.
+// avx2_entry's value for frequency f, cumulative start and the bases' L (narrow_bases).
+inline uint32_t avx2_entry_of(uint32_t f, uint32_t start, uint32_t L) {
+  return f | start << 13 | (L > 0 ? L - 1 : 0) << 25;
+}
 struct RansEncodeTables {
   const uint64_t* narrow = nullptr;
   int n_syms = 0;

@@ -92,7 +92,7 @@ void wide_entries(std::span<const ChannelTable> channels, size_t dim, size_t n_s
     }
     const uint64_t base = bases[f];
     const auto L = static_cast<uint32_t>(base >> 58);
-    entry[i] = f | start << 13 | (L > 0 ? L - 1 : 0) << 25;
+    entry[i] = avx2_entry_of(f, start, L);
     magic[i] = static_cast<uint32_t>(base);
   });
 }

@@ -46,7 +46,7 @@ class Blended32 {
           const auto f = (1u << t.precision) - static_cast<uint32_t>((n >> 32) & 0x1fff);
           const auto start = static_cast<uint32_t>((n >> 45) & 0x1fff);
           const auto L = static_cast<uint32_t>(n >> 58);
-          rows[((b * kSyms + s) * 2) * 8 + j] = f | start << 13 | (L > 0 ? L - 1 : 0) << 25;
+          rows[((b * kSyms + s) * 2) * 8 + j] = avx2_entry_of(f, start, L);
           rows[((b * kSyms + s) * 2 + 1) * 8 + j] = static_cast<uint32_t>(n);
         }
       }
