@@ -260,6 +260,42 @@ NpyArray read_npy(const std::string& path) {
   }
 }
 
+size_t MappedNpy::size() const noexcept {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  return n;
+}
+
+MappedNpy MappedNpy::open(const std::string& path) {
+  auto file = std::make_shared<detail::MappedFile>(path);
+  const std::span<const uint8_t> b = file->bytes();
+  NpyArray header;
+  size_t bytes = 0, data_start = 0;
+  try {
+    data_start =
+        parse_npy_header(b.first(std::min<size_t>(b.size(), 12 + kMaxHeaderBytes)), header, bytes);
+    check_data_size(b.size() - data_start, bytes);
+  } catch (const Error& e) {
+    throw Error(e.code(), e.message() + " (in '" + path + "')");
+  }
+  MappedNpy m;
+  m.dtype = header.dtype;
+  m.shape = std::move(header.shape);
+  if (data_start % npy_dtype_size(m.dtype) == 0) {
+    m.data_ = b.subspan(data_start, bytes);
+    m.owner_ = std::move(file);
+  } else {  // typed views of the data need it aligned
+    auto copy = std::make_shared<std::vector<uint8_t>>(b.begin() + data_start, b.end());
+    m.data_ = *copy;
+    m.owner_ = std::move(copy);
+  }
+  return m;
+}
+
+void exit_on_truncated_input(int exit_code) noexcept {
+  detail::exit_on_truncated_mapping(exit_code);
+}
+
 std::vector<uint8_t> npy_header(NpyDType dtype, std::span<const size_t> shape) {
   size_t n = 1;
   for (size_t d : shape) n = detail::checked_mul(n, d, "npy shape");

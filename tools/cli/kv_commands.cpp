@@ -32,8 +32,8 @@ std::shared_ptr<const KvProfile> load_profile(const std::string& path) {
   return std::make_shared<const KvProfile>(read_profile(path));
 }
 
-KVDType npy_kv_dtype(const NpyArray& a, const std::string& path) {
-  switch (a.dtype) {
+KVDType npy_kv_dtype(NpyDType dtype, const std::string& path) {
+  switch (dtype) {
     case NpyDType::f16:
       return KVDType::f16;
     case NpyDType::bf16:
@@ -41,7 +41,7 @@ KVDType npy_kv_dtype(const NpyArray& a, const std::string& path) {
     case NpyDType::f32:
       return KVDType::f32;
     default:  // a well-formed file this command does not take: unsupported input (exit 4)
-      throw Error(ErrorCode::corrupt_input, path + ": unsupported dtype " + npy_descr(a.dtype) +
+      throw Error(ErrorCode::corrupt_input, path + ": unsupported dtype " + npy_descr(dtype) +
                                                 "; KV arrays must be float16, bfloat16 or float32");
   }
 }
@@ -82,16 +82,18 @@ auto named_options(F&& f) {
 }
 
 void run_encode(const EncodeOptions& o) {
-  const NpyArray a = read_npy(o.input);
+  // Mapped, not read: the array is read once, from the page cache (main() turns a SIGBUS from
+  // the file's truncation meanwhile into an I/O error).
+  const MappedNpy a = MappedNpy::open(o.input);
   const ModelShape shape = kv_array_model_shape(a.shape, ErrorCode::corrupt_input, o.input);
   KVArrayView kv;
-  kv.dtype = npy_kv_dtype(a, o.input);
+  kv.dtype = npy_kv_dtype(a.dtype, o.input);
   kv.n_tokens = a.shape[2];
   kv.n_kv_heads = a.shape[3];
   kv.head_dim = a.shape[4];
   const size_t layer_bytes =
       2 * kv.n_tokens * kv.n_kv_heads * kv.head_dim * npy_dtype_size(a.dtype);
-  for (size_t l = 0; l < a.shape[0]; ++l) kv.layers.push_back(a.data.data() + l * layer_bytes);
+  for (size_t l = 0; l < a.shape[0]; ++l) kv.layers.push_back(a.data().data() + l * layer_bytes);
   KVEncodeOptions options = o.kv;
   options.profile = load_profile(o.profile);
   if (!options.profile && !o.kv.level.empty() && !o.kv.is_lossless() && o.kv.rope_base <= 0) {

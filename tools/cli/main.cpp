@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "cachegen/error.h"
+#include "cachegen/npy.h"
 #include "cachegen/runtime.h"
 #include "commands.h"
 #include "kv_io.h"
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
   // array went to page faults.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // `encode` maps its input: its truncation by another process meanwhile is an I/O failure.
+  cachegen::exit_on_truncated_input(5);
   CLI::App app{"cachegen: compress the KV caches of large language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cachegen 0.1.0");
