@@ -168,6 +168,11 @@ class CgkvReader {
   static CgkvReader from_bytes(std::vector<uint8_t> bytes);
   // Opens a file: reads and checks only its header; chunks are read on demand.
   static CgkvReader open_file(const std::string& path);
+  // Maps a file read-only and checks its header: chunks are verified and decoded where they lie
+  // in the OS's page cache (open_file reads each into fresh memory first). A file truncated by
+  // another process while mapped raises SIGBUS when a lost page is read: for applications that
+  // turn that into an error (exit_on_truncated_input, cachegen/npy.h), as the CLI does.
+  static CgkvReader map_file(const std::string& path);
 
   const CgkvInfo& info() const noexcept { return info_; }
 

@@ -47,6 +47,7 @@ inline constexpr size_t kMaxTransformChunkTokens = size_t{1} << 18;
 
 std::shared_ptr<const CgkvReader::Source> memory_source(std::vector<uint8_t> bytes);
 std::shared_ptr<const CgkvReader::Source> file_source(const std::string& path);
+std::shared_ptr<const CgkvReader::Source> mapped_source(const std::string& path);
 
 // Lays out header + chunks + blobs: fills every range (checksums at info.version) and returns
 // the file.

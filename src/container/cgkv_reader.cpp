@@ -31,13 +31,29 @@ CgkvReader CgkvReader::from_bytes(std::vector<uint8_t> bytes) {
   return CgkvReader(detail::memory_source(std::move(bytes)));
 }
 
-CgkvReader CgkvReader::open_file(const std::string& path) {
+namespace {
+
+// A reader of the file at `path` (its source made by make), errors naming the path.
+template <typename MakeSource>
+CgkvReader reader_of_file(const std::string& path, MakeSource&& make) {
   try {
-    return CgkvReader(detail::file_source(path));
+    return make(path);
   } catch (const Error& e) {
     if (std::string(e.what()).find(path) != std::string::npos) throw;
     throw Error(e.code(), e.message() + " (in '" + path + "')");
   }
+}
+
+}  // namespace
+
+CgkvReader CgkvReader::open_file(const std::string& path) {
+  return reader_of_file(path,
+                        [](const std::string& p) { return CgkvReader(detail::file_source(p)); });
+}
+
+CgkvReader CgkvReader::map_file(const std::string& path) {
+  return reader_of_file(path,
+                        [](const std::string& p) { return CgkvReader(detail::mapped_source(p)); });
 }
 
 void CgkvReader::set_profile(std::shared_ptr<const KvProfile> profile) {
@@ -355,8 +371,7 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
     pairs.clear();
     // One group at a time where dst is one scratch buffer for every tensor (verify's, resized
     // by dst): groups on two threads wrote it, and resized it, at once.
-    const size_t threads =
-        !dst_per_tensor || detail::inside_parallel_for() ? 1 : thread_count();
+    const size_t threads = !dst_per_tensor || detail::inside_parallel_for() ? 1 : thread_count();
     const size_t group = most == 1 || threads == 1 || held.size() >= 2 * most * threads ? most : 2;
     // The last group takes what is left (stories260K's five layers as one group of ten payloads
     // in lockstep, not 4 + 1).

@@ -62,8 +62,27 @@ class FileSource final : public CgkvReader::Source {
   uint64_t size_ = 0;
 };
 
+// A mapped file (MappedFile): in place, as MemorySource.
+class MappedSource final : public CgkvReader::Source {
+ public:
+  explicit MappedSource(const std::string& path) : file_(path) {}
+  uint64_t size() const override { return file_.bytes().size(); }
+  void read_into(uint64_t offset, std::span<uint8_t> out) const override {
+    if (!out.empty()) std::memcpy(out.data(), file_.bytes().data() + offset, out.size());
+  }
+  std::span<const uint8_t> view(uint64_t offset, size_t n) const override {
+    return file_.bytes().subspan(static_cast<size_t>(offset), n);
+  }
+
+ private:
+  MappedFile file_;
+};
+
 }  // namespace
 
+std::shared_ptr<const CgkvReader::Source> mapped_source(const std::string& path) {
+  return std::make_shared<MappedSource>(path);
+}
 std::shared_ptr<const CgkvReader::Source> memory_source(std::vector<uint8_t> bytes) {
   return std::make_shared<MemorySource>(std::move(bytes));
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cachegen/error.h"
+#include "cachegen/npy.h"
 #include "cachegen/runtime.h"
 #include "codec/stream_format.h"
 #include "container/container_test_util.h"
@@ -398,6 +399,33 @@ TEST(Hostile, GarbageAndEmptyInputs) {
   EXPECT_EQ(outcome(std::vector<uint8_t>(31, 0)), ErrorCode::truncated_input);
   EXPECT_EQ(outcome(std::vector<uint8_t>(4096, 0xff)), ErrorCode::corrupt_input);
   EXPECT_THROW(CgkvReader::open_file("/nonexistent/x.cgkv"), Error);
+  // A mapped file: the same errors as one read, naming the file.
+  const std::string path = ::testing::TempDir() + "/cachegen_hostile_mapped.cgkv";
+  for (const std::vector<uint8_t>& bytes :
+       {std::vector<uint8_t>(), std::vector<uint8_t>(31, 0), std::vector<uint8_t>(4096, 0xff)}) {
+    write_file_atomic(path, bytes);
+    ErrorCode read_code = ErrorCode::ok, mapped_code = ErrorCode::ok;
+    try {
+      CgkvReader::open_file(path);
+    } catch (const Error& e) {
+      read_code = e.code();
+    }
+    try {
+      CgkvReader::map_file(path);
+    } catch (const Error& e) {
+      mapped_code = e.code();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(mapped_code, read_code);
+    EXPECT_EQ(mapped_code, outcome(bytes));
+  }
+  std::remove(path.c_str());
+  try {
+    CgkvReader::map_file("/nonexistent/x.cgkv");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::not_found);
+  }
 }
 
 }  // namespace

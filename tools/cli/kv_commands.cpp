@@ -160,8 +160,9 @@ void parse_range(const std::string& s, size_t n, size_t& a, size_t& b) {
 
 CgkvReader open_reader(const std::string& name, const std::string& store,
                        const std::string& profile = "") {
+  // A file is mapped (main() turns a SIGBUS from its truncation meanwhile into an I/O error).
   CgkvReader r =
-      store.empty() ? CgkvReader::open_file(name) : CgkvReader::from_bytes(load_input(name, store));
+      store.empty() ? CgkvReader::map_file(name) : CgkvReader::from_bytes(load_input(name, store));
   r.set_profile(load_profile(profile));
   return r;
 }

@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
   // array went to page faults.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  // `encode` maps its input: its truncation by another process meanwhile is an I/O failure.
+  // Input files are mapped (encode's .npy, the .cgkv files read): their truncation by another
+  // process meanwhile is an I/O failure.
   cachegen::exit_on_truncated_input(5);
   CLI::App app{"cachegen: compress the KV caches of large language models"};
   app.require_subcommand(1);
