@@ -4,6 +4,9 @@
 # `cachegen encode --bits 4`, `decode`, `encode --lossless` and its decode, next to zstd -1 on
 # the same file in the same run: wall seconds, user and system CPU seconds, peak RSS.
 # Usage: scripts/bench_at_scale.sh [WORKDIR] (default a temporary directory, removed after).
+# With AT_SCALE_KERNEL=1 it also measures the codec's kernels on the same file (`cachegen bench
+# codec --input kv.npy --bits 4`, ~3 minutes: zstd -19 of 128 MiB twice) and prints each
+# command's wall time over its kernel's on the same number of threads (issue 10's "within 1.5×").
 # Needs build/release/tools/cli/cachegen, /usr/bin/python3 with numpy, zstd and GNU time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +21,14 @@ scale = np.exp(rng.normal(0, 0.7, size=(L, 2, 1, H, D))).astype(np.float32)
 x = (rng.standard_normal((L, 2, T, H, D), dtype=np.float32) * scale).astype(np.float16)
 np.save(sys.argv[1], x)
 PY
+declare -A wall  # label -> wall seconds
 run() {  # label, command...
-  local label=$1
+  local label=$1 line
   shift
-  /usr/bin/time -f "$label: %e s wall, %U s user, %S s system, %M KiB peak RSS" "$@" 2>&1 >/dev/null |
-    grep -F "$label:"
+  line=$(/usr/bin/time -f "$label: %e s wall, %U s user, %S s system, %M KiB peak RSS" "$@" 2>&1 \
+    >/dev/null | grep -F "$label:")
+  echo "$line"
+  wall[$label]=$(awk '{print $(NF-12)}' <<<"$line")
 }
 cd "$W"
 echo "threads: $(nproc) ($CG)"
@@ -35,3 +41,19 @@ run "zstd -1" zstd -1 -q -f kv.npy -o kv.zst
 run "zstd -d" zstd -d -q -f kv.zst -o z.npy
 run "zstd -d + sync" sh -c 'zstd -d -q -f kv.zst -o z2.npy && sync -f z2.npy'
 ls -l kv.npy q.cgkv l.cgkv kv.zst | awk '{print $5, $9}'
+if [[ ${AT_SCALE_KERNEL:-0} == 1 ]]; then
+  "$CG" bench codec --input kv.npy --bits 4 --min-time 0.2 --repetitions 2 --json >kernel.json
+  /usr/bin/python3 - kernel.json "${wall[encode --bits 4]}" "${wall[decode (bits 4)]}" \
+    "${wall[encode --lossless]}" "${wall[decode (lossless)]}" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+n = j["elements"]
+rows = [("encode --bits 4", "file_encode"), ("decode (bits 4)", "file_decode"),
+        ("encode --lossless", "lossless_encode"), ("decode (lossless)", "lossless_decode")]
+for (label, key), w in zip(rows, sys.argv[2:]):
+    kernel = n / (j[key + "_elems_per_s"] * j[key + "_mt_over_1t"])  # seconds, all threads
+    print(f"{label}: {float(w):.3f} s wall, kernel {kernel * 1e3:.1f} ms ({key}: "
+          f"{j[key + '_elems_per_s'] / 1e9:.3f} G/s x {j[key + '_mt_over_1t']:.2f}): "
+          f"{float(w) / kernel:.2f}x the kernel")
+PY
+fi

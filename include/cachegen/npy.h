@@ -63,10 +63,10 @@ class MappedNpy {
   std::shared_ptr<const void> owner_;  // the mapping (or the array read instead)
   std::span<const uint8_t> data_;
 };
-// A SIGBUS from reading a MappedNpy whose file was truncated meanwhile then prints an error
-// naming the file and ends the process with _exit(exit_code) (the CLI: 5, an I/O failure);
-// any other SIGBUS keeps its default action. Installs a process-wide signal handler: for
-// applications, never called by the library itself.
+// A SIGBUS from reading a mapped input (a MappedNpy, or a CgkvReader from map_file) whose file
+// was truncated meanwhile then prints an error naming the file and ends the process with
+// _exit(exit_code) (the CLI: 5, an I/O failure); any other SIGBUS keeps its default action.
+// Installs a process-wide signal handler: for applications, never called by the library itself.
 void exit_on_truncated_input(int exit_code) noexcept;
 
 // Serialises to the .npy v1.0 format: npy_header(a.dtype, a.shape), then a.data.
