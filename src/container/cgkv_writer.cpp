@@ -342,34 +342,49 @@ uint64_t write_lossless(const ModelShape& shape, std::span<const Half> kv, size_
       make_out(info.header_bytes, info.header_bytes + 2 * uint64_t{kv.size()} +
                                       16 * info.chunks.size() * n_tensors + blobs_size(blobs));
   // The tensors in file order (chunk by chunk), packed in waves of a few per thread (independent:
-  // the bytes do not depend on the order); each wave is framed into the file and freed before
-  // the next, so the working set is a wave's packed tensors, not a second copy of the file (the
-  // 7B-shaped lossless encode peaked at input + 2x output).
+  // the bytes do not depend on the order); each wave is framed into the file and freed while the
+  // next one is packed, so the working set is two waves' packed tensors, not a second copy of the
+  // file (the 7B-shaped lossless encode peaked at input + 2x output). Framed after its wave, the
+  // previous wave's copies, checksums and writes left the other thread idle about as long as the
+  // packing took (7B-shaped array: 2 threads 1.34x one); framing is the first item of the next
+  // wave's loop.
   const size_t n_tasks = info.chunks.size() * n_tensors;
-  const size_t wave = 4 * thread_count();
-  std::vector<std::vector<uint8_t>> packed(std::min(wave, n_tasks));
+  const size_t wave = std::min(4 * thread_count(), n_tasks);
+  std::vector<std::vector<uint8_t>> packed[2] = {std::vector<std::vector<uint8_t>>(wave),
+                                                 std::vector<std::vector<uint8_t>>(wave)};
   std::optional<ChunkOut> chunk;  // the chunk being written (waves may end inside one)
-  for (size_t first = 0; first < n_tasks; first += packed.size()) {
-    const size_t count = std::min(packed.size(), n_tasks - first);
-    detail::parallel_for(count, [&](size_t i) {
-      const size_t c = (first + i) / n_tensors, t = (first + i) % n_tensors;
-      const std::vector<uint32_t>& equal = equal_v[c * n_attn + t / 2];
-      packed[i] = detail::pack_fp16_lossless(
-          chunk_rows(c, t), row, zstd_level, static_cast<size_t>(shape.head_dim),
-          t % 2 == 0 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>(),
-          t % 2 == 1 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>());
-    });
+  // Tasks [first, first + count) of the wave packed into p framed into the file, and freed.
+  const auto frame = [&](std::vector<std::vector<uint8_t>>& p, size_t first, size_t count) {
     uint64_t bytes = 0;
-    for (size_t i = 0; i < count; ++i)
-      bytes += wire::varint_size(packed[i].size()) + packed[i].size();
+    for (size_t i = 0; i < count; ++i) bytes += wire::varint_size(p[i].size()) + p[i].size();
     out.expect(bytes);
     for (size_t i = 0; i < count; ++i) {
       const size_t c = (first + i) / n_tensors, t = (first + i) % n_tensors;
       if (t == 0) chunk.emplace(info, c, out);
-      chunk->append_part(packed[i]);
-      std::vector<uint8_t>().swap(packed[i]);
+      chunk->append_part(p[i]);
+      std::vector<uint8_t>().swap(p[i]);
       if (t + 1 == n_tensors) chunk->end();
     }
+  };
+  size_t framed = 0, pending = 0;  // the wave waiting to be framed: tasks [framed, + pending)
+  for (size_t k = 0; framed + pending < n_tasks; ++k) {
+    const size_t first = framed + pending, count = std::min(wave, n_tasks - first);
+    std::vector<std::vector<uint8_t>>& into = packed[k % 2];
+    std::vector<std::vector<uint8_t>>& before = packed[(k + 1) % 2];
+    const size_t framing = pending > 0 ? 1 : 0;
+    detail::parallel_for(framing + count, [&](size_t i) {
+      if (i < framing) return frame(before, framed, pending);
+      i -= framing;
+      const size_t c = (first + i) / n_tensors, t = (first + i) % n_tensors;
+      const std::vector<uint32_t>& equal = equal_v[c * n_attn + t / 2];
+      into[i] = detail::pack_fp16_lossless(
+          chunk_rows(c, t), row, zstd_level, static_cast<size_t>(shape.head_dim),
+          t % 2 == 0 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>(),
+          t % 2 == 1 ? std::span<const uint32_t>(equal) : std::span<const uint32_t>());
+    });
+    framed += pending;
+    pending = count;
+    if (framed + pending == n_tasks) frame(into, framed, pending);
   }
   return finish_file(info, out, blobs);
 }
