@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "cachegen/container.h"
 #include "cachegen/encode.h"
 #include "cachegen/error.h"
 #include "cachegen/runtime.h"
@@ -96,9 +97,12 @@ TEST(StreamedWrite, LosslessFileEqualsTheWholeOneOnAnyThreads) {
 }
 
 TEST(StreamedWrite, EncodeKvArrayStreamsWhatItReturns) {
+  // Three layers: on 3 threads a streamed quantized file is coded a chunk at a time, on 2 two
+  // chunks at a time (the layers do not split evenly), and each window's chunks are framed
+  // beside the next window's coding; 16 chunks of 64 tokens, the last one short, and a blob.
   ModelShape shape = test::small_shape();
   shape.attention = {true, true, true};
-  const size_t T = 500;
+  const size_t T = 1000;
   const std::vector<Half> kv = random_halves(3 * 2 * T * 16, 9);
   KVArrayView view;
   view.dtype = KVDType::f16;
@@ -106,18 +110,30 @@ TEST(StreamedWrite, EncodeKvArrayStreamsWhatItReturns) {
   view.n_kv_heads = 2;
   view.head_dim = 8;
   for (size_t l = 0; l < 3; ++l) view.layers.push_back(kv.data() + l * 2 * T * 16);
+  std::vector<int32_t> ids(T);
+  for (size_t t = 0; t < T; ++t) ids[t] = static_cast<int32_t>(t * 3 % 512);
+  const std::vector<CgkvBlob> blobs{token_ids_blob(ids)};
   KVEncodeOptions lossless, three_bits, high;
   lossless.lossless = true;
   three_bits.bits = 3;
   high.level = "high";
   high.rope_base = 10000;
-  for (const KVEncodeOptions* o : {&lossless, &three_bits, &high}) {
-    const std::vector<uint8_t> whole = encode_kv_array(view, shape, *o);
-    Recorded r;
-    EXPECT_EQ(encode_kv_array(r.out(), view, shape, *o), whole.size());
-    expect_file_order(r, whole.size());
-    EXPECT_TRUE(r.file == whole) << o->level << " " << o->bits;
+  for (KVEncodeOptions* o : {&lossless, &three_bits, &high}) {
+    for (const size_t chunk : {size_t{0}, size_t{64}}) {  // the default (256) and 64
+      o->chunk_tokens = chunk;
+      set_thread_count(1);
+      const std::vector<uint8_t> whole = encode_kv_array(view, shape, *o, blobs);
+      for (const size_t threads : {1, 2, 3}) {
+        set_thread_count(threads);
+        Recorded r;
+        EXPECT_EQ(encode_kv_array(r.out(), view, shape, *o, blobs), whole.size());
+        expect_file_order(r, whole.size());
+        EXPECT_TRUE(r.file == whole)
+            << o->level << " " << o->bits << ", chunks " << chunk << ", threads " << threads;
+      }
+    }
   }
+  set_thread_count(0);
 }
 
 TEST(StreamedWrite, ArgumentErrorsComeBeforeAnyWrite) {
