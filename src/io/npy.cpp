@@ -22,6 +22,12 @@ namespace {
 constexpr size_t kMaxHeaderBytes = 1 << 16;
 constexpr size_t kMaxDims = 32;
 
+size_t element_count(std::span<const size_t> shape) {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  return n;
+}
+
 [[noreturn]] void corrupt(const std::string& m) {
   throw Error(ErrorCode::corrupt_input, "npy: " + m);
 }
@@ -121,9 +127,7 @@ const char* npy_descr(NpyDType t) noexcept {
 }
 
 size_t NpyArray::size() const noexcept {
-  size_t n = 1;
-  for (size_t d : shape) n *= d;
-  return n;
+  return element_count(shape);
 }
 
 void NpyArray::check_element_size(size_t bytes) const {
@@ -233,6 +237,23 @@ NpyArray parse_npy(std::span<const uint8_t> b) {
   return a;
 }
 
+namespace {
+
+// A file's header (from `prefix`, its first bytes) parsed into a and checked against the file's
+// size; returns where the data starts (its byte count in `bytes`). Errors name the file.
+size_t parse_file_header(std::span<const uint8_t> prefix, uint64_t file_size,
+                         const std::string& path, NpyArray& a, size_t& bytes) {
+  try {
+    const size_t data_start = parse_npy_header(prefix, a, bytes);
+    check_data_size(file_size - data_start, bytes);
+    return data_start;
+  } catch (const Error& e) {
+    throw Error(e.code(), e.message() + " (in '" + path + "')");
+  }
+}
+
+}  // namespace
+
 NpyArray read_npy(const std::string& path) {
   // The header from a prefix, then the data read straight into the array (no second copy of
   // a file that can be gigabytes).
@@ -243,13 +264,8 @@ NpyArray read_npy(const std::string& path) {
     std::vector<uint8_t> prefix(
         static_cast<size_t>(std::min<uint64_t>(size, 12 + kMaxHeaderBytes)));
     detail::read_exact(fd, 0, prefix, path);
-    size_t bytes = 0, data_start = 0;
-    try {
-      data_start = parse_npy_header(prefix, a, bytes);
-      check_data_size(size - data_start, bytes);
-    } catch (const Error& e) {
-      throw Error(e.code(), e.message() + " (in '" + path + "')");
-    }
+    size_t bytes = 0;
+    const size_t data_start = parse_file_header(prefix, size, path, a, bytes);
     detail::resize_huge(a.data, bytes);
     detail::read_exact(fd, data_start, a.data, path);
     ::close(fd);
@@ -261,23 +277,16 @@ NpyArray read_npy(const std::string& path) {
 }
 
 size_t MappedNpy::size() const noexcept {
-  size_t n = 1;
-  for (size_t d : shape) n *= d;
-  return n;
+  return element_count(shape);
 }
 
 MappedNpy MappedNpy::open(const std::string& path) {
   auto file = std::make_shared<detail::MappedFile>(path);
   const std::span<const uint8_t> b = file->bytes();
   NpyArray header;
-  size_t bytes = 0, data_start = 0;
-  try {
-    data_start =
-        parse_npy_header(b.first(std::min<size_t>(b.size(), 12 + kMaxHeaderBytes)), header, bytes);
-    check_data_size(b.size() - data_start, bytes);
-  } catch (const Error& e) {
-    throw Error(e.code(), e.message() + " (in '" + path + "')");
-  }
+  size_t bytes = 0;
+  const size_t data_start = parse_file_header(
+      b.first(std::min<size_t>(b.size(), 12 + kMaxHeaderBytes)), b.size(), path, header, bytes);
   MappedNpy m;
   m.dtype = header.dtype;
   m.shape = std::move(header.shape);
