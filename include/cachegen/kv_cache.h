@@ -45,7 +45,7 @@ struct KVCacheConfig {
   size_t block_tokens = 256;  // tokens per entropy-coded block: a multiple of group_size
   bool use_delta = true;      // let the coder use token-delta models (and the estimate)
   // Let a block code every channel with one model where that is smaller (codec batch layout 2,
-  // which .cgkv files of version 6 hold): off writes layouts 0 and 1 only.
+  // which .cgkv files of version 6 and later hold): off writes layouts 0 and 1 only.
   bool one_model = true;
   bool per_channel = true;  // the reference estimate per channel (else pooled)
   // Compute the reference estimate of every block (stats().estimated_bytes; a tenth of the

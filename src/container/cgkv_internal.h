@@ -31,11 +31,12 @@ namespace detail {
 inline constexpr uint8_t kCgkvMagic[4] = {'C', 'G', 'K', 'V'};
 // The newest version read, and the one every writer writes (its chunk checksums are the
 // fastest to verify); older ones are read as FORMAT.md's "Versions" says.
-inline constexpr uint16_t kCgkvVersion = 6;
+inline constexpr uint16_t kCgkvVersion = 7;
 inline constexpr uint16_t kCgkvRowsDedupVersion = 3;  // the first version with lossless method 2
 inline constexpr uint16_t kCgkvTransformVersion = 4;  // the first version with codec 2
 inline constexpr uint16_t kCgkvXxh3Version = 5;       // the first with XXH3-64 chunk checksums
 inline constexpr uint16_t kCgkvOneModelVersion = 6;   // the first with codec batch layout 2
+inline constexpr uint16_t kCgkvDeltaHighVersion = 7;  // the first with lossless high form 2
 inline constexpr uint16_t kCgkvOldestVersion = 1;
 inline constexpr size_t kPreambleBytes = 32;
 inline constexpr uint64_t kMaxHeaderBytes = 64ull << 20;
@@ -88,7 +89,8 @@ class ChunkHash {
 // Lossless fp16 tensor data (docs/FORMAT.md, "Chunk payload"): method 2 (rows predicted as a
 // rotation of an earlier row, repeated rows by reference, anchored high bytes rANS-coded, low
 // bytes raw or rANS-coded); with zstd_level > 0 also byte planes + zstd at that level, keeping
-// the smaller. And back: every method; method 2 only when `rows_dedup` (file version >= 3).
+// the smaller. And back: every method a file of `version` may hold (method 2 from version 3,
+// its high form 2 from version 7).
 // `width` = values per row (n_kv_heads * head_dim). rotation_hint (one entry per row, or empty):
 // an earlier row that row r may be a RoPE rotation of (UINT32_MAX: none), e.g. the rows whose V
 // repeats an earlier V row (the same token) for layer 0's K. equal_rows (one entry per row, or
@@ -101,9 +103,9 @@ std::vector<uint8_t> pack_fp16_lossless(std::span<const Half> values, size_t wid
 // Per row of [rows, width]: the first earlier row equal to it, or UINT32_MAX.
 std::vector<uint32_t> first_equal_rows(std::span<const Half> values, size_t width);
 void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,
-                          const std::string& context, bool rows_dedup = true);
+                          const std::string& context, uint16_t version = kCgkvVersion);
 // Two tensors of one row width (a layer's K and V) as unpack_fp16_lossless does each, a first:
-// the same values, or the first failure's error. Method 2 tensors (rows_dedup) have their high
+// the same values, or the first failure's error. Method 2 tensors have their high
 // byte planes decoded in lockstep (decode_expecting_pair).
 struct LosslessTensor {
   std::span<const uint8_t> bytes;
@@ -111,7 +113,7 @@ struct LosslessTensor {
   const std::string* context = nullptr;
 };
 void unpack_fp16_lossless_pair(const LosslessTensor& a, const LosslessTensor& b, size_t width,
-                               bool rows_dedup);
+                               uint16_t version);
 
 }  // namespace detail
 }  // namespace cachegen

@@ -192,10 +192,10 @@ struct DedupPlan {
   size_t distinct = 0;           // values of the distinct rows
   uint8_t low_form = 0, high_form = 0;
   std::span<const uint8_t> anchor, hi, lo;
-  size_t high_dim() const { return high_form == kHighPooled ? 1 : anchor.size(); }
+  size_t high_dim() const { return high_form == kHighPerChannel ? anchor.size() : 1; }
 };
 
-DedupPlan read_dedup(std::span<const uint8_t> body, size_t rows, size_t width,
+DedupPlan read_dedup(std::span<const uint8_t> body, size_t rows, size_t width, uint16_t version,
                      const std::string& context) {
   DedupPlan plan;
   wire::Reader r(body, context);
@@ -230,9 +230,9 @@ DedupPlan read_dedup(std::span<const uint8_t> body, size_t rows, size_t width,
   if (plan.low_form != kLowRaw && plan.low_form != kLowStream)
     r.corrupt("low plane form", "not 0 or 1");
   plan.high_form = r.u8("high plane form");
-  if (plan.high_form != kHighPooled && plan.high_form != kHighPerChannel) {
-    r.corrupt("high plane form", "not 0 or 1");
-  }
+  if (plan.high_form == kHighPooledDelta && version < kCgkvDeltaHighVersion)
+    r.corrupt("high plane form", "2 needs file version 7");
+  if (plan.high_form > kHighPooledDelta) r.corrupt("high plane form", "not 0, 1 or 2");
   plan.anchor = r.take(width, "channel anchors");
   for (const uint8_t a : plan.anchor) {
     if (a > 0x7f) r.corrupt("channel anchors", "an anchor above 0x7f");
@@ -244,11 +244,27 @@ DedupPlan read_dedup(std::span<const uint8_t> body, size_t rows, size_t width,
   return plan;
 }
 
-// The rest of method 2 once its high plane `high` is decoded: the bytes joined, the low plane
-// if coded, then the repeated and rotated rows.
+// The rest of method 2 once its high plane `high` is decoded: the symbols of form 2 summed
+// over the rows, the bytes joined, the low plane if coded, then the repeated and rotated rows.
 void finish_dedup(const DedupPlan& plan, const CodeStream& high, std::span<Half> out, size_t width,
                   const std::string& context) {
   const size_t distinct = plan.distinct, rows = out.size() / width;
+  const uint8_t* symbols = high.codes.data();
+  if (plan.high_form == kHighPooledDelta) {
+    // Each row's symbols: its coded ones plus the row above's, mod 256 (the first row's as
+    // coded), into this thread's buffer (the decoded stream is the decoder's; the loop
+    // vectorises: restrict pointers, a row apart).
+    thread_local std::vector<uint8_t> summed;
+    summed.resize(distinct);
+    std::memcpy(summed.data(), symbols, std::min(width, distinct));
+    for (size_t at = width; at < distinct; at += width) {
+      const uint8_t* __restrict coded = symbols + at;
+      const uint8_t* __restrict above = summed.data() + at - width;
+      uint8_t* __restrict row = summed.data() + at;
+      for (size_t j = 0; j < width; ++j) row[j] = static_cast<uint8_t>(coded[j] + above[j]);
+    }
+    symbols = summed.data();
+  }
   const std::span<Half> planes = out.first(distinct);
   if (plan.low_form == kLowRaw && plan.lo.size() != distinct) {
     throw Error(ErrorCode::corrupt_input, context + ": raw low plane is " +
@@ -259,11 +275,10 @@ void finish_dedup(const DedupPlan& plan, const CodeStream& high, std::span<Half>
   static_assert(sizeof(Half) == sizeof(uint16_t));
   uint16_t* const bits = reinterpret_cast<uint16_t*>(planes.data());
   if (plan.low_form == kLowRaw) {
-    lossless_kernels().join_planes(high.codes.data(), plan.anchor.data(), plan.lo.data(), distinct,
-                                   width, bits);
-  } else {
-    lossless_kernels().join_planes(high.codes.data(), plan.anchor.data(), nullptr, distinct, width,
+    lossless_kernels().join_planes(symbols, plan.anchor.data(), plan.lo.data(), distinct, width,
                                    bits);
+  } else {
+    lossless_kernels().join_planes(symbols, plan.anchor.data(), nullptr, distinct, width, bits);
     unpack_plane(plan.lo, planes, width, 0, context + " (low bytes)");
   }
   const std::vector<uint32_t>& source = plan.source;
@@ -278,8 +293,8 @@ void finish_dedup(const DedupPlan& plan, const CodeStream& high, std::span<Half>
 }
 
 void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t width,
-                  const std::string& context) {
-  const DedupPlan plan = read_dedup(body, out.size() / width, width, context);
+                  uint16_t version, const std::string& context) {
+  const DedupPlan plan = read_dedup(body, out.size() / width, width, version, context);
   const size_t dim = plan.high_dim();
   const CodeStream high =
       decode_plane(plan.hi, plan.distinct / dim, dim, context + " (high bytes)");
@@ -287,15 +302,16 @@ void unpack_dedup(std::span<const uint8_t> body, std::span<Half> out, size_t wid
 }
 
 // Checks the framing unpack_fp16_lossless checks before a method's body; true for method 2.
-bool is_dedup(std::span<const uint8_t> bytes, std::span<Half> out, size_t width, bool rows_dedup) {
-  return rows_dedup && !bytes.empty() && bytes[0] == kRowsDedup && width != 0 && !out.empty() &&
-         out.size() % width == 0;
+bool is_dedup(std::span<const uint8_t> bytes, std::span<Half> out, size_t width, uint16_t version) {
+  return version >= kCgkvRowsDedupVersion && !bytes.empty() && bytes[0] == kRowsDedup &&
+         width != 0 && !out.empty() && out.size() % width == 0;
 }
 
 }  // namespace
 
 void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, size_t width,
-                          const std::string& context, bool rows_dedup) {
+                          const std::string& context, uint16_t version) {
+  const bool rows_dedup = version >= kCgkvRowsDedupVersion;
   if (bytes.empty()) throw Error(ErrorCode::truncated_input, context + ": no lossless method byte");
   const std::span<const uint8_t> body = bytes.subspan(1);
   if (bytes[0] == kPlanesZstd) return unpack_zstd(body, out, context);
@@ -307,7 +323,7 @@ void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, s
   if (width == 0 || out.empty() || out.size() % width != 0) {
     throw Error(ErrorCode::corrupt_input, context + ": rANS planes for an empty tensor");
   }
-  if (bytes[0] == kRowsDedup) return unpack_dedup(body, out, width, context);
+  if (bytes[0] == kRowsDedup) return unpack_dedup(body, out, width, version, context);
   wire::Reader r(body, context);
   const uint64_t hi_len = r.varint("high plane length");
   if (hi_len > r.remaining()) {
@@ -321,11 +337,12 @@ void unpack_fp16_lossless(std::span<const uint8_t> bytes, std::span<Half> out, s
 }
 
 void unpack_fp16_lossless_pair(const LosslessTensor& a, const LosslessTensor& b, size_t width,
-                               bool rows_dedup) {
-  if (is_dedup(a.bytes, a.out, width, rows_dedup) && is_dedup(b.bytes, b.out, width, rows_dedup)) {
+                               uint16_t version) {
+  if (is_dedup(a.bytes, a.out, width, version) && is_dedup(b.bytes, b.out, width, version)) {
     try {
-      const DedupPlan pa = read_dedup(a.bytes.subspan(1), a.out.size() / width, width, *a.context);
-      const DedupPlan pb = read_dedup(b.bytes.subspan(1), b.out.size() / width, width, *b.context);
+      const size_t rows_a = a.out.size() / width, rows_b = b.out.size() / width;
+      const DedupPlan pa = read_dedup(a.bytes.subspan(1), rows_a, width, version, *a.context);
+      const DedupPlan pb = read_dedup(b.bytes.subspan(1), rows_b, width, version, *b.context);
       const std::string what_a = *a.context + " (high bytes): lossless byte plane";
       const std::string what_b = *b.context + " (high bytes): lossless byte plane";
       const auto& [ha, hb] =
@@ -337,8 +354,8 @@ void unpack_fp16_lossless_pair(const LosslessTensor& a, const LosslessTensor& b,
     } catch (const Error&) {  // decoded one at a time below: a's error first, as in sequence
     }
   }
-  unpack_fp16_lossless(a.bytes, a.out, width, *a.context, rows_dedup);
-  unpack_fp16_lossless(b.bytes, b.out, width, *b.context, rows_dedup);
+  unpack_fp16_lossless(a.bytes, a.out, width, *a.context, version);
+  unpack_fp16_lossless(b.bytes, b.out, width, *b.context, version);
 }
 
 }  // namespace cachegen::detail

@@ -183,13 +183,13 @@ void decode_tensor(const CgkvInfo& info, const KvProfile* profile, size_t c, con
     return;
   }
   if (info.codec == ContainerCodec::lossless_fp16) {
-    const bool dedup = info.version >= detail::kCgkvRowsDedupVersion;
     if (lo == 0 && hi == rows) {  // stored token-major already
-      detail::unpack_fp16_lossless(data, std::span<Half>(out, rows * H * D), H * D, ctx, dedup);
+      detail::unpack_fp16_lossless(data, std::span<Half>(out, rows * H * D), H * D, ctx,
+                                   info.version);
       return;
     }
     std::vector<Half> all(H * rows * D);
-    detail::unpack_fp16_lossless(data, all, H * D, ctx, dedup);
+    detail::unpack_fp16_lossless(data, all, H * D, ctx, info.version);
     std::memcpy(out, all.data() + lo * H * D, (hi - lo) * H * D * 2);
     return;
   }
@@ -342,7 +342,7 @@ void decode_chunk(const CgkvInfo& info, const KvProfile* profile, size_t c,
       for (const auto& [k, v] : g) {
         detail::unpack_fp16_lossless_pair({k.data, {dst(k.ref.t), rows * H * D}, &k.ctx},
                                           {v.data, {dst(v.ref.t), rows * H * D}, &v.ctx}, H * D,
-                                          info.version >= detail::kCgkvRowsDedupVersion);
+                                          info.version);
       }
       return;
     }

@@ -26,7 +26,7 @@ namespace cachegen::detail {
 
 inline constexpr uint8_t kPlanesZstd = 0, kPlanesRans = 1, kRowsDedup = 2;
 inline constexpr uint8_t kLowRaw = 0, kLowStream = 1;
-inline constexpr uint8_t kHighPooled = 0, kHighPerChannel = 1;
+inline constexpr uint8_t kHighPooled = 0, kHighPerChannel = 1, kHighPooledDelta = 2;
 inline constexpr uint8_t kRotationNone = 0, kRotationAdjacent = 1, kRotationHalves = 2;
 inline constexpr uint32_t kNoHint = UINT32_MAX;
 inline constexpr unsigned kResidualEscape = 255;

@@ -10,7 +10,7 @@
 // generated files and both manifests (files no writer writes any more, named vN_ for their
 // version, are kept and only re-measured: version-1 .cgkv files, copied from the fuzz corpus;
 // v2_lossless.cgkv, lossless methods 0/1 in a version-2 file; and the generated files as
-// versions 2-4 wrote them, with XXH64 chunk checksums). Review the change before committing.
+// versions 2-6 wrote them: 2-4 with XXH64 chunk checksums). Review the change before committing.
 #include <gtest/gtest.h>
 
 #include <xxhash.h>
@@ -22,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -247,6 +248,26 @@ std::vector<Golden> generate_golden() {
                                      std::vector<CgkvBlob>{token_ids(41)})});
   }
   {
+    // Lossless, channels drifting slowly at amplitudes of their own: high bytes as one table
+    // over the differences from the row above (high form 2, version 7), two chunks.
+    const size_t T = 150, row = 16;
+    std::vector<Half> kv(4 * T * row);
+    std::mt19937 rng(17);
+    std::normal_distribution<float> n01;
+    for (size_t t = 0; t < 4; ++t) {
+      for (size_t c = 0; c < row; ++c) {
+        float walk = 0;
+        const float amp = 0.1f + static_cast<float>((c + t) % 7);
+        for (size_t i = 0; i < T; ++i) {
+          walk += 0.1f * n01(rng);
+          kv[(t * T + i) * row + c] = float_to_half(amp * (walk + 0.05f * n01(rng)));
+        }
+      }
+    }
+    g.push_back({"lossless_drifting_rows.cgkv", "cgkv",
+                 write_cgkv_lossless(test::small_shape(), kv, T, 128)});
+  }
+  {
     // A calibration profile fitted to a small cache, and a transform file written with it
     // (keys pre-RoPE, layer 0 recomputed, sinks, per-component steps).
     test::Filled f = test::filled_cache(kT, KVCacheConfig{}, 13);
@@ -377,8 +398,8 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
   cg("truncated_header", ErrorCode::truncated_input, q, [](Bytes& b) { b.resize(60); });
   cg("truncated_last_chunk", ErrorCode::truncated_input, q, [](Bytes& b) { b.pop_back(); });
   cg("bad_magic", ErrorCode::corrupt_input, q, [](Bytes& b) { b[3] = 'W'; });
-  cg("unsupported_version_7", ErrorCode::unsupported_version, q,
-     [](Bytes& b) { put_le(b, 4, 7, 2); });
+  cg("unsupported_version_8", ErrorCode::unsupported_version, q,
+     [](Bytes& b) { put_le(b, 4, 8, 2); });
   // Codec batch layout 2 (in this file's chunks) came with version 6; version 5 has the same
   // chunk checksums.
   cg("one_model_in_version_5", ErrorCode::corrupt_input, q, [](Bytes& b) {
@@ -450,6 +471,12 @@ std::vector<Reject> generate_reject(const std::map<std::string, Bytes>& golden) 
   cg("lossless_method_2_in_version_2", ErrorCode::corrupt_input,
      load(kGolden / "v3_lossless_repeated_rows.cgkv"), [](Bytes& b) {
        put_le(b, 4, 2, 2);  // version 2 has no lossless method 2
+       resign(b);
+     });
+  // Lossless high form 2 came with version 7; version 6 has the same chunk checksums.
+  cg("lossless_high_form_2_in_version_6", ErrorCode::corrupt_input,
+     golden.at("lossless_drifting_rows.cgkv"), [](Bytes& b) {
+       put_le(b, 4, 6, 2);
        resign(b);
      });
   cg("lossless_rotated_row_source_ahead", ErrorCode::corrupt_input, ll, [](Bytes& b) {
@@ -663,7 +690,7 @@ TEST(GoldenFiles, DecodeToTheirRecordedValues) {
     if (kind == "cgkv") seen_versions.insert(got["version"].get<int>());
   }
   // Every version a reader accepts, each with its own chunk checksums.
-  EXPECT_EQ(seen_versions, (std::set<int>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(seen_versions, (std::set<int>{1, 2, 3, 4, 5, 6, 7}));
 }
 
 TEST(MustReject, EachFileFailsWithItsErrorCode) {

@@ -92,7 +92,7 @@ TEST(Hostile, ForgedHeadersNameTheField) {
   // Offsets: preamble 0..31; body: n_layers 32, heads 36, dim 40, group 44, n_tokens 48,
   // chunk_tokens 56, n_chunks 60, codec 64, param_mode 65, reserved 66.
   const Case cases[] = {
-      {4, 2, 7, ErrorCode::unsupported_version, "version"},
+      {4, 2, 8, ErrorCode::unsupported_version, "version"},
       {4, 2, 0, ErrorCode::unsupported_version, "version"},
       {6, 2, 1, ErrorCode::corrupt_input, "flags"},
       {12, 4, 7, ErrorCode::corrupt_input, "reserved"},
@@ -169,7 +169,7 @@ TEST(Hostile, SwappedChunkEntriesAreDetected) {
   KVCacheConfig cfg;
   cfg.block_tokens = 64;
   std::vector<uint8_t> b = write_cgkv(test::filled_cache(128, cfg).cache);
-  ASSERT_EQ(CgkvReader::from_bytes(b).info().version, 6);
+  ASSERT_EQ(CgkvReader::from_bytes(b).info().version, 7);
   ASSERT_EQ(outcome(b), ErrorCode::ok);
   swap_chunk_entries(b, 0, 1);
   resign(b);
@@ -235,7 +235,7 @@ TEST(Hostile, ChunkChecksumsFollowTheVersion) {
     set_simd_path(p);
     const std::vector<uint8_t> written = write_cgkv(f.cache);
     const CgkvInfo info = CgkvReader::from_bytes(written).info();
-    ASSERT_EQ(info.version, 6);
+    ASSERT_EQ(info.version, 7);
     ASSERT_EQ(info.chunks.size(), 3u);
     for (size_t c = 0; c < info.chunks.size(); ++c) {
       EXPECT_EQ(info.chunks[c].range.xxh64, tagged_checksum(written, c, info.chunks[c], true))

@@ -214,7 +214,7 @@ TEST(TransformFile, RoundTripsAtAScaleWithinTheStep) {
   const std::vector<uint8_t> file = write_cgkv_transform(shape3(), kv, kT, enc);
   CgkvReader r = CgkvReader::from_bytes(file);
   EXPECT_EQ(r.info().codec, ContainerCodec::transform);
-  EXPECT_EQ(r.info().version, 6);
+  EXPECT_EQ(r.info().version, 7);
   EXPECT_EQ(r.info().profile_id, p->id());
   ASSERT_EQ(r.info().chunks.size(), 3u);
   // Without the profile: a clear error naming it.
