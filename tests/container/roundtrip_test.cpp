@@ -661,6 +661,22 @@ TEST(Container, LosslessHighBytesOfDriftingChannelsAsRowDifferences) {
     bad[i] ^= 0x41;
     (void)unpack_code(bad, out);
   }
+  // A plane of more than one group (65,536 symbols a group, the last one padded), with rows
+  // repeated (the differences are between distinct rows).
+  std::vector<Half> c = drifting(2200, width, 7);
+  for (size_t r = 1000; r < 1100; ++r)
+    std::memcpy(c.data() + r * width, c.data() + (r - 500) * width, width * sizeof(Half));
+  const std::vector<uint8_t> packed_c = detail::pack_fp16_lossless(c, width, 0);
+  ASSERT_EQ(packed_c[0], 2);
+  std::vector<Half> out_c(c.size());
+  detail::unpack_fp16_lossless(packed_c, out_c, width, "test");
+  EXPECT_EQ(0, std::memcmp(out_c.data(), c.data(), c.size() * 2));
+  // Its high form: after the repeated rows' count, bitmap and 100 sources (one or two bytes).
+  size_t at = 2;
+  EXPECT_EQ(packed_c[at], 100);
+  at += 1 + (2200 + 7) / 8;
+  for (int k = 0; k < 100; ++k) at += (packed_c[at] & 0x80) ? 2 : 1;
+  EXPECT_EQ(packed_c[at + 1], 2);  // the low form, then the high form
 }
 
 TEST(Container, LayersOfAChunkDecodedTogetherReportTheFirstError) {
