@@ -38,10 +38,8 @@ constexpr double kLowSampleMargin = 0.05;
 // per-channel models may code token deltas, which the estimate leaves out), and coding the
 // pooled table too was a fifth of that set's lossless encode.
 constexpr double kSure = 0.95;
-// Values whose differences from the row above estimate the bits of high form 2, and the rows
-// whose high bytes are counted first in tensors of at least twice as many (ByteHistograms).
-constexpr size_t kDeltaSampleValues = 2048;
-constexpr size_t kHighSampleRows = 256;
+// Values (in whole rows) whose differences from the row above estimate the bits of high form 2.
+constexpr size_t kDeltaSampleValues = 1024;
 
 std::vector<uint8_t> planes_zstd(std::span<const Half> values, int zstd_level) {
   const size_t n = values.size();
@@ -92,31 +90,20 @@ CodeStream plane_stream(std::span<const Half> values, size_t width, size_t dim, 
 }
 
 // The byte statistics the encoder's choices need, from one pass over the rows: per channel a
-// histogram of the high bytes (sign and magnitude) of the first high_rows rows, and one of the
-// low bytes of the first low_rows rows. (Three passes, one per choice below, were a fifth of a
-// lossless encode.)
+// histogram of the high bytes (sign and magnitude), and one of the low bytes of the first
+// low_rows rows. (Three passes, one per choice below, were a fifth of a lossless encode.)
 struct ByteHistograms {
-  size_t width = 0, n_rows = 0, low_rows = 0, high_rows = 0;
+  size_t width = 0, n_rows = 0, low_rows = 0;
   std::vector<uint32_t> high;  // [channel][high byte] (a channel has at most 2^24 rows)
   uint64_t low[256] = {};
-  // The high bytes of the first min(high_rows_wanted, n_rows) rows, the low bytes of the first
-  // min(low_rows_wanted, n_rows) rows.
-  ByteHistograms(std::span<const Half> rows, size_t width_, size_t low_rows_wanted,
-                 size_t high_rows_wanted)
+  // Every row's high bytes, the low bytes of the first min(low_rows_wanted, n_rows) rows.
+  ByteHistograms(std::span<const Half> rows, size_t width_, size_t low_rows_wanted)
       : width(width_),
         n_rows(rows.size() / width_),
         low_rows(std::min(low_rows_wanted, n_rows)),
-        high_rows(std::min(high_rows_wanted, n_rows)),
         high(width_ * 256, 0) {
-    const size_t both = std::min(low_rows, high_rows);
-    count<true, true>(rows, 0, both);
-    count<true, false>(rows, both, high_rows);
-    count<false, true>(rows, both, low_rows);
-  }
-  // The high bytes of the rows after the first high_rows.
-  void count_all_high(std::span<const Half> rows) {
-    count<true, false>(rows, high_rows, n_rows);
-    high_rows = n_rows;
+    count<true, true>(rows, 0, low_rows);
+    count<true, false>(rows, low_rows, n_rows);
   }
   // The low bytes of the rows after the first low_rows.
   void count_all_low(std::span<const Half> rows) {
@@ -201,13 +188,12 @@ double symbol_bits(const Log2Table& lg, uint64_t n, double log2_total) {
 // bits as they are; their sum, the pooled table's histogram, is left in `pooled`.
 struct HighBits {
   double per_channel = 0, pooled = 0;
-  double per_channel_listed = 0, pooled_listed = 0;  // of which the ~6 bits per listed symbol
 };
 HighBits high_bits(const ByteHistograms& h, std::span<const uint8_t> anchor,
                    std::vector<uint32_t>& pooled) {
-  double per_channel = 0, per_channel_listed = 0;
+  double per_channel = 0;
   const Log2Table& lg = log2_counts();
-  const double log2_rows = lg(h.high_rows);  // each channel's histogram sums to high_rows
+  const double log2_rows = lg(h.n_rows);  // each channel's histogram sums to n_rows
   const double* const clog = count_log2_count_table();
   // Channels of one anchor map their high bytes to the same symbols: their counts are summed
   // per anchor and mapped once, block by present block (scattering every channel's counts into
@@ -229,7 +215,7 @@ HighBits high_bits(const ByteHistograms& h, std::span<const uint8_t> anchor,
     const auto slot = static_cast<size_t>(slot_of[anchor[c]]);
     uint32_t* const sum = by_anchor.data() + slot * 256;
     // A channel's values span a few magnitudes: most blocks of 8 high bytes never occur. Its
-    // bits: sum over present symbols of 6 + n * (log2(rows) - log2(n)), with sum n = rows
+    // bits: sum over present symbols of 6 + n * (log2(n_rows) - log2(n)), with sum n = n_rows
     // (n log2 n from the codec's table).
     uint32_t present = 0;
     // Four sums, so that the adds do not wait on each other (named: as an array indexed by
@@ -255,9 +241,8 @@ HighBits high_bits(const ByteHistograms& h, std::span<const uint8_t> anchor,
         n_log2_3 += count_log2_count(clog, n3);
       }
     }
-    per_channel += 6.0 * present + static_cast<double>(h.high_rows) * log2_rows -
+    per_channel += 6.0 * present + static_cast<double>(h.n_rows) * log2_rows -
                    ((n_log2_0 + n_log2_1) + (n_log2_2 + n_log2_3));
-    per_channel_listed += 6.0 * present;
   }
   pooled.assign(256, 0);
   for (size_t k = 0; k < anchors.size(); ++k) {
@@ -269,29 +254,34 @@ HighBits high_bits(const ByteHistograms& h, std::span<const uint8_t> anchor,
     }
   }
   double pooled_bits = 0;
-  const double log2_all = lg(uint64_t{h.high_rows} * h.width);
-  double pooled_listed = 0;
-  for (const uint32_t n : pooled) {
-    pooled_bits += symbol_bits(lg, n, log2_all);
-    pooled_listed += n ? 6.0 : 0.0;
-  }
-  return {per_channel, pooled_bits, per_channel_listed, pooled_listed};
+  const double log2_all = lg(uint64_t{h.n_rows} * h.width);
+  for (const uint32_t n : pooled) pooled_bits += symbol_bits(lg, n, log2_all);
+  return {per_channel, pooled_bits};
 }
 
 // Estimated bits of the high bytes as one table over the symbols' differences from the row
-// above (high form 2): the pooled entropy of the differences of values [width, end) from those a
-// row before, bias corrected (Miller-Madow), times the values, plus ~6 bits a listed symbol. The
-// difference of two anchored symbols does not depend on the anchor: (sign - sign') + 2 (m' - m)
-// mod 256 for magnitudes m, m' (high_symbol). The differences go through a buffer (a loop that
-// vectorises) into four tables in turn (one table's adds waited on each other).
-double pooled_delta_bits(std::span<const Half> distinct, size_t width, size_t end) {
-  std::vector<uint8_t> d(end - width);
-  const uint16_t* __restrict value = reinterpret_cast<const uint16_t*>(distinct.data());
-  uint8_t* __restrict out = d.data();
-  for (size_t i = 0; i < d.size(); ++i) {
-    const unsigned b = value[width + i] >> 8, a = value[i] >> 8;
-    out[i] = static_cast<uint8_t>((b >> 7) - (a >> 7) + 2 * ((a & 0x7f) - (b & 0x7f)));
+// above (high form 2): the pooled entropy of the differences of `pairs` rows spread over the
+// tensor from the rows above them, bias corrected (Miller-Madow), times the values, plus ~6 bits
+// a listed symbol (the first rows alone misled it: a drift that starts at zero crosses it there).
+// The difference of two anchored symbols does not depend on the anchor: (sign - sign') +
+// 2 (m' - m) mod 256 for magnitudes m, m' (high_symbol). The differences go through a buffer (a
+// loop that vectorises) into four tables in turn (one table's adds waited on each other).
+double pooled_delta_bits(std::span<const Half> distinct, size_t width, size_t pairs) {
+  const size_t rows = distinct.size() / width;  // >= 2
+  pairs = std::min(pairs, rows - 1);
+  std::vector<uint8_t> d(pairs * width);
+  const uint16_t* const value = reinterpret_cast<const uint16_t*>(distinct.data());
+  for (size_t k = 0; k < pairs; ++k) {
+    const size_t r = 1 + k * (rows - 1) / pairs;
+    const uint16_t* __restrict row = value + r * width;
+    const uint16_t* __restrict above = row - width;
+    uint8_t* __restrict out = d.data() + k * width;
+    for (size_t j = 0; j < width; ++j) {
+      const unsigned b = row[j] >> 8, a = above[j] >> 8;
+      out[j] = static_cast<uint8_t>((b >> 7) - (a >> 7) + 2 * ((a & 0x7f) - (b & 0x7f)));
+    }
   }
+  const uint8_t* const out = d.data();
   uint32_t count4[4][256] = {};
   size_t i = 0;
   for (; i + 4 <= d.size(); i += 4) {
@@ -317,7 +307,7 @@ double pooled_delta_bits(std::span<const Half> distinct, size_t width, size_t en
 
 // Each channel's anchor: the 90th percentile of its magnitudes.
 std::vector<uint8_t> channel_anchors(const ByteHistograms& h) {
-  const size_t rank = h.high_rows * 9 / 10;
+  const size_t rank = h.n_rows * 9 / 10;
   std::vector<uint8_t> anchor(h.width);
   for (size_t c = 0; c < h.width; ++c) {
     const uint32_t* hist = h.high.data() + c * 256;  // magnitude m: high bytes m and 128 + m
@@ -567,10 +557,7 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   // The low plane is tried as a stream below kLowStreamEntropy, the entropy first estimated
   // from a sample of rows (real KV's mantissa bytes sit at 7.95-7.99 bits; the sample's
   // estimate bias-corrected), from all of them where the sample comes near.
-  // The high bytes of long tensors first counted in their first kHighSampleRows rows (below).
-  const size_t n_rows = distinct.size() / width;
-  ByteHistograms stats(distinct, width, (kLowSampleValues + width - 1) / width,
-                       n_rows >= 2 * kHighSampleRows ? kHighSampleRows : n_rows);
+  ByteHistograms stats(distinct, width, (kLowSampleValues + width - 1) / width);
   if (stats.low_rows < stats.n_rows &&
       low_byte_entropy(stats, true) < kLowStreamEntropy + kLowSampleMargin) {
     stats.count_all_low(distinct);
@@ -582,6 +569,8 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
     low_form = low.size() < distinct.size() ? kLowStream : kLowRaw;
   }
   w.u8(low_form);
+  const std::vector<uint8_t> anchor = channel_anchors(stats);
+  const auto symbol = [a = anchor.data()](Half h, size_t c) { return high_symbol(h, a[c]); };
   // One table for the tensor, unless a table per channel is smaller (channels whose anchored
   // shapes differ; real KV picks the pooled table), or one table over the symbols' differences
   // from the row above (channels that drift slowly, as in the bench's synthetic set, whose
@@ -590,35 +579,15 @@ std::vector<uint8_t> rows_dedup(std::span<const Half> values, size_t width, size
   // alone where its estimate is below kSure times theirs (coded beside the pooled table where
   // it came within 5% below, 2 of stories260K's 20 tensors, where it won, it made that file
   // 0.3% smaller for 22% more encoding time).
-  // The differences of the first kDeltaSampleValues values (at least a row) from a row before.
-  const size_t delta_end =
-      std::min(distinct.size(), std::max(width + kDeltaSampleValues, 2 * width));
-  const double delta =
-      width > 1 && n_rows >= 2 ? pooled_delta_bits(distinct, width, delta_end) : HUGE_VAL;
-  // The others' estimates from the counted rows, their data bits scaled to all of them: from a
-  // sample they come out low (a channel's entropy is underestimated from few values, and so are
-  // its symbols), so form 2 is chosen on a sample only where it wins by more than its margin
-  // (the bench's synthetic set, 1,024-row chunks: counting every row's high bytes was a fifth of
-  // its lossless encode); otherwise every row is counted and the choice made on all of them.
-  std::vector<uint8_t> anchor = channel_anchors(stats);
   std::vector<uint32_t> pooled;
-  HighBits est = width > 1 ? high_bits(stats, anchor, pooled) : HighBits{};
-  const auto others_of = [&] {
-    const double scale = static_cast<double>(n_rows) / static_cast<double>(stats.high_rows);
-    const auto all = [scale](double bits, double listed) {
-      return scale * (bits - listed) + listed;
-    };
-    return std::min(all(est.per_channel, est.per_channel_listed),
-                    all(est.pooled, est.pooled_listed));
-  };
-  bool delta_sure = delta < kSure * others_of();
-  if (!delta_sure && stats.high_rows < n_rows) {
-    stats.count_all_high(distinct);
-    anchor = channel_anchors(stats);
-    est = width > 1 ? high_bits(stats, anchor, pooled) : HighBits{};
-    delta_sure = delta < kSure * others_of();
-  }
-  const auto symbol = [a = anchor.data()](Half h, size_t c) { return high_symbol(h, a[c]); };
+  const HighBits est = width > 1 ? high_bits(stats, anchor, pooled) : HighBits{};
+  const double others = std::min(est.per_channel, est.pooled);
+  // The differences of about kDeltaSampleValues values (whole rows, at least one).
+  const double delta =
+      width > 1 && stats.n_rows >= 2
+          ? pooled_delta_bits(distinct, width, std::max<size_t>(1, kDeltaSampleValues / width))
+          : HUGE_VAL;
+  const bool delta_sure = delta < kSure * others;
   const bool code_pooled = !delta_sure && (width == 1 || est.per_channel >= kSure * est.pooled);
   const bool code_per_channel = !delta_sure && width > 1 && est.per_channel < est.pooled;
   std::vector<uint8_t> hi;
