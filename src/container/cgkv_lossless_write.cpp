@@ -181,6 +181,24 @@ double symbol_bits(const Log2Table& lg, uint64_t n, double log2_total) {
   return n ? 6 + static_cast<double>(n) * (log2_total - lg(n)) : 0.0;
 }
 
+// Bits per symbol of a 256-bin histogram totalling n, its empirical entropy, plus with `corrected`
+// the Miller-Madow correction of a sample's estimate ((symbols seen - 1) / (2 n ln 2)); `seen`
+// (optional) gets the symbols present.
+template <class Count>
+double entropy_per_symbol(const Count (&count)[256], uint64_t n, bool corrected,
+                          size_t* seen_out = nullptr) {
+  const Log2Table& lg = log2_counts();
+  const double log2_n = lg(n);
+  double bits = 0;
+  size_t seen = 0;
+  for (const Count c : count) bits += static_cast<double>(c) * (log2_n - lg(c)), seen += c != 0;
+  if (seen_out) *seen_out = seen;
+  const double h_bits = bits / static_cast<double>(n);
+  return corrected && seen > 1 ? h_bits + static_cast<double>(seen - 1) /
+                                              (2.0 * std::numbers::ln2 * static_cast<double>(n))
+                               : h_bits;
+}
+
 // Estimated bits of the anchored high bytes under a table per channel and under one pooled table
 // (empirical entropy plus ~6 bits per listed symbol): the per-channel form is only tried
 // where it may win, as choosing a model per channel costs more time than coding the symbols. A
@@ -292,16 +310,8 @@ double pooled_delta_bits(std::span<const Half> distinct, size_t width, size_t pa
   uint32_t count[256];
   for (size_t v = 0; v < 256; ++v)
     count[v] = count4[0][v] + count4[1][v] + count4[2][v] + count4[3][v];
-  const Log2Table& lg = log2_counts();
-  const uint64_t n = d.size();
-  const double log2_n = lg(n);
-  double bits = 0;
   size_t seen = 0;
-  for (const uint32_t c : count)
-    bits += c ? static_cast<double>(c) * (log2_n - lg(c)) : 0, seen += c != 0;
-  const double per_value =
-      bits / static_cast<double>(n) +
-      static_cast<double>(seen - 1) / (2.0 * std::numbers::ln2 * static_cast<double>(n));
+  const double per_value = entropy_per_symbol(count, d.size(), true, &seen);
   return per_value * static_cast<double>(distinct.size()) + 6.0 * static_cast<double>(seen);
 }
 
@@ -329,16 +339,7 @@ std::vector<uint8_t> channel_anchors(const ByteHistograms& h) {
 // Pooled entropy (bits per byte) of the counted low bytes; with `corrected`, plus the
 // Miller-Madow correction of a sample's estimate.
 double low_byte_entropy(const ByteHistograms& h, bool corrected = false) {
-  double bits = 0;
-  size_t seen = 0;
-  const uint64_t n = uint64_t{h.low_rows} * h.width;
-  const Log2Table& lg = log2_counts();
-  const double log2_n = lg(n);
-  for (const uint64_t c : h.low) bits += static_cast<double>(c) * (log2_n - lg(c)), seen += c != 0;
-  const double h_bits = bits / static_cast<double>(n);
-  return corrected && seen > 1 ? h_bits + static_cast<double>(seen - 1) /
-                                              (2.0 * std::numbers::ln2 * static_cast<double>(n))
-                               : h_bits;
+  return entropy_per_symbol(h.low, uint64_t{h.low_rows} * h.width, corrected);
 }
 
 // A rotated row's residual symbols (kResidualEscape for residuals that escape); true when any
