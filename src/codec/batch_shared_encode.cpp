@@ -81,6 +81,11 @@ class SharedEncoder {
   void write(std::vector<uint8_t>& out);
 
  private:
+  // Independent records' estimated bytes with models of `model_fp` bits (16.16 fixed point).
+  uint64_t record_bytes(uint64_t model_fp) const {
+    return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n_, wide_from_)) + 8;
+  }
+  bool independent_at_least(uint64_t shared, uint64_t independent, bool allow_delta);
   // The plan's end: models_ (every channel's one_ for layout 2) made the channels' tables.
   void take_one_model();
   void take_models();
@@ -114,6 +119,8 @@ class SharedEncoder {
   // The heads' counts summed: raw and delta per channel, then over every channel.
   std::vector<uint32_t> pooled_[4];
   std::vector<uint64_t> head_cost_, head_fp_, channel_bound_, pooled_bound_;
+  std::vector<uint64_t> order_;                  // independent_at_least's channels, as sort keys
+  std::vector<std::atomic<uint64_t>> exact_fp_;  // its heads' sums
   std::vector<ChannelModel> models_;
   ChannelModel one_;  // the pooled model (layout 2)
   bool one_model_ = false;
@@ -155,10 +162,6 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
   wide_from_ = options.wide_lanes_from;
   const size_t n_syms = size_t{1} << first.bits;
   const bool allow_delta = options.allow_delta;
-  // Independent records, estimated: models, lane states, ~8 header/framing bytes per head.
-  auto record_bytes = [&](uint64_t model_fp) {
-    return fp_bytes(model_fp) + 4 * static_cast<uint64_t>(choose_lanes(n, wide_from_)) + 8;
-  };
   // Per head: histograms of its codes and of their delta symbols, and the lower bound of its
   // record's estimate. The delta symbols of a batch up to kKeptDeltaBytes are kept for the
   // payloads below; a larger batch's are made in each thread's scratch, counted and dropped,
@@ -257,48 +260,88 @@ bool SharedEncoder::plan(std::span<const CodeStream> streams,
   shared = std::min(shared, one);
   // The independent records' lower bounds settle the choice when the shared batch is no larger
   // than even those (the usual case: the estimate's model search per head and channel was
-  // most of the encoder's model search); the search runs only when they do not.
-  // Otherwise the bounds become exact estimates channel by channel (cost only: no tables
-  // built), in one parallel loop, until their sum reaches the shared size (shared wins; the
-  // channels left are skipped) or every channel is exact (the estimate decides). Exact
-  // estimates only raise the sum, so the outcome does not depend on which channels were
-  // evaluated; 2-head batches of short chunks (a .cgkv file's) often settle after a few. The
-  // channels go in ascending order of their bounds: the lowest lie furthest below the uniform
-  // cost (the same for every channel), which most exact estimates reach, so they raise the sum
-  // most (tinystories-hd64's level-high file: 1,779 instead of 2,437 of its 3,072 estimates;
-  // in the order of the exact rises themselves, 1,763).
-  if (shared > independent) {
-    std::vector<uint32_t> order(G * dim);
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](uint32_t a, uint32_t b) { return channel_bound[a] < channel_bound[b]; });
-    std::vector<std::atomic<uint64_t>> fp(G);
-    for (size_t h = 0; h < G; ++h) fp[h].store(head_fp[h], std::memory_order_relaxed);
-    std::atomic<uint64_t> bound{independent};
-    parallel_for_work(order.size(), 4.0 * static_cast<double>(n_syms), [&](size_t i) {
-      if (bound.load(std::memory_order_relaxed) >= shared) return;
-      const size_t h = order[i] / dim, c = order[i] % dim;
-      const uint64_t rise =
-          channel_model_cost(
-              std::span<const uint32_t>(raw_counts[h].data() + c * n_syms, n_syms),
-              allow_delta ? std::span<const uint32_t>(delta_counts[h].data() + c * n_syms, n_syms)
-                          : std::span<const uint32_t>(),
-              first.n_rows, first.bits) -
-          channel_bound[order[i]];
-      // The head's record estimate from its sum before and after this rise (any order of the
-      // rises gives the same final sums).
-      const uint64_t before = fp[h].fetch_add(rise, std::memory_order_relaxed);
-      bound.fetch_add(record_bytes(before + rise) - record_bytes(before),
-                      std::memory_order_relaxed);
-    });
-    if (shared > bound.load()) return false;
-  }
+  // most of the encoder's model search); otherwise independent_at_least searches.
+  if (shared > independent && !independent_at_least(shared, independent, allow_delta)) return false;
   if (one_smaller) {
     take_one_model();
   } else {
     take_models();
   }
   return true;
+}
+
+// Whether the batch's independent records (models, lane states, ~8 header and framing bytes a
+// head) cost at least `shared` bytes, where the sum of their lower bounds, `independent`, is
+// less: the bounds become exact estimates channel by channel (cost only: no tables built) until
+// their sum reaches `shared` (true; the channels left are skipped) or every channel is exact
+// (the estimate decides). Exact estimates only raise the sum, so the outcome does not depend on
+// which channels were evaluated, nor on the threads (2-head batches of short chunks, a .cgkv
+// file's, often settle after a few). The channels go in ascending order of their bounds: the
+// lowest lie furthest below the uniform cost (the same for every channel), which most exact
+// estimates reach, so they raise the sum most (tinystories-hd64's level-high file: 1,779
+// instead of 2,437 of its 3,072 estimates; in the order of the exact rises themselves, 1,763;
+// stories260K's bench batch: 39 of its 320 channels, 36 in that order).
+bool SharedEncoder::independent_at_least(uint64_t shared, uint64_t independent, bool allow_delta) {
+  const size_t dim = dim_, n_syms = size_t{1} << bits_, m = G_ * dim;
+  const size_t n_rows = streams_[0].n_rows;
+  // The order as keys bound << kIndexBits | channel, integers sorted a part at a time: the
+  // smallest eighth (at least 128) first, the rest only where those did not settle it (a stable
+  // sort of all the indices by their bounds, through a comparator, was a quarter of this search
+  // on stories260K's bench batch: 3.0 of 11.4 us).
+  constexpr int kIndexBits = 24;
+  std::vector<uint64_t>& order = order_;
+  order.resize(m);
+  bool packed = m <= (size_t{1} << kIndexBits);
+  for (size_t i = 0; i < m && packed; ++i)
+    packed = channel_bound_[i] < (uint64_t{1} << (64 - kIndexBits));
+  size_t first = m;
+  if (packed) {
+    for (size_t i = 0; i < m; ++i) order[i] = channel_bound_[i] << kIndexBits | i;
+    first = std::min(m, std::max<size_t>(128, m / 8));
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(first),
+                     order.end());
+    std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(first));
+  } else {  // (bounds of 2^24 bits or more: channels of millions of rows)
+    for (size_t i = 0; i < m; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint64_t a, uint64_t b) { return channel_bound_[a] < channel_bound_[b]; });
+  }
+  const uint64_t index_mask = packed ? (uint64_t{1} << kIndexBits) - 1 : UINT64_MAX;
+  if (exact_fp_.size() < G_) exact_fp_ = std::vector<std::atomic<uint64_t>>(G_);
+  for (size_t h = 0; h < G_; ++h) exact_fp_[h].store(head_fp_[h], std::memory_order_relaxed);
+  std::atomic<uint64_t> bound{independent};
+  // ~30 ns a symbol an estimate (stories260K's 3-bit channels of 512 rows: ~220 ns).
+  const double item_ns = 30.0 * static_cast<double>(n_syms);
+  const auto run = [&](size_t begin, size_t end) {
+    // The caller takes items from the front and a helper from the back (run_items): on several
+    // threads each takes every other channel in ascending order.
+    const size_t count = end - begin, half = (count + 1) / 2;
+    const bool interleave = threads_for_work(count, item_ns) > 1;
+    parallel_for_work(count, item_ns, [&](size_t j) {
+      if (bound.load(std::memory_order_relaxed) >= shared) return;
+      const size_t at = !interleave ? j : j < half ? 2 * j : 2 * (count - 1 - j) + 1;
+      const size_t i = static_cast<size_t>(order[begin + at] & index_mask);
+      const size_t h = i / dim, c = i % dim;
+      const uint64_t rise =
+          channel_model_cost(
+              std::span<const uint32_t>(raw_counts_[h].data() + c * n_syms, n_syms),
+              allow_delta ? std::span<const uint32_t>(delta_counts_[h].data() + c * n_syms, n_syms)
+                          : std::span<const uint32_t>(),
+              n_rows, bits_) -
+          channel_bound_[i];
+      // The head's record estimate from its sum before and after this rise (any order of the
+      // rises gives the same final sums).
+      const uint64_t before = exact_fp_[h].fetch_add(rise, std::memory_order_relaxed);
+      bound.fetch_add(record_bytes(before + rise) - record_bytes(before),
+                      std::memory_order_relaxed);
+    });
+  };
+  run(0, first);
+  if (bound.load() < shared && first < m) {
+    std::sort(order.begin() + static_cast<std::ptrdiff_t>(first), order.end());
+    run(first, m);
+  }
+  return bound.load() >= shared;
 }
 
 void SharedEncoder::take_one_model() {

@@ -389,33 +389,46 @@ TEST(CodecSharedBatch, PairsOfBatchesWriteEachOnesBytes) {
 }
 
 TEST(CodecSharedBatch, CloseChoicesCountEveryExactEstimate) {
-  // Two independent walks at 5 bits over 64 channels: the per-channel lower bounds leave the
-  // choice open, and the shared layout wins by 0.2% only once most channels' exact estimates
-  // are in (an estimate that dropped part of any channel's rise picked separate records).
-  const size_t rows = 256, dim = 64;
-  std::vector<CodeStream> streams;
-  for (uint32_t seed : {100u, 101u}) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> x(rows * dim), level(dim, 0.0f);
-    for (size_t r = 0; r < rows; ++r) {
-      for (size_t c = 0; c < dim; ++c) {
-        level[c] += 0.3f * nd(rng);
-        x[r * dim + c] = level[c] + 0.5f * nd(rng);
+  // Independent walks at 5 bits over 64 channels, `heads` of them: the per-channel lower bounds
+  // leave the choice open. Two heads of 256 rows: the shared layout wins by 0.2% only once most
+  // channels' exact estimates are in (an estimate that dropped part of any channel's rise
+  // picked separate records). Three of 128 rows (192 channels: the search's smallest 128
+  // first, then the rest): separate records win by 8 bytes of 15.5 K only once every channel's
+  // estimate is in (one counted twice picked the shared layout).
+  struct Case {
+    size_t heads, rows;
+    float step;
+    int layout;
+  };
+  for (const Case& k : {Case{2, 256, 0.3f, 1}, Case{3, 128, 0.3f, 0}}) {
+    const size_t dim = 64;
+    std::vector<CodeStream> streams;
+    for (uint32_t seed = 100; seed < 100 + k.heads; ++seed) {
+      std::mt19937 rng(seed);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(k.rows * dim), level(dim, 0.0f);
+      for (size_t r = 0; r < k.rows; ++r) {
+        for (size_t c = 0; c < dim; ++c) {
+          level[c] += k.step * nd(rng);
+          x[r * dim + c] = level[c] + 0.5f * nd(rng);
+        }
       }
+      streams.push_back(quantize_to_codes(x, k.rows, dim, 5, 32));
     }
-    streams.push_back(quantize_to_codes(x, rows, dim, 5, 32));
-  }
-  for (const size_t threads : {1, 2}) {
-    set_thread_count(threads);
-    const auto bytes = encode_batch(streams, per_channel_models());
-    EXPECT_EQ(batch_layout(bytes), 1) << threads << " threads";
-    size_t independent = 0;
-    for (const auto& s : streams) independent += encode(s).size();
-    EXPECT_LT(bytes.size(), independent);
-    const auto back = decode_batch(bytes);
-    ASSERT_EQ(back.size(), 2u);
-    for (size_t h = 0; h < 2; ++h) test::expect_same_stream(back[h], streams[h]);
+    for (const size_t threads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(k.heads) + " heads, " + std::to_string(threads) + " threads");
+      set_thread_count(threads);
+      const auto bytes = encode_batch(streams, per_channel_models());
+      EXPECT_EQ(batch_layout(bytes), k.layout);
+      size_t independent = 0;
+      for (const auto& s : streams) independent += encode(s).size();
+      if (k.layout == 1) {
+        EXPECT_LT(bytes.size(), independent);
+      }
+      const auto back = decode_batch(bytes);
+      ASSERT_EQ(back.size(), k.heads);
+      for (size_t h = 0; h < k.heads; ++h) test::expect_same_stream(back[h], streams[h]);
+    }
   }
   set_thread_count(0);
 }
