@@ -18,6 +18,7 @@
 #include "cachegen/error.h"
 #include "cachegen/runtime.h"
 #include "codec/params_codec.h"
+#include "codec/stream_format.h"
 #include "codec_test_inputs.h"
 
 namespace cachegen::detail {
@@ -70,6 +71,75 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // The writer's register loop for pairs writes the bytes of one signed_exp_golomb call per code,
 // also around codes past 56 bits (which take the member path) and across its runs of pairs; so
 // do the AVX-512 pair codes put in runs.
+TEST(ParamsCompact, ExactPrecisionIsTheSmallestSection) {
+  // exact_param_precision: compact where its section (+ 16 bits) takes no more than the fp16
+  // parameters would, or, where some parameter is no fp16 value, the fp32 ones; else fp16 or
+  // fp32. One group of one channel (2 parameters: fp16 32 bits, fp32 64) with its compact code
+  // between the two sizes, its values fp16 or not, and a stream whose compact code is smallest.
+  const CompactGrid g;
+  const EncodeOptions options;
+  const auto stream = [](std::vector<float> scale, std::vector<float> zero, size_t dim) {
+    CodeStream s;
+    s.bits = 3;
+    s.group_size = 4;
+    s.dim = dim;
+    s.n_rows = scale.size() / dim * 4;
+    s.codes.assign(s.n_rows * dim, 1);
+    s.scale = std::move(scale);
+    s.zero = std::move(zero);
+    return s;
+  };
+  const auto compact_bits = [&](const CodeStream& s) {
+    CompactCode code;
+    EXPECT_TRUE(plan_params_compact(s.scale, s.zero, s.n_groups(), s.dim, g, code));
+    BitWriter w;
+    write_params_compact(w, code);
+    EXPECT_EQ(w.bit_count(), code.bits);
+    return code.bits + 16;
+  };
+  struct Case {
+    const char* name;
+    CodeStream s;
+    bool fp16_values;
+    ParamPrecision want;
+  };
+  // 1000.0 = 1000 zero steps of 1.0 (scale 16, 2^4 steps a scale): an fp16 value; 70000.0 is
+  // past fp16's largest (65504).
+  std::vector<float> scales(64), zeros(64);
+  for (size_t i = 0; i < 64; ++i) scales[i] = 0.5f, zeros[i] = -1.0f + 0.03125f * (i % 8);
+  Case cases[] = {
+      {"fp16 values, compact larger", stream({16.0f}, {1000.0f}, 1), true, ParamPrecision::fp16},
+      {"no fp16 values, compact smaller than fp32", stream({16.0f}, {70000.0f}, 1), false,
+       ParamPrecision::compact},
+      {"compact smallest", stream(scales, zeros, 8), true, ParamPrecision::compact},
+  };
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_TRUE(params_fit_compact(c.s.scale, c.s.zero, g));
+    ASSERT_EQ(params_fit_fp16(c.s.scale, c.s.zero), c.fp16_values);
+    const size_t bits = compact_bits(c.s), n = c.s.scale.size();
+    if (c.want == ParamPrecision::compact) {
+      ASSERT_LE(bits, (c.fp16_values ? 32 : 64) * n);
+    } else {
+      ASSERT_GT(bits, 32 * n);
+    }
+    if (!c.fp16_values) {
+      ASSERT_GT(bits, 32 * n);  // fp32 is the size to beat
+    }
+    EXPECT_EQ(exact_param_precision(c.s, options), c.want);
+    CompactSection section;
+    section.bytes.assign(5, 0xab);  // left by an earlier stream
+    section.bits = 40;
+    EXPECT_EQ(exact_param_precision(c.s, options, &section), c.want);
+    if (c.want == ParamPrecision::compact) {
+      EXPECT_EQ(section.bits + 16, bits);
+    } else {
+      EXPECT_EQ(section.bits, 0u);
+      EXPECT_TRUE(section.bytes.empty());
+    }
+  }
+}
+
 TEST(ParamsCompact, PairWriterMatchesCodeByCode) {
   std::mt19937_64 rng(9);
   for (const size_t n : {0u, 1u, 7u, 512u, 513u, 2000u}) {
