@@ -68,9 +68,6 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The writer's register loop for pairs writes the bytes of one signed_exp_golomb call per code,
-// also around codes past 56 bits (which take the member path) and across its runs of pairs; so
-// do the AVX-512 pair codes put in runs.
 TEST(ParamsCompact, ExactPrecisionIsTheSmallestSection) {
   // exact_param_precision: compact where its section (+ 16 bits) takes no more than the fp16
   // parameters would, or, where some parameter is no fp16 value, the fp32 ones; else fp16 or
@@ -140,6 +137,9 @@ TEST(ParamsCompact, ExactPrecisionIsTheSmallestSection) {
   }
 }
 
+// The writer's register loop for pairs writes the bytes of one signed_exp_golomb call per code,
+// also around codes past 56 bits (which take the member path) and across its runs of pairs; so
+// do the AVX-512 pair codes put in runs.
 TEST(ParamsCompact, PairWriterMatchesCodeByCode) {
   std::mt19937_64 rng(9);
   for (const size_t n : {0u, 1u, 7u, 512u, 513u, 2000u}) {
