@@ -96,11 +96,15 @@ static inline __m512 widen8x2(const float* x, size_t stride) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(widen8(x))),
                                              _mm256_castps_pd(widen8(x + stride)), 1));
 }
-static inline __m512 widen8x2(const uint16_t* x, size_t stride) {
-  if (stride == 8) return widen16(x);
+// The fp16 bits of two rows of 8, at x and x + stride, as one vector.
+static inline __m256i halves8x2(const uint16_t* x, size_t stride) {
+  if (stride == 8) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + stride));
-  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+}
+static inline __m512 widen8x2(const uint16_t* x, size_t stride) {
+  return _mm512_cvtph_ps(halves8x2(x, stride));
 }
 // Finiteness of the values the min/max loops read, folded in as they are widened: fp32 as
 // x - x summed (0 unless some x is NaN or Inf, which make it NaN); fp16 as the largest
@@ -131,12 +135,7 @@ struct FiniteF16 {
   __m512 widen16(const uint16_t* x) {
     return take(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
   }
-  __m512 widen8x2(const uint16_t* x, size_t stride) {
-    if (stride == 8) return widen16(x);
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + stride));
-    return take(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
-  }
+  __m512 widen8x2(const uint16_t* x, size_t stride) { return take(halves8x2(x, stride)); }
   __m256 widen8(const uint16_t* x) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
     top = _mm256_max_epu16(top, _mm256_zextsi128_si256(_mm_and_si128(h, _mm_set1_epi16(0x7fff))));
