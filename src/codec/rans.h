@@ -189,7 +189,8 @@ struct RansLanes4 {
 };
 // Two 4-lane payloads as one 8-lane step (a's lanes 0..3, b's 4..7; one alone: the other's lanes
 // idle), their entries gathered from one table whose entry `idle` is 0 (a lane with entry 0 keeps
-// its state and emits nothing). The same steps and bytes as the scalar encoder.
+// its state and emits nothing), or, for two of one shape (dim, at most 8 symbols, end), blended
+// from rows of that table's entries. The same steps and bytes as the scalar encoder.
 void rans_encode_avx512_lanes4_pair(const uint64_t* entries, size_t idle, RansLanes4& a,
                                     RansLanes4& b);
 

@@ -45,4 +45,11 @@ void encode_lanes8_32(Lanes8& p);
 // Two such payloads: in lockstep where their models are of one kind, then each one's rest.
 void encode_lanes8_32_pair(Lanes8& a, Lanes8& b);
 
+// The most step phases (dim / gcd(dim, 4)) encode_lanes4_pair_32 takes: rows of 32 KiB.
+inline constexpr size_t kMaxLanes4Phases = 64;
+// Two 4-lane payloads of one shape (dim, at most 8 symbols, end) in the 32-bit lanes of one
+// ymm, their entries at their bases of `entries` (rans_encode_avx512_lanes4_pair's): all their
+// steps, or false (nothing done) for any other pair.
+bool encode_lanes4_pair_32(const uint64_t* entries, RansLanes4& a, RansLanes4& b);
+
 }  // namespace cachegen::detail

@@ -8,6 +8,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
+#include <numeric>
 
 #include "codec/rans.h"
 #include "codec/rans_encode_avx512.h"
@@ -15,6 +17,14 @@
 namespace cachegen::detail {
 
 namespace {
+
+// A narrow entry's parts (rans.h) at precision p as the AVX2 encoder's two fields.
+inline void narrow_fields(uint64_t n, int p, uint32_t& entry, uint32_t& magic) {
+  const auto f = (1u << p) - static_cast<uint32_t>((n >> 32) & 0x1fff);
+  entry =
+      avx2_entry_of(f, static_cast<uint32_t>((n >> 45) & 0x1fff), static_cast<uint32_t>(n >> 58));
+  magic = static_cast<uint32_t>(n);
+}
 
 // The 8-lane kernels' entries for models of at most kSyms (2, 4 or 8) symbols, as 32-bit fields
 // (the AVX2 encoder's entry and magic, rans.h, made from the narrow entries): rows of 8 lanes
@@ -40,14 +50,11 @@ class Blended32 {
       for (size_t s = 0; s < kSyms; ++s) {
         for (size_t j = 0; j < 8; ++j) {
           const size_t c = kHeld ? j % dim : 8 * b + j;
-          // The narrow entry's parts (rans.h). An absent symbol's (0, never coded) read as
-          // frequency 2^p, as a present one's at precision 0 (f = 1) must be.
+          // An absent symbol's (0, never coded) read as frequency 2^p, as a present one's at
+          // precision 0 (f = 1) must be.
           const uint64_t n = s < n_syms ? t.narrow[c * n_syms + s] : 0;
-          const auto f = (1u << t.precision) - static_cast<uint32_t>((n >> 32) & 0x1fff);
-          const auto start = static_cast<uint32_t>((n >> 45) & 0x1fff);
-          const auto L = static_cast<uint32_t>(n >> 58);
-          rows[((b * kSyms + s) * 2) * 8 + j] = avx2_entry_of(f, start, L);
-          rows[((b * kSyms + s) * 2 + 1) * 8 + j] = static_cast<uint32_t>(n);
+          narrow_fields(n, t.precision, rows[((b * kSyms + s) * 2) * 8 + j],
+                        rows[((b * kSyms + s) * 2 + 1) * 8 + j]);
         }
       }
     }
@@ -166,24 +173,38 @@ struct Lanes32<16> {
 // (one chain a payload, two payloads in flight) ran stories260K's file encode in 261-267 us
 // instead of 264-272; the 16-lane one, bound by its operations, 1.2% slower (tinystories-hd64's
 // codes, best of five alternating rounds: 521.7 against 515.9 us), so it renormalises first.
-template <int kLanes, bool kQuotientFirst>
+// kLaneShifts: each lane at its own precision (full and renorm_shifts hold 2^p and 32 - p).
+template <int kLanes, bool kQuotientFirst, bool kLaneShifts = false>
 struct Step32 {
   using L = Lanes32<kLanes>;
   using V = typename L::V;
-  V mask13, mask12, one, full;
+  V mask13, mask12, one, full, renorm_shifts;
   __m128i renorm_shift;
   explicit Step32(int precision)
       : mask13(L::set1(0x1fff)),
         mask12(L::set1(0xfff)),
         one(L::set1(1)),
         full(L::set1(1 << precision)),
+        renorm_shifts(L::set1(32 - precision)),
         renorm_shift(_mm_cvtsi32_si128(32 - precision)) {}
+  Step32(V lane_full, V lane_shifts) requires(kLaneShifts)
+      : mask13(L::set1(0x1fff)),
+        mask12(L::set1(0xfff)),
+        one(L::set1(1)),
+        full(lane_full),
+        renorm_shifts(lane_shifts),
+        renorm_shift(_mm_setzero_si128()) {}
   __attribute__((always_inline)) void operator()(V& xs, V e, V m, uint16_t* words,
                                                  size_t& w_pos) const {
+    (*this)(xs, e, m, [&](typename L::Mask emit, V s) { L::store_words(emit, s, words, w_pos); });
+  }
+  // The same, the emitting lanes' words stored by store(emit, states).
+  template <class Store>
+  __attribute__((always_inline)) void operator()(V& xs, V e, V m, Store&& store) const {
     const V f = L::and_(e, mask13);
     V s = xs;
-    const auto emit = L::ge(L::srl(s, renorm_shift), f);
-    L::store_words(emit, s, words, w_pos);
+    const auto emit = L::ge(kLaneShifts ? L::srlv(s, renorm_shifts) : L::srl(s, renorm_shift), f);
+    store(emit, s);
     if constexpr (!kQuotientFirst) s = L::srli16(s, emit);
     const V h = L::mulhi(s, m);
     V q = L::srlv(L::add(h, L::template srli<1>(L::sub(s, h))), L::template srli<25>(e));
@@ -395,6 +416,69 @@ void lanes8_32_both(Lanes8& a, E32& ea, Lanes8& b, E32& eb) {
   lanes8_32(b, eb);
 }
 
+// Two 4-lane payloads of one shape side by side in a ymm's 32-bit lanes (a's lanes 0..3, b's
+// 4..7), each at its own precision and into its own words: Blended32's fields and blends, from
+// rows per step phase (a lane's channel repeats every `period` steps) that hold both payloads'
+// channels. kSyms: 2, 4 or 8.
+template <int kSyms>
+__attribute__((noinline)) void lanes4_pair_32(const uint64_t* entries, RansLanes4& a, RansLanes4& b,
+                                              size_t period, uint32_t* rows) {
+  const size_t dim = a.dim, n_syms = a.n_syms, end = a.end;
+  RansLanes4* const side[2] = {&a, &b};
+  alignas(32) int32_t full[8], shifts[8];
+  alignas(32) uint32_t x[8];
+  for (size_t l = 0; l < 8; ++l) {
+    const RansLanes4& p = *side[l / 4];
+    const size_t j = l % 4;
+    full[l] = 1 << p.precision;
+    shifts[l] = 32 - p.precision;
+    x[l] = p.x[j];
+    for (size_t q = 0; q < period; ++q) {
+      // Lane j's element at step q: end - 4 + j - 4q (mod dim: 4 * period is a multiple).
+      const size_t c = (end - 4 + j + (4 * period - 4 * q)) % dim;
+      for (size_t s = 0; s < kSyms; ++s) {
+        uint32_t* const row = rows + (q * kSyms + s) * 16;
+        const uint64_t n = s < n_syms ? entries[p.base + c * n_syms + s] : 0;
+        narrow_fields(n, p.precision, row[l], row[8 + l]);
+      }
+    }
+  }
+  const Step32<8, true, true> step(_mm256_load_si256(reinterpret_cast<const __m256i*>(full)),
+                                   _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts)));
+  __m256i xs = _mm256_load_si256(reinterpret_cast<const __m256i*>(x));
+  const uint8_t *const sym_a = a.symbols, *const sym_b = b.symbols;
+  uint16_t *const words_a = a.words, *const words_b = b.words;
+  size_t wa = a.w_pos, wb = b.w_pos, q = 0;
+  for (size_t i = end; i >= 4; i -= 4) {
+    uint32_t sa, sb;
+    std::memcpy(&sa, sym_a + i - 4, 4);
+    std::memcpy(&sb, sym_b + i - 4, 4);
+    const __m128i sv =
+        _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(sa)), static_cast<int>(sb), 1);
+    const __mmask8 bits[3] = {static_cast<__mmask8>(_mm_test_epi8_mask(sv, _mm_set1_epi8(1))),
+                              static_cast<__mmask8>(_mm_test_epi8_mask(sv, _mm_set1_epi8(2))),
+                              static_cast<__mmask8>(_mm_test_epi8_mask(sv, _mm_set1_epi8(4)))};
+    const uint32_t* const block = rows + q * kSyms * 16;
+    q = q + 1 == period ? 0 : q + 1;
+    const auto pick = [&](int field) {
+      return pick_by_symbol_bits<kSyms>(
+          [&](int s) {
+            return _mm256_load_si256(reinterpret_cast<const __m256i*>(block + 16 * s + 8 * field));
+          },
+          [&](int bit, __m256i u, __m256i v) { return _mm256_mask_blend_epi32(bits[bit], u, v); });
+    };
+    step(xs, pick(0), pick(1), [&](__mmask8 emit, __m256i s) {
+      Lanes32<8>::store_words(static_cast<__mmask8>(emit & 0x0f), s, words_a, wa);
+      Lanes32<8>::store_words(static_cast<__mmask8>(emit & 0xf0), s, words_b, wb);
+    });
+  }
+  _mm256_store_si256(reinterpret_cast<__m256i*>(x), xs);
+  for (size_t l = 0; l < 8; ++l) side[l / 4]->x[l % 4] = x[l];
+  a.w_pos = wa;
+  b.w_pos = wb;
+  a.end = b.end = end % 4;
+}
+
 // f(entries) with t's Blended32 entries (lanes8_takes32(dim, t.n_syms) holds).
 template <class F>
 void with_blended32(const RansEncodeTables& t, size_t dim, size_t end, uint32_t* rows, F&& f) {
@@ -443,6 +527,24 @@ bool lanes8_takes32(size_t dim, int n_syms) {
 void encode_lanes8_32(Lanes8& p) {
   alignas(64) uint32_t rows[kBlended32Rows];
   with_blended32(p.t, p.dim, p.end, rows, [&](auto entries) { lanes8_32(p, entries); });
+}
+
+bool encode_lanes4_pair_32(const uint64_t* entries, RansLanes4& a, RansLanes4& b) {
+  // One shape (K and V of a chunk's layer): the rows of both hold a phase's channels.
+  if (a.symbols == nullptr || b.symbols == nullptr || a.dim != b.dim || a.n_syms != b.n_syms ||
+      a.end != b.end || a.end < 4 || a.n_syms > 8 || a.dim == 0)
+    return false;
+  const size_t period = a.dim / std::gcd(a.dim, size_t{4});
+  if (period > kMaxLanes4Phases) return false;
+  alignas(32) uint32_t rows[kMaxLanes4Phases * 8 * 16];
+  if (a.n_syms <= 2) {
+    lanes4_pair_32<2>(entries, a, b, period, rows);
+  } else if (a.n_syms <= 4) {
+    lanes4_pair_32<4>(entries, a, b, period, rows);
+  } else {
+    lanes4_pair_32<8>(entries, a, b, period, rows);
+  }
+  return true;
 }
 
 void encode_lanes8_32_pair(Lanes8& a, Lanes8& b) {

@@ -191,8 +191,9 @@ TEST(RansEncode, PairWritesTheBytesOfTwoSingleEncodes) {
   };
   // Two 8-lane payloads of the same kind of entries run in lockstep on AVX-512, each's rest
   // alone (either longer, partial steps at the ends), both gathered too; two 4-lane ones as one
-  // 8-lane step (the longer one's rest with the other half idle); any other pair one after the
-  // other: kinds that differ, 32 lanes, 4 and 8 lanes, too short for a step, no SIMD path.
+  // 8-lane step (of one shape in 32-bit lanes, over 1 to 16 step phases and 2 to 8 symbols;
+  // else gathered, the longer one's rest with the other half idle); any other pair one after
+  // the other: kinds that differ, 32 lanes, 4 and 8 lanes, too short for a step, no SIMD path.
   const Case cases[] = {
       {8, 8192, 8, 8192, 3, 3, 8, 8},    // a chunk's K and V (rows held in registers)
       {8, 8192, 8, 3000, 3, 3, 8, 8},    // b shorter
@@ -206,6 +207,10 @@ TEST(RansEncode, PairWritesTheBytesOfTwoSingleEncodes) {
       {8, 8192, 8, 8192, 3, 3, 32, 32},  // two
       {8, 7, 8, 8192, 3, 3, 8, 8},       // a partial step only
       {8, 2000, 8, 2000, 3, 3, 4, 4},    // 4 lanes (a 64-token chunk's K and V)
+      {16, 2048, 16, 2048, 2, 2, 4, 4},  // four step phases, 4 symbols
+      {12, 1200, 12, 1200, 1, 1, 4, 4},  // three, 2 symbols
+      {64, 4032, 64, 4032, 3, 3, 4, 4},  // sixteen
+      {2, 1000, 2, 1000, 3, 3, 4, 4},    // one
       {8, 2000, 8, 1004, 3, 3, 4, 4},    // b shorter
       {8, 1003, 24, 2050, 2, 4, 4, 4},   // a shorter, partial steps, other dims and alphabets
       {8, 2000, 8, 2000, 3, 3, 4, 8},    // 4 and 8 lanes
@@ -321,6 +326,19 @@ TEST(RansEncode, SimdKernelsRenormaliseAtTheScalarBound) {
                     return side.w_pos;
                   });
           }
+          // Two of one shape (32-bit lanes): the second a copy of the first.
+          check("avx512 4-lane pair", [&](uint32_t* x, uint16_t* w, size_t w_pos) {
+            uint32_t x2[4];
+            std::copy(x, x + 4, x2);
+            std::vector<uint16_t> w2(w_pos, 0);
+            RansLanes4 first{symbols.data(), dim, n_syms, 4, p, 0, x, w, w_pos};
+            RansLanes4 second{symbols.data(), dim, n_syms, 4, p, 0, x2, w2.data(), w_pos};
+            rans_encode_avx512_lanes4_pair(with_idle.data(), narrow.size(), first, second);
+            EXPECT_TRUE(std::equal(x, x + 4, x2));
+            EXPECT_EQ(second.w_pos, first.w_pos);
+            EXPECT_TRUE(std::equal(w + first.w_pos, w + w_pos, w2.data() + first.w_pos));
+            return first.w_pos;
+          });
           continue;
         }
         check("avx2", [&](uint32_t* x, uint16_t* w, size_t w_pos) {
