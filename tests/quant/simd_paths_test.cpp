@@ -292,11 +292,12 @@ TEST(SimdPaths, QuantizeByInverseDiffersOnlyAtNearTies) {
 }
 
 // dequant_rows on every path against the scalar one, bit for bit, into contiguous and strided
-// rows, for row widths that take each vector loop (rows of 8 two a vector, 16- and 8-wide
-// columns, tails): with parameters whose every value lies inside +-65504 (the vector loops then
-// skip the clamp), and with one channel's where the clamp matters — a code's value past 65504
-// from a large scale, code 0's past it from the zero point alone (a negative scale: code 255's
-// is inside), NaN and infinite parameters — or lies on its bound.
+// rows, for row widths that take each vector loop (rows of 8 two a vector, or four by a table
+// where every code is below 8; 16- and 8-wide columns, tails): with parameters whose every
+// value lies inside +-65504 (the vector loops then skip the clamp), and with one channel's
+// where the clamp matters — a code's value past 65504 from a large scale, code 0's past it from
+// the zero point alone (a negative scale: code 255's is inside), NaN and infinite parameters —
+// or lies on its bound.
 TEST(SimdPaths, DequantRowsGivesTheScalarHalves) {
   const std::vector<const detail::QuantKernels*> tables = supported_tables();
   std::mt19937 rng(5);
@@ -310,10 +311,13 @@ TEST(SimdPaths, DequantRowsGivesTheScalarHalves) {
   // special[which - 1] in one channel (which > 0), or ordinary parameters only (which == 0).
   for (size_t which = 0; which <= std::size(special); ++which) {
     for (const size_t dim : {1u, 3u, 8u, 16u, 24u, 64u, 100u, 128u}) {
-      for (const size_t rows : {1u, 2u, 3u, 5u, 32u}) {
+      for (const size_t rows : {1u, 2u, 3u, 4u, 5u, 7u, 32u}) {
         for (const size_t stride : {dim, dim + 8}) {
+          // Codes below 8 (3 bits), below 16, or of any byte with half of them below 8.
+          const uint32_t top = rng() % 3 == 0 ? 8 : rng() % 2 == 0 ? 16 : 0;
           std::vector<uint8_t> codes(rows * dim);
-          for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % (rng() % 2 ? 8 : 256));
+          for (uint8_t& c : codes)
+            c = static_cast<uint8_t>(rng() % (top ? top : rng() % 2 ? 8 : 256));
           std::vector<float> scale(dim), zero(dim);
           for (size_t c = 0; c < dim; ++c) {
             scale[c] = std::abs(u(rng)) / 7.0f;
