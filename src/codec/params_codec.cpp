@@ -120,7 +120,7 @@ bool round_param_compact(float mn, float mx, int bits, const CompactGrid& g, flo
                          float& zero) {
   const float levels = static_cast<float>((1 << bits) - 1);
   // Room for the zero to move down by up to one zero step.
-  const float usable = levels - 1.0f / static_cast<float>(1 << g.zero_step_log2);
+  const float usable = levels - zero_step_factor(g);
   float need = (mx - mn) / usable;
   if (!(need >= 1e-8f)) need = 1e-8f;
   float s = round_up_mantissa(need, g.scale_mantissa_bits);

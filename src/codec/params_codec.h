@@ -25,8 +25,14 @@ inline float scale_from_index(uint32_t index, const CompactGrid& g) {
   if (exponent == 0 || exponent >= 255) return 0.0f;
   return std::bit_cast<float>(index << (23 - g.scale_mantissa_bits));
 }
+// 2^-zero_step_log2 (0..8: a normal float, the exponent field written directly): the quotient
+// 1.0f / (1 << zero_step_log2) without a division, which the group-0 chains of the compact
+// parameters' reader paid a step (their sections' grids differ, so it was not hoisted).
+inline float zero_step_factor(const CompactGrid& g) {
+  return std::bit_cast<float>(static_cast<uint32_t>(127 - g.zero_step_log2) << 23);
+}
 inline float zero_step(float scale, const CompactGrid& g) {
-  return scale * (1.0f / static_cast<float>(1 << g.zero_step_log2));
+  return scale * zero_step_factor(g);
 }
 
 // True when every parameter lies exactly on the grid (so compact storage is lossless).

@@ -13,7 +13,7 @@ bool compact_later_groups_avx2(size_t n_groups, size_t dim, const int32_t* ds, c
                                const CompactGrid& g, float* scale, float* zero) {
   const __m128i shift = _mm_cvtsi32_si128(23 - g.scale_mantissa_bits);
   const __m128i mbits = _mm_cvtsi32_si128(g.scale_mantissa_bits);
-  const __m256 to_step = _mm256_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2));
+  const __m256 to_step = _mm256_set1_ps(zero_step_factor(g));
   const __m256 magic = _mm256_set1_ps(12582912.0f), near = _mm256_set1_ps(4194304.0f);
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i one = _mm256_set1_epi32(1), top_exponent = _mm256_set1_epi32(253);
@@ -61,8 +61,8 @@ bool round_params_compact_avx2(const float* mins, const float* maxs, size_t n, i
   // the portable function's (the same IEEE operations, no FMA, so the same values).
   const float levels_f = static_cast<float>((1 << bits) - 1);
   const __m256 levels = _mm256_set1_ps(levels_f);
-  const __m256 usable = _mm256_set1_ps(levels_f - 1.0f / static_cast<float>(1 << g.zero_step_log2));
-  const __m256 to_step = _mm256_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2));
+  const __m256 usable = _mm256_set1_ps(levels_f - zero_step_factor(g));
+  const __m256 to_step = _mm256_set1_ps(zero_step_factor(g));
   const __m256 tiny = _mm256_set1_ps(1e-8f), near = _mm256_set1_ps(4194304.0f);
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i low_bits =

@@ -21,7 +21,7 @@ class LaterGroups {
               float* zero)
       : shift_(_mm_cvtsi32_si128(23 - g.scale_mantissa_bits)),
         mbits_(_mm_cvtsi32_si128(g.scale_mantissa_bits)),
-        to_step_(_mm512_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2))),
+        to_step_(_mm512_set1_ps(zero_step_factor(g))),
         dim_(dim),
         ds_(ds),
         dz_(dz),
@@ -135,8 +135,8 @@ bool round_params_compact_avx512(const float* mins, const float* maxs, size_t n,
   // ones, no FMA).
   const float levels_f = static_cast<float>((1 << bits) - 1);
   const __m512 levels = _mm512_set1_ps(levels_f);
-  const __m512 usable = _mm512_set1_ps(levels_f - 1.0f / static_cast<float>(1 << g.zero_step_log2));
-  const __m512 to_step = _mm512_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2));
+  const __m512 usable = _mm512_set1_ps(levels_f - zero_step_factor(g));
+  const __m512 to_step = _mm512_set1_ps(zero_step_factor(g));
   const __m512 tiny = _mm512_set1_ps(1e-8f), near = _mm512_set1_ps(4194304.0f);
   const __m512i low_bits =
       _mm512_set1_epi32(static_cast<int>((1u << (23 - g.scale_mantissa_bits)) - 1));
@@ -286,7 +286,7 @@ bool compact_residuals_avx512(const float* scale, const float* zero, size_t n_gr
   const __m512i low_bits =
       _mm512_set1_epi32(static_cast<int>((1u << (23 - g.scale_mantissa_bits)) - 1));
   const __m512i one = _mm512_set1_epi32(1), exponents = _mm512_set1_epi32(254);
-  const __m512 to_step = _mm512_set1_ps(1.0f / static_cast<float>(1 << g.zero_step_log2));
+  const __m512 to_step = _mm512_set1_ps(zero_step_factor(g));
   const __m512 magic = _mm512_set1_ps(12582912.0f), near = _mm512_set1_ps(4194304.0f);
   const size_t n = n_groups * dim;
   thread_local std::vector<int32_t> flat;  // scale residuals, then zero residuals
