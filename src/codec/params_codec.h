@@ -26,8 +26,8 @@ inline float scale_from_index(uint32_t index, const CompactGrid& g) {
   return std::bit_cast<float>(index << (23 - g.scale_mantissa_bits));
 }
 // 2^-zero_step_log2 (0..8: a normal float, the exponent field written directly): the quotient
-// 1.0f / (1 << zero_step_log2) without a division, which the group-0 chains of the compact
-// parameters' reader paid a step (their sections' grids differ, so it was not hoisted).
+// 1.0f / (1 << zero_step_log2) without a division (the scalar group-0 chains paid one a step,
+// off their critical path: no change measured).
 inline float zero_step_factor(const CompactGrid& g) {
   return std::bit_cast<float>(static_cast<uint32_t>(127 - g.zero_step_log2) << 23);
 }
@@ -127,6 +127,15 @@ void compact_later_groups_many_avx512(size_t m, size_t n_groups, size_t dim,
                                       const int32_t* const* ds, const int32_t* const* dz,
                                       const CompactGrid* const* g, float* const* scale,
                                       float* const* zero, bool* good);
+// Group 0 of m <= 16 sections of one shape (dim <= 64 channels), their chains through the
+// channels side by side, a section a lane: read_params_compact's first group from residuals
+// in coding order (res[j]: section j's), each section's grid its own. False (nothing written)
+// where some residual of group 0 is beyond +-2^30; else good[j] false where section j has a
+// parameter that is invalid or whose prediction's quotient reaches 2^22 (the portable code
+// then computes that section: its values here are not the reader's).
+bool compact_first_groups_many_avx512(size_t m, size_t n_groups, size_t dim,
+                                      const int64_t* const* res, const CompactGrid* const* g,
+                                      float* const* scale, float* const* zero, bool* good);
 // The same, 8 channels at a time (AVX2).
 bool compact_later_groups_avx2(size_t n_groups, size_t dim, const int32_t* ds, const int32_t* dz,
                                const CompactGrid& g, float* scale, float* zero);

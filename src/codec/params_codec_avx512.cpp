@@ -126,6 +126,70 @@ void compact_later_groups_many_avx512(size_t m, size_t n_groups, size_t dim,
   }
 }
 
+bool compact_first_groups_many_avx512(size_t m, size_t n_groups, size_t dim,
+                                      const int64_t* const* res, const CompactGrid* const* g,
+                                      float* const* scale, float* const* zero, bool* good) {
+  constexpr size_t kMaxDim = 64;
+  if (m == 0 || m > 16 || dim == 0 || dim > kMaxDim) return false;
+  // Group 0's residuals channel by channel, a section a lane (32-bit: each within +-2^30).
+  alignas(64) int32_t ds[kMaxDim][16] = {}, dz[kMaxDim][16] = {};
+  alignas(64) int32_t shift[16], mbits[16];
+  alignas(64) float to_step[16];
+  uint64_t far = 0;
+  for (size_t j = 0; j < 16; ++j) {
+    const CompactGrid& gj = *g[j < m ? j : 0];
+    shift[j] = 23 - gj.scale_mantissa_bits;
+    mbits[j] = gj.scale_mantissa_bits;
+    to_step[j] = zero_step_factor(gj);
+    if (j >= m) continue;
+    for (size_t c = 0; c < dim; ++c) {
+      const int64_t a = res[j][2 * c * n_groups], b = res[j][2 * c * n_groups + 1];
+      far |= (static_cast<uint64_t>(a) + (uint64_t{1} << 30)) |
+             (static_cast<uint64_t>(b) + (uint64_t{1} << 30));
+      ds[c][j] = static_cast<int32_t>(a);
+      dz[c][j] = static_cast<int32_t>(b);
+    }
+  }
+  if (far >> 31) return false;
+  const __m512i sh = _mm512_load_si512(shift), mb = _mm512_load_si512(mbits);
+  const __m512 to = _mm512_load_ps(to_step);
+  const __m512 magic = _mm512_set1_ps(12582912.0f), near = _mm512_set1_ps(4194304.0f);
+  const __m512i one = _mm512_set1_epi32(1), exponents = _mm512_set1_epi32(254);
+  const auto lanes = static_cast<__mmask16>((1u << m) - 1);
+  alignas(64) float so[kMaxDim][16], zo[kMaxDim][16];
+  // LaterGroups::step's arithmetic, channel c from channel c - 1 (channel 0 from nothing: index
+  // and prediction 0).
+  __m512 sp = _mm512_setzero_ps(), zp = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (size_t c = 0; c < dim; ++c) {
+    const __m512i s =
+        _mm512_add_epi32(_mm512_srlv_epi32(_mm512_castps_si512(sp), sh), _mm512_load_si512(ds[c]));
+    const __mmask16 valid = _mm512_cmple_epu32_mask(_mm512_sub_epi32(_mm512_srlv_epi32(s, mb), one),
+                                                    _mm512_sub_epi32(exponents, one));
+    const __m512 sf = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(valid, _mm512_sllv_epi32(s, sh)));
+    const __m512 step = _mm512_mul_ps(sf, to);
+    const __m512 q = _mm512_div_ps(zp, _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), valid, step));
+    const __mmask16 fast = _mm512_cmp_ps_mask(_mm512_abs_ps(q), near, _CMP_LT_OQ);
+    const __m512i k =
+        _mm512_add_epi32(_mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(q, magic), magic)),
+                         _mm512_load_si512(dz[c]));
+    const __m512 z = _mm512_mul_ps(_mm512_cvtepi32_ps(k), step);
+    _mm512_store_ps(so[c], sf);
+    _mm512_store_ps(zo[c], z);
+    bad |= static_cast<__mmask16>(lanes & ~(valid & fast));
+    sp = sf;
+    zp = z;
+  }
+  for (size_t j = 0; j < m; ++j) {
+    for (size_t c = 0; c < dim; ++c) {
+      scale[j][c] = so[c][j];
+      zero[j][c] = zo[c][j];
+    }
+    good[j] = ((bad >> j) & 1) == 0;
+  }
+  return true;
+}
+
 bool round_params_compact_avx512(const float* mins, const float* maxs, size_t n, int bits,
                                  const CompactGrid& g, float* scale, float* zero) {
   // round_param_compact's operations, 16 group-channels at a time, for those whose first

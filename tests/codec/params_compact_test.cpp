@@ -374,9 +374,10 @@ TEST(ParamsCompact, FarResidualsDecodeAlikeOnEveryPath) {
     size_t n_groups, dim, group, channel;
   };
   int valid = 0, errors = 0;
-  for (const Case& c : {Case{8, 16, 7, 7}, Case{16, 32, 7, 25}, Case{16, 16, 2, 5},
-                        Case{18, 20, 17, 3}, Case{18, 20, 4, 18}, Case{16, 8, 15, 3},
-                        Case{16, 8, 6, 7}, Case{24, 8, 23, 5}, Case{9, 8, 8, 2}}) {
+  for (const Case& c :
+       {Case{8, 16, 7, 7}, Case{16, 32, 7, 25}, Case{16, 16, 2, 5}, Case{18, 20, 17, 3},
+        Case{18, 20, 4, 18}, Case{16, 8, 15, 3}, Case{16, 8, 6, 7}, Case{24, 8, 23, 5},
+        Case{9, 8, 8, 2}, Case{16, 8, 0, 3}, Case{8, 16, 0, 15}}) {
     for (const bool scale_side : {false, true}) {
       for (const int64_t far : {int64_t{1} << 32, -(int64_t{1} << 32), (int64_t{1} << 31) + 5}) {
         BitWriter w;
@@ -406,6 +407,36 @@ TEST(ParamsCompact, FarResidualsDecodeAlikeOnEveryPath) {
           ASSERT_TRUE(same_bits(got.scale, want.scale)) << where;
           ASSERT_TRUE(same_bits(got.zero, want.zero)) << where;
         }
+        // Side by side with two sections of ordinary parameters (the lanes reader, where it
+        // runs): the same values, or an error.
+        if (!BitReader::lanes_available()) continue;
+        set_simd_path(SimdPath::avx512);
+        BitWriter plain;
+        plain.put(0, 10);
+        for (size_t i = 0; i < 2 * c.n_groups * c.dim; ++i) plain.signed_exp_golomb(i ? 0 : one, 0);
+        const std::vector<uint8_t> other = plain.finish();
+        const std::vector<uint8_t>* sections[3] = {&other, &bytes, &other};
+        std::vector<BitReader> readers;
+        for (const auto* b : sections) readers.emplace_back(*b, 0);
+        std::vector<BitReader*> r;
+        const std::vector<const CompactGrid*> grids(3, &g);
+        Params got[3];
+        std::vector<std::vector<float>*> scale, zero;
+        for (size_t j = 0; j < 3; ++j) {
+          r.push_back(&readers[j]);
+          scale.push_back(&got[j].scale);
+          zero.push_back(&got[j].zero);
+        }
+        bool ok = true;
+        try {
+          read_params_compact_lanes(r, c.n_groups, c.dim, grids, scale, zero, "parameters");
+        } catch (const Error&) {
+          ok = false;
+        }
+        ASSERT_EQ(ok, want_error.empty()) << c.group << " " << c.channel << " " << far;
+        if (!ok) continue;
+        ASSERT_TRUE(same_bits(got[1].scale, want.scale) && same_bits(got[1].zero, want.zero))
+            << c.group << " " << c.channel << " " << far;
       }
     }
   }
@@ -651,17 +682,23 @@ TEST(ParamsCompact, BestOrderIsTheExhaustiveSearch) {
 // caller then reads them again in order for the first error: decode_head_params). Up to 16
 // sections with every kind of parameters (far residuals: codes past 57 bits, which the lanes
 // reader leaves to signed_exp_golomb), damaged or cut short, and sections shorter than one
-// 8-byte load.
+// 8-byte load; half the trials with a grid of each section's own (the group-0 chains side by
+// side, a section a lane, take each lane's).
 TEST(ParamsCompact, LanesReadAsSectionsOneByOne) {
   if (!BitReader::lanes_available()) GTEST_SKIP() << "no AVX-512 CD on this CPU";
-  const CompactGrid g{6, 4};
   std::mt19937 rng(29);
   size_t failed = 0, read = 0, long_codes = 0;
   for (int t = 0; t < 400; ++t) {
     const size_t m = 1 + rng() % kMaxLaneReaders;
     const size_t n_groups = 1 + rng() % 12, dim = 1 + rng() % (t % 4 == 0 ? 4 : 80);
+    std::vector<CompactGrid> gs(m, CompactGrid{6, 4});
+    if (t % 4 >= 2) {
+      for (CompactGrid& g : gs)
+        g = CompactGrid{4 + static_cast<int>(rng() % 6), static_cast<int>(rng() % 9)};
+    }
     std::vector<std::vector<uint8_t>> bytes(m);
     for (size_t j = 0; j < m; ++j) {
+      const CompactGrid& g = gs[j];
       const Params p = random_params(n_groups, dim, static_cast<int>(rng() % 4), g,
                                      static_cast<uint32_t>(rng()));
       BitWriter w;
@@ -676,7 +713,7 @@ TEST(ParamsCompact, LanesReadAsSectionsOneByOne) {
     for (size_t j = 0; j < m; ++j) {
       try {
         BitReader r(bytes[j], 0);
-        read_params_compact(r, n_groups, dim, g, want[j].scale, want[j].zero);
+        read_params_compact(r, n_groups, dim, gs[j], want[j].scale, want[j].zero);
         r.finish("compact parameters");
       } catch (const Error&) {
         want_ok = false;
@@ -685,7 +722,8 @@ TEST(ParamsCompact, LanesReadAsSectionsOneByOne) {
     std::vector<BitReader> readers;
     for (size_t j = 0; j < m; ++j) readers.emplace_back(bytes[j], 0);
     std::vector<BitReader*> r;
-    std::vector<const CompactGrid*> grids(m, &g);
+    std::vector<const CompactGrid*> grids;
+    for (const CompactGrid& g : gs) grids.push_back(&g);
     std::vector<Params> got(m);
     std::vector<std::vector<float>*> scale, zero;
     for (size_t j = 0; j < m; ++j) {
