@@ -18,14 +18,19 @@ void build_threshold_pattern(const DecodeTables& t, size_t dim, size_t width, Th
   for (size_t l = 0; l < size_t{kMaxLanes}; ++l)
     position[l] =
         static_cast<uint32_t>((l / (2 * width)) * 2 * width + 2 * (l % width) + (l / width) % 2);
-  const uint16_t* const cum = t.cum.data();
+  const uint16_t* const cum = t.cum.data() + 1;
   uint16_t* const out = p.thresholds.data();
+  // A step's lanes' rows of cum, then its thresholds a row of 32 at a time (as
+  // build_narrow_pattern).
   for (size_t k = 0, c = 0; k < period; ++k) {
+    const uint16_t* row[kMaxLanes];
     for (size_t l = 0; l < size_t{kMaxLanes}; ++l) {
-      const uint16_t* from = cum + c * stride + 1;
-      uint16_t* to = out + k * nt * kMaxLanes + position[l];
-      for (size_t j = 0; j < nt; ++j) to[j * kMaxLanes] = from[j];
+      row[l] = cum + c * stride;
       if (++c == dim) c = 0;
+    }
+    for (size_t j = 0; j < nt; ++j) {
+      uint16_t* const to = out + (k * nt + j) * kMaxLanes;
+      for (size_t l = 0; l < size_t{kMaxLanes}; ++l) to[position[l]] = row[l][j];
     }
   }
 }
