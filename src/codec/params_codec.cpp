@@ -556,9 +556,9 @@ bool read_params_compact_lanes(std::span<BitReader* const> r, size_t n_groups, s
     read = stop;
   }
   // The group-0 chains side by side (each a channel after another: read_params_compact_pair),
-  // a section a lane on AVX-512 (one after another's scalar steps, ~10 sections' chains were
-  // bound by their instructions: stories260K's 64-token file decode ~6%), then the rest of each
-  // section.
+  // a section a lane on AVX-512 (as scalar steps, section after section, ~10 sections' chains
+  // were bound by their instructions: ~6% of stories260K's 64-token file decode), then the rest
+  // of each section.
   bool first_good[kMaxLaneReaders];
   std::fill_n(first_good, m, true);
   float* first_scale[kMaxLaneReaders];
